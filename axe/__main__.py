@@ -1,0 +1,5 @@
+import sys
+
+from axe.cli import main
+
+sys.exit(main())

@@ -1,0 +1,84 @@
+"""Grouping a layout by a shape (App. B)."""
+
+from __future__ import annotations
+
+from math import gcd, prod
+from typing import NamedTuple, Sequence
+
+from .canonical import UNIT, merge_chain
+from .iters import Iter
+from .layout import Layout
+
+__all__ = ["group", "Grouped", "LayoutError", "group_blocks"]
+
+
+class LayoutError(ValueError):
+    """An operation of the layout algebra whose preconditions do not hold."""
+
+
+class Grouped(NamedTuple):
+    """A layout grouped by a shape: ``blocks[i]`` holds the iters of dimension i.
+
+    ``layout`` induces the same map as the input; ``bounds[i]`` is the end (exclusive) of
+    block i in ``layout.shard``.
+    """
+
+    layout: Layout
+    bounds: tuple[int, ...]
+    blocks: tuple[tuple[Iter, ...], ...]
+
+
+def group_blocks(shard: Sequence[Iter], shape: Sequence[int]) -> tuple[tuple[Iter, ...], ...] | str:
+    """Split and fuse ``shard`` (in order) into ``len(shape)`` blocks of products ``shape``.
+
+    Returns the blocks (each D1-normalized: the fewest iters) or, when no grouping exists,
+    a sentence saying why.  Law: concatenating the blocks gives the map of ``shard``.
+    Extent-1 iters are skipped (erratum: Algorithm 1 stalls on them).
+    """
+    total = prod(i[0] for i in shard)
+    if prod(shape) != total:
+        return f"the shape's size {prod(shape)} differs from the layout's size {total}"
+    src = [i for i in shard if i[0] != 1]
+    j, blocks = 0, []
+    for d, target in enumerate(shape):
+        if not isinstance(target, int) or target < 1:
+            return f"shape entry {d} is {target!r}, not a positive int"
+        block, cur = [], 1
+        while cur < target:
+            e, s, a = src[j]
+            rem = target // cur
+            g = gcd(e, rem)
+            if g == 1:
+                return (f"dimension {d} (extent {target}) would need to split iter "
+                        f"{Iter._make(e, s, a)} at a factor that does not divide it")
+            block.append(Iter._make(g, (e // g) * s, a))
+            cur *= g
+            if e // g > 1:
+                src[j] = Iter._make(e // g, s, a)
+            else:
+                j += 1
+        blocks.append(tuple(merge_chain(block)))
+    return tuple(blocks)
+
+
+def group(L: Layout, shape: Sequence[int]) -> Grouped:
+    """``L‖S``: the grouping of L by shape S, with the fewest iters.
+
+    Law: ``grouped.layout`` has the same map as L, and the extents of ``blocks[i]`` multiply
+    to ``shape[i]``.  Raises :class:`LayoutError` when S does not group L.
+    """
+    from .swizzle import SwizzledLayout
+    inner = L.inner if isinstance(L, SwizzledLayout) else L
+    shape = tuple(shape)
+    blocks = group_blocks(inner.shard, shape)
+    if isinstance(blocks, str):
+        raise LayoutError(f"group({inner}, {shape}): {blocks}")
+    flat = tuple(i for b in blocks for i in b)
+    bounds, acc = [], 0
+    for b in blocks:
+        acc += len(b)
+        bounds.append(acc)
+    grouped = Layout._make(flat or (UNIT,), inner.replica, inner.offset, sort=False)
+    if isinstance(L, SwizzledLayout):
+        grouped = L.with_inner(grouped)
+    return Grouped(grouped, tuple(bounds), blocks)

@@ -1,0 +1,187 @@
+"""Reading layouts from text: the same syntax :func:`format_layout` prints.
+
+Grammar (whitespace free)::
+
+    layout  := "S[" iters "]" (("+" | "-") part)*
+    part    := "R[" iters "]" | term            (no "-" before R)
+    iters   := ext ":" stride | "(" ext ("," ext)* ")" ":" "(" stride ("," stride)* ")"
+             | ext | "(" ext ("," ext)* ")"      (extents only: row-major on m)
+             | "(" ext ":" stride ")" ("," "(" ext ":" stride ")")*   (pairs, replicas too)
+    stride  := ["-"] INT ["@" NAME]              (no axis: the memory axis m)
+    term    := INT ["@" NAME]
+
+The parser never evaluates Python; every error names the position and what was expected.
+"""
+
+from __future__ import annotations
+
+import re
+
+from .coord import Coord
+from .iters import Iter
+from .layout import Layout, _iters_from_subscript
+
+__all__ = ["parse", "LayoutSyntaxError"]
+
+_TOKEN = re.compile(r"\s*(?:(?P<int>\d+)|(?P<name>[A-Za-z_]\w*)|(?P<op>[\[\]():,@+\-]))")
+
+
+class LayoutSyntaxError(ValueError):
+    """Raised for text that is not a layout; the message points at the offending column."""
+
+
+class _Reader:
+    def __init__(self, text: str):
+        self.text = text
+        self.toks: list[tuple[str, str, int]] = []
+        pos = 0
+        while pos < len(text):
+            mt = _TOKEN.match(text, pos)
+            if mt is None or mt.end() == pos:
+                if text[pos:].strip() == "":
+                    break
+                self.fail(pos, "an integer, an axis name or one of [ ] ( ) : , @ + -")
+            kind = mt.lastgroup
+            self.toks.append((kind, mt.group(kind), mt.start(kind)))
+            pos = mt.end()
+        self.i = 0
+
+    def fail(self, pos: int, expected: str):
+        shown = self.text[pos:pos + 12] or "end of text"
+        raise LayoutSyntaxError(f"cannot parse layout {self.text!r}: at column {pos} ({shown!r}) "
+                                f"expected {expected}")
+
+    def peek(self, value=None):
+        if self.i >= len(self.toks):
+            return None
+        tok = self.toks[self.i]
+        return tok if value is None or tok[1] == value else None
+
+    def pos(self) -> int:
+        return self.toks[self.i][2] if self.i < len(self.toks) else len(self.text)
+
+    def take(self, value: str):
+        if self.peek(value) is None:
+            self.fail(self.pos(), repr(value))
+        self.i += 1
+
+    def int(self) -> int:
+        tok = self.peek()
+        if tok is None or tok[0] != "int":
+            self.fail(self.pos(), "an integer")
+        self.i += 1
+        return int(tok[1])
+
+    def signed_int(self) -> int:
+        if self.peek("-"):
+            self.i += 1
+            return -self.int()
+        return self.int()
+
+    def axis(self) -> str:
+        if self.peek("@"):
+            self.i += 1
+            tok = self.peek()
+            if tok is None or tok[0] != "name":
+                self.fail(self.pos(), "an axis name after '@'")
+            self.i += 1
+            return tok[1]
+        return "m"
+
+    def stride(self) -> Coord:
+        s = self.signed_int()
+        return Coord.unit(self.axis(), s) if s else 0
+
+    def int_list(self) -> list:
+        items = [self.int()]
+        while self.peek(","):
+            self.i += 1
+            items.append(self.int())
+        return items
+
+    def iters(self, head: str) -> tuple[Iter, ...]:
+        self.take(head)
+        self.take("[")
+        start = self.pos()
+        try:
+            if self.peek("("):
+                self.i += 1
+                if self._pairs_ahead():
+                    its = self._pairs()
+                else:
+                    ext = tuple(self.int_list())
+                    self.take(")")
+                    if self.peek(":"):
+                        self.i += 1
+                        self.take("(")
+                        strides = [self.stride()]
+                        while self.peek(","):
+                            self.i += 1
+                            strides.append(self.stride())
+                        self.take(")")
+                        its = _iters_from_subscript(slice(ext, tuple(strides)), head)
+                    else:
+                        its = _iters_from_subscript(ext, head)
+            else:
+                e = self.int()
+                if self.peek(":"):
+                    self.i += 1
+                    its = _iters_from_subscript(slice(e, self.stride()), head)
+                else:
+                    its = _iters_from_subscript(e, head)
+        except (ValueError, SyntaxError) as err:
+            if isinstance(err, LayoutSyntaxError):
+                raise
+            raise LayoutSyntaxError(f"cannot parse layout {self.text!r}: at column {start}: {err}") from None
+        self.take("]")
+        return its
+
+    def _pairs_ahead(self) -> bool:
+        # "(e:s), (e:s)" form: an int followed by ':' right after the opening parenthesis
+        return (self.i + 1 < len(self.toks) and self.toks[self.i][0] == "int"
+                and self.toks[self.i + 1][1] == ":")
+
+    def _pairs(self) -> tuple[Iter, ...]:
+        its = []
+        while True:
+            e = self.int()
+            self.take(":")
+            s = self.stride()
+            its.extend(_iters_from_subscript(slice(e, s), "R"))
+            self.take(")")
+            if not self.peek(","):
+                return tuple(its)
+            self.i += 1
+            self.take("(")
+
+    def term(self) -> Coord:
+        k = self.int()
+        return Coord.unit(self.axis(), k)
+
+
+def parse(text: str) -> Layout:
+    """Parse the layout syntax (e.g. ``S[(8,2):(4@lane,1)] + R[2:4@warp] + 5@warp``).
+
+    Law: ``parse(str(L)) == L`` for every layout L.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"parse expects text, got {type(text).__name__}")
+    rd = _Reader(text)
+    if rd.peek("S") is None:
+        rd.fail(rd.pos(), "'S[' to open the shard")
+    shard = rd.iters("S")
+    replica: list[Iter] = []
+    offset = Coord()
+    while rd.peek() is not None:
+        sign_tok = rd.peek()
+        if sign_tok[1] not in "+-":
+            rd.fail(rd.pos(), "'+' or '-' before the next part")
+        rd.i += 1
+        if rd.peek("R"):
+            if sign_tok[1] == "-":
+                rd.fail(sign_tok[2], "'+' before a replica part")
+            replica.extend(rd.iters("R"))
+        else:
+            t = rd.term()
+            offset = offset + (t if sign_tok[1] == "+" else -t)
+    return Layout._make(shard, tuple(replica), offset)
