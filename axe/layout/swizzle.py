@@ -79,9 +79,8 @@ class SwizzledLayout:
         return tuple(sorted(set(self.inner.axes()) | set(self.base)))
 
     def _apply(self, c: Coord) -> Coord:
+        # two's-complement XOR: multiples of the period commute with the swizzle at any sign
         v = c[self.axis]
-        if v < 0:
-            raise ValueError(f"{self}: swizzle of a negative address {v} on {self.axis}")
         return c + Coord.unit(self.axis, self.swizzle(v) - v) + self.base
 
     def map(self, x, shape=None) -> frozenset:
