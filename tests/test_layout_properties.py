@@ -3,6 +3,7 @@
 from itertools import product
 from math import prod
 
+import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -134,24 +135,15 @@ def kron_oracle(A, sa, B, sb, scale: bool):
     return out
 
 
+@pytest.mark.parametrize("op, scale", [(tile, True), (direct_sum, False)], ids=["tile", "direct_sum"])
 @SETTINGS
-@given(tile_pair())
-def test_tile_is_kronecker(case):
+@given(case=tile_pair())
+def test_tile_is_kronecker_and_direct_sum_minkowski(op, scale, case):
     A, sa, B, sb = case
-    T = tile(A, sa, B, sb)
+    out = op(A, sa, B, sb)
     shape = interleave(sa, sb)
-    for key, want in kron_oracle(A, sa, B, sb, scale=True).items():
-        assert got_map(T, key, shape) == want
-
-
-@SETTINGS
-@given(tile_pair())
-def test_direct_sum_is_minkowski(case):
-    A, sa, B, sb = case
-    D = direct_sum(A, sa, B, sb)
-    shape = interleave(sa, sb)
-    for key, want in kron_oracle(A, sa, B, sb, scale=False).items():
-        assert got_map(D, key, shape) == want
+    for key, want in kron_oracle(A, sa, B, sb, scale=scale).items():
+        assert got_map(out, key, shape) == want
 
 
 @SETTINGS
