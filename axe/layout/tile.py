@@ -154,6 +154,7 @@ def tile_of(T, shape_t: Sequence[int], B, shape_b: Sequence[int]):
     shard_c = tuple(shard_c) or (UNIT,)
     for rc, oc in _outer_replica(T, B, w):
         C = Layout._make(shard_c, rc, oc)
-        if equivalent(tile(C, shape_c, B, shape_b), T):
+        # without replicas the shard match and the exact offset division already prove T = C ⊗ B
+        if not (T.replica or B.replica) or equivalent(tile(C, shape_c, B, shape_b), T):
             return C
     return None
