@@ -184,3 +184,12 @@ def test_swizzled_tma_tile():
     assert slice(whole, (128, 64), [(3, 11), (0, 64)]) is None   # breaks an 8-row swizzle atom
     with pytest.raises(LayoutError, match="period"):
         tile(S[2:1], (2, 1), SwizzledLayout(S[(4, 8):(8, 1)], Swizzle(3, 3, 3)), (4, 8))
+
+
+def test_swizzled_text_round_trip():
+    for L in (SwizzledLayout(S[(8, 64):(64, 1)], Swizzle(3, 3, 3), base=512),
+              SwizzledLayout(S[(8, 64):(64, 1)] + 3 @ warp, Swizzle(2, 4, 3), axis="warp")):
+        assert parse(str(L)) == L
+    assert parse("Swizzle(3,3,3) o (S[(8,64):(64,1)])") == SwizzledLayout(S[(8, 64):(64, 1)], Swizzle(3, 3, 3))
+    with pytest.raises(LayoutSyntaxError, match="unbalanced"):
+        parse("Swizzle(3,3,3) ∘ (S[8:1]")

@@ -159,13 +159,20 @@ class _Reader:
         return Coord.unit(self.axis(), k)
 
 
-def parse(text: str) -> Layout:
+_SWIZZLED = re.compile(r"\s*Swizzle\((\d+),\s*(\d+),\s*(\d+)\)\s*(?:∘|o)\s*\(")
+
+
+def parse(text: str):
     """Parse the layout syntax (e.g. ``S[(8,2):(4@lane,1)] + R[2:4@warp] + 5@warp``).
 
-    Law: ``parse(str(L)) == L`` for every layout L.
+    Swizzled layouts read as ``Swizzle(3,3,3) ∘ (S[...]) [on AXIS] [+ base]`` (``o`` may
+    stand for ``∘``).  Law: ``parse(str(L)) == L`` for every layout L, swizzled or not.
     """
     if not isinstance(text, str):
         raise TypeError(f"parse expects text, got {type(text).__name__}")
+    sw = _SWIZZLED.match(text)
+    if sw:
+        return _parse_swizzled(text, sw)
     rd = _Reader(text)
     if rd.peek("S") is None:
         rd.fail(rd.pos(), "'S[' to open the shard")
@@ -185,3 +192,21 @@ def parse(text: str) -> Layout:
             t = rd.term()
             offset = offset + (t if sign_tok[1] == "+" else -t)
     return Layout._make(shard, tuple(replica), offset)
+
+
+def _parse_swizzled(text: str, sw):
+    from .swizzle import SwizzledLayout
+    depth, end = 1, sw.end()
+    while depth and end < len(text):
+        depth += {"(": 1, ")": -1}.get(text[end], 0)
+        end += 1
+    if depth:
+        raise LayoutSyntaxError(f"cannot parse layout {text!r}: unbalanced parentheses after Swizzle(...)")
+    inner = parse(text[sw.end():end - 1])
+    rest = text[end:].strip()
+    axis = "m"
+    on = re.match(r"on\s+([A-Za-z_]\w*)", rest)
+    if on:
+        axis, rest = on.group(1), rest[on.end():].strip()
+    base = parse("S[1:1] " + rest).offset if rest else Coord()
+    return SwizzledLayout(inner, tuple(int(g) for g in sw.groups()), base, axis)
