@@ -134,6 +134,12 @@ def test_not_a_dtensor_layout(text, shape, pattern):
         to_placements(text, shape, ROW)
 
 
+def test_swizzled_is_not_a_dtensor_layout():
+    from axe.layout import Swizzle, SwizzledLayout
+    with pytest.raises(LayoutError, match=r"SwizzledLayout is not a DTensor layout"):
+        to_placements(SwizzledLayout(parse("S[(2,8,8):(1@gpuid,8,1)] + R[2:2@gpuid]"), Swizzle(1, 1, 2)), (16, 8), PAPER)
+
+
 def test_uneven_and_bad_placements():
     with pytest.raises(LayoutError, match=r"tensor dimension 0 of size 7 is not divisible by the 2 devices "
                                           r"of mesh dimension\(s\) 'x'.*DTensor pads"):

@@ -377,6 +377,8 @@ def _read(layout: Layout, shape, mesh: DeviceMesh, partial: Mapping[str, str]) -
     """Decompose ``layout`` into DTensor terms, or raise naming the part that does not fit."""
     shape = tuple(int(n) for n in shape)
     name = f"layout {layout} over shape {shape} on {mesh}"
+    if not isinstance(layout, Layout):
+        raise LayoutError(f"{name}: a {type(layout).__name__} is not a DTensor layout (no swizzle across devices)")
     stray = [a for a in layout.axes() if a not in (mesh.axis, MEMORY)]
     if stray:
         raise LayoutError(f"{name}: axes {stray} are neither the mesh axis {mesh.axis!r} nor memory")
