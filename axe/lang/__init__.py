@@ -1,0 +1,30 @@
+"""The axe kernel language: scopes, tensors with layouts, operators dispatched by layout.
+
+Write a kernel body in TVMScript and call these at parse time::
+
+    from tvm.script import tirx as T
+    import axe.lang as Ax
+
+    @Ax.kernel()
+    def copy_rows():
+        @T.prim_func
+        def k(A_: T.Buffer((256, 64), "float16"), B_: T.Buffer((256, 64), "float16")):
+            bx, tx = Ax.launch(4, 128)
+            A, B = Ax.param(A_), Ax.param(B_)
+            R = Ax.registers((64, 64), "float16", "S[(64,8,8):(2@tx,... )]")
+            Ax.copy(R, A[bx*64:(bx+1)*64, :])
+            ...
+        return k
+"""
+
+from axe.layout import R, S, Swizzle, SwizzledLayout, parse
+from .kernel import Kernel, build_func, compile_kernel, explain, kernel, kernels_of
+from .operators import binary, cast, copy, elementwise, reduce, sync, unary
+from .scopes import cta, each_warp, launch, thread, warpgroups, warps
+from .sync import mbarrier, mbarrier_wait
+from .tensors import param, permute, registers, shared, view
+
+__all__ = ["S", "R", "Swizzle", "SwizzledLayout", "parse", "Kernel", "kernel", "build_func",
+           "compile_kernel", "explain", "kernels_of", "copy", "reduce", "elementwise", "unary",
+           "binary", "cast", "sync", "launch", "warps", "warpgroups", "each_warp", "thread", "cta",
+           "mbarrier", "mbarrier_wait", "param", "permute", "registers", "shared", "view"]

@@ -1,0 +1,49 @@
+"""The operators as written in a kernel body: build the call record, dispatch at the call site."""
+
+from __future__ import annotations
+
+from axe import ops
+from axe.schedules import dispatch
+
+from .scopes import scope_or_cta
+from .source import call_site
+
+__all__ = ["copy", "reduce", "elementwise", "unary", "binary", "cast", "sync"]
+
+
+def _run(call):
+    call.where = call_site()
+    dispatch(call)   # statements in a kernel body must evaluate to None
+
+
+def copy(dst, src, **config):
+    """``dst = src`` in the current scope; keywords: ``schedule=``, ``barrier=`` (TMA), …"""
+    _run(ops.copy(dst, src, scope_or_cta(), **config))
+
+
+def reduce(dst, src, kind: str = "sum", dims=-1, **config):
+    """``dst = kind-reduce of src over dims`` (sum, max, min)."""
+    _run(ops.reduce(dst, src, kind, dims, scope_or_cta(), **config))
+
+
+def elementwise(dst, fn, *srcs, **config):
+    """``dst = fn(*srcs)`` per element, fused in one pass (sources broadcast)."""
+    _run(ops.elementwise(dst, fn, *srcs, scope=scope_or_cta(), **config))
+
+
+def unary(dst, src, name: str, **config):
+    _run(ops.unary(dst, src, name, scope_or_cta(), **config))
+
+
+def binary(dst, a, b, name: str, **config):
+    _run(ops.binary(dst, a, b, name, scope_or_cta(), **config))
+
+
+def cast(dst, src, **config):
+    _run(ops.cast(dst, src, scope_or_cta(), **config))
+
+
+def sync():
+    """Barrier for the CTA's threads (shared memory visibility)."""
+    from tvm.script import tirx as T
+    T.evaluate(T.tvm_storage_sync("shared"))

@@ -1,0 +1,95 @@
+"""Entering execution scopes in a kernel body: the launch, warp/warpgroup slices, a thread."""
+
+from __future__ import annotations
+
+import contextlib
+
+from axe.ops.scope import ExecScope, current_scope, pop_scope, push_scope, reset_scopes
+
+__all__ = ["launch", "warps", "warpgroups", "each_warp", "thread", "cta", "scope_or_cta"]
+
+
+def launch(grid, threads: int):
+    """Emit the kernel entry, the CTA index and the thread index; enter the CTA scope.
+
+    ``grid``: an int or a list of ints (CTA extents).  Returns ``(cta index, tx)``; the CTA
+    index is a list for a multi-dimensional grid.
+    """
+    from tvm.script import tirx as T
+    T.device_entry()
+    grid = [grid] if isinstance(grid, int) else list(grid)
+    bx = T.cta_id(grid)
+    tx = T.thread_id([threads])
+    reset_scopes()
+    push_scope(ExecScope("cta", tx, threads))
+    return bx, tx
+
+
+def scope_or_cta() -> ExecScope:
+    s = current_scope()
+    if s is None:
+        raise RuntimeError("axe operator outside a kernel: call axe.lang.launch(grid, threads) first")
+    return s
+
+
+@contextlib.contextmanager
+def _sliced(kind: str, lo: int, hi: int, per: int, collective: bool = True):
+    from tvm.script.ir_builder import tirx as IRB
+    import tvm
+    outer = scope_or_cta()
+    tx = outer.tx
+    if hi * per > outer.cta_threads:
+        raise ValueError(f"{kind}s [{lo}, {hi}) need {hi * per} threads; the CTA has {outer.cta_threads}")
+    push_scope(ExecScope(kind, tx, outer.cta_threads, lo, hi, collective))
+    try:
+        if lo == 0 and hi * per == outer.cta_threads:
+            yield
+        else:
+            with IRB.If(tvm.tirx.And(tx >= lo * per, tx < hi * per)):
+                with IRB.Then():
+                    yield
+    finally:
+        pop_scope()
+
+
+def warps(lo: int, hi: int):
+    """Warps ``[lo, hi)`` of the CTA acting together (e.g. producer warps 0–3)."""
+    return _sliced("warp", lo, hi, 32)
+
+
+def warpgroups(lo: int, hi: int | None = None):
+    """Warpgroups ``[lo, hi)`` (one warpgroup when hi is omitted) acting together."""
+    return _sliced("warpgroup", lo, lo + 1 if hi is None else hi, 128)
+
+
+@contextlib.contextmanager
+def each_warp():
+    """Every warp runs the operators on its own data (warp-level operators)."""
+    outer = scope_or_cta()
+    push_scope(ExecScope("warp", outer.tx, outer.cta_threads, 0, None, collective=False))
+    try:
+        yield
+    finally:
+        pop_scope()
+
+
+@contextlib.contextmanager
+def thread():
+    """Each thread runs the operators on its own (per-thread tensors, example 7's form)."""
+    outer = scope_or_cta()
+    push_scope(ExecScope("thread", outer.tx, outer.cta_threads, 0, None, collective=False))
+    try:
+        yield
+    finally:
+        pop_scope()
+
+
+@contextlib.contextmanager
+def cta():
+    """Back to the whole CTA (inside a slice this is still guarded by the slice's condition)."""
+    outer = scope_or_cta()
+    push_scope(ExecScope("cta", outer.tx, outer.cta_threads))
+    try:
+        yield
+    finally:
+        pop_scope()

@@ -1,0 +1,20 @@
+"""Barriers as kernel-language objects (the CUDA backend emits them)."""
+
+from __future__ import annotations
+
+__all__ = ["mbarrier", "mbarrier_wait"]
+
+
+def mbarrier(count: int = 1, stages: int = 1, name: str = "mbar"):
+    """``stages`` mbarriers in shared memory, each expecting ``count`` arrivals; initialised
+    by thread 0 of the current scope, then the CTA synchronises.  Returns an
+    :class:`~axe.backends.cuda.sync.MBarrier` (index it by stage for a pipeline)."""
+    from axe.backends.cuda.sync import alloc_mbarrier
+    from .scopes import scope_or_cta
+    return alloc_mbarrier(scope_or_cta(), count, stages, name)
+
+
+def mbarrier_wait(bar, phase=0, stage=0):
+    """Wait until phase ``phase`` of barrier ``bar[stage]`` completes."""
+    from axe.backends.cuda.sync import wait
+    wait(bar, phase, stage)

@@ -1,0 +1,95 @@
+"""Declaring tensors in a kernel: parameters, shared and register allocations, per-thread views."""
+
+from __future__ import annotations
+
+from math import prod
+
+from axe.layout import Layout, S, SwizzledLayout, parse
+from axe.ops.tensor import Tensor, register_tensor
+
+__all__ = ["param", "shared", "registers", "view", "as_layout"]
+
+
+def as_layout(layout, shape):
+    if layout is None:
+        return S[tuple(shape)]
+    if isinstance(layout, str):
+        return parse(layout)
+    if not isinstance(layout, (Layout, SwizzledLayout)):
+        raise TypeError(f"layout must be an Axe Layout, SwizzledLayout or its text, got {type(layout).__name__}")
+    return layout
+
+
+def _inner(L):
+    return L.inner if isinstance(L, SwizzledLayout) else L
+
+
+def _storage(L) -> int:
+    """Elements of storage the layout touches on memory (span; the swizzle stays inside it)."""
+    inner = _inner(L)
+    lo = inner.offset["m"]
+    n = inner.span("m") + max(lo, 0)
+    if isinstance(L, SwizzledLayout):
+        n = -(-n // L.swizzle.period) * L.swizzle.period + max(L.base["m"], 0)
+    return n
+
+
+def param(buf, layout=None, tensormap=None, name=None) -> Tensor:
+    """A kernel parameter buffer seen through ``layout`` (default row-major over its shape).
+
+    ``tensormap``: the kernel's CUtensorMap parameter (``T.handle("tensormap")``) for TMA.
+    """
+    shape = tuple(int(s) for s in buf.shape)
+    L = as_layout(layout, shape)
+    t = Tensor(buf, L, shape, str(buf.dtype), "global", tensormap=tensormap, name=name or buf.name)
+    return register_tensor(t)
+
+
+def shared(shape, dtype, layout=None, name="smem") -> Tensor:
+    """A shared-memory tile; storage is flat, sized by the layout's memory span."""
+    from tvm.script import tirx as T
+    shape = tuple(shape)
+    L = as_layout(layout, shape)
+    align = 1024 if isinstance(L, SwizzledLayout) else 128
+    buf = T.alloc_buffer((_storage(L),), dtype, scope="shared", align=align)
+    return register_tensor(Tensor(buf, L, shape, dtype, "shared", name=name))
+
+
+def registers(shape, dtype, layout=None, name="reg") -> Tensor:
+    """A register tile.  Its layout may name thread axes (CTA-collective, e.g.
+    ``S[(16,8,8):(8@tx,1@tx,1@reg)]``) or only registers (a per-thread tile); each thread
+    allocates the layout's span on the register axis."""
+    from tvm.script import tirx as T
+    shape = tuple(shape)
+    L = as_layout(layout, shape)
+    if prod(shape) != _inner(L).size:
+        raise ValueError(f"registers {name}: shape {shape} does not match layout {L}")
+    buf = T.alloc_buffer((_storage(L),), dtype, scope="local")
+    return register_tensor(Tensor(buf, L, shape, dtype, "local", name=name))
+
+
+def view(t: Tensor, layout, shape=None, base=0) -> Tensor:
+    """``t``'s storage through another layout plus a symbolic offset on memory.
+
+    Example 7's per-thread form: ``view(A, "S[(2,4):(4,1)]", base=(tx//8)*128 + (tx%8)*8 + 2112)``.
+    """
+    L = as_layout(layout, shape or ())
+    shape = tuple(shape) if shape is not None else _inner(L).shape
+    return Tensor(t.buffer, L, shape, t.dtype, t.mem, base=base, root=None, tensormap=t.tensormap,
+                  name=f"{t.name}.view")
+
+
+def permute(t: Tensor, dims) -> Tensor:
+    """``t`` with its dimensions reordered (a transpose is ``permute(t, (1, 0))``): the layout
+    grouped by the shape, blocks taken in the new order.  Same storage, no data moves."""
+    from axe.layout import group
+    from axe.layout.layout import Layout
+    inner = _inner(t.layout)
+    g = group(inner, t.shape)
+    shard = tuple(i for d in dims for i in (g.blocks[d] or ((1, 1, "m"),)))
+    L = Layout(shard, inner.replica, inner.offset)
+    if isinstance(t.layout, SwizzledLayout):
+        L = t.layout.with_inner(L)
+    shape = tuple(t.shape[d] for d in dims)
+    return Tensor(t.buffer, L, shape, t.dtype, t.mem, base=t.base, root=None, tensormap=None,
+                  name=f"{t.name}.T" if tuple(dims) == (1, 0) else f"{t.name}.perm")

@@ -1,0 +1,98 @@
+"""Execution scopes: who runs an operator (kernel, cluster, cta, warpgroup, warp, thread).
+
+A scope is a kind plus the slice of its parent it covers, e.g. warps [4, 8) of a CTA.  The
+threads of a scope see the thread axes (``tx``, ``lane``, ``warp``, ``warpgroup``) relative to
+the scope's first thread, so a layout written for "a warpgroup" works in any warpgroup slice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["ExecScope", "KINDS", "THREADS_PER", "current_scope", "push_scope", "pop_scope",
+           "thread_axis_values"]
+
+KINDS = ("kernel", "cluster", "cta", "warpgroup", "warp", "thread")
+THREADS_PER = {"thread": 1, "warp": 32, "warpgroup": 128}
+THREAD_AXES = ("tx", "lane", "warp", "warpgroup")
+
+
+@dataclass(frozen=True)
+class ExecScope:
+    """``kind`` over units ``[lo, hi)`` of that kind inside the CTA (cta and above: all of it).
+
+    ``tx`` is the CTA thread index (a TIR expression) and ``cta_threads`` the CTA size.
+    ``count`` units of ``kind`` run the operator collectively; for warp and warpgroup scopes
+    an operator runs per unit unless ``collective`` (a sliced scope such as warps 0–3 acting
+    as one producer group).
+    """
+
+    kind: str
+    tx: object = None
+    cta_threads: int = 1
+    lo: int = 0
+    hi: int | None = None
+    collective: bool = True
+    extra: dict = field(default_factory=dict, compare=False)
+
+    def __post_init__(self):
+        if self.kind not in KINDS:
+            raise ValueError(f"execution scope kind {self.kind!r} is not one of {KINDS}")
+
+    @property
+    def unit_threads(self) -> int:
+        return THREADS_PER.get(self.kind, self.cta_threads)
+
+    @property
+    def threads(self) -> int:
+        """Threads that run the operator together."""
+        if self.kind in ("kernel", "cluster", "cta"):
+            return self.cta_threads
+        n = (self.hi - self.lo) if (self.hi is not None and self.collective) else 1
+        return n * self.unit_threads
+
+    @property
+    def first_thread(self) -> int:
+        return self.lo * self.unit_threads if self.kind not in ("kernel", "cluster", "cta") else 0
+
+    def local_tx(self):
+        """The thread index relative to the group of threads running the operator."""
+        if self.kind in ("kernel", "cluster", "cta"):
+            return self.tx
+        if self.collective and self.hi is not None:
+            return self.tx - self.first_thread
+        return self.tx % self.unit_threads
+
+    def describe(self) -> str:
+        if self.kind in ("kernel", "cluster", "cta"):
+            return f"{self.kind} ({self.cta_threads} threads)"
+        rng = f"[{self.lo}, {self.hi})" if self.hi is not None else "each"
+        return f"{self.kind}s {rng} ({self.threads} threads{' together' if self.collective else ' each'})"
+
+
+_STACK: list[ExecScope] = []
+
+
+def current_scope() -> ExecScope | None:
+    """The innermost scope the kernel body is in (None outside a kernel)."""
+    return _STACK[-1] if _STACK else None
+
+
+def push_scope(scope: ExecScope) -> None:
+    _STACK.append(scope)
+
+
+def pop_scope() -> ExecScope:
+    return _STACK.pop()
+
+
+def reset_scopes() -> None:
+    _STACK.clear()
+
+
+def thread_axis_values(scope: ExecScope) -> dict:
+    """TIR expressions for each thread axis, relative to the scope's thread group."""
+    t = scope.local_tx()
+    n = scope.threads
+    sizes = {"tx": n, "lane": min(n, 32), "warp": max(n // 32, 1), "warpgroup": max(n // 128, 1)}
+    return {"tx": t, "lane": t % 32, "warp": t // 32, "warpgroup": t // 128, "_sizes": sizes}

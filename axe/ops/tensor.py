@@ -1,0 +1,205 @@
+"""Tensors: a TIR buffer seen through an Axe layout, with a dtype and a memory scope.
+
+The buffer is storage only (flat, sized by the layout's memory span); the layout says where
+each logical element lives.  Sub-tensors (``T[a:b, c:d]``) are computed with the layout
+algebra's ``slice``; symbolic region starts (``bx*64``) add a symbolic offset on memory.
+Raw TIR buffers passed to an operator are looked up in a side table (kernel parameters
+registered with :func:`register_tensor`) or read as row-major.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from math import prod
+
+from axe.layout import Layout, LayoutError, S, SwizzledLayout, group, slice_layout
+from axe.layout.slicing import slice_block
+
+__all__ = ["Tensor", "as_operand", "register_tensor", "lookup_tensor", "reset_tensors", "MEMORY_SCOPES"]
+
+MEMORY_SCOPES = ("global", "shared", "local")
+
+
+def _inner(L):
+    return L.inner if isinstance(L, SwizzledLayout) else L
+
+
+def _is_int(x) -> bool:
+    import tvm
+    import tvm.sym
+    return isinstance(x, int) or isinstance(x, tvm.tirx.IntImm)
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A (sub-)tensor: ``layout`` over the row-major ``shape``; element x of the tensor is at
+    memory offset ``f_layout(x)[m] + base`` of ``buffer`` (other axes say which thread holds it).
+
+    ``starts`` are the region's start coordinates in ``root``'s logical shape (TMA uses them);
+    ``tensormap`` the CUtensorMap kernel parameter describing ``root`` (global tensors only).
+    """
+
+    _is_meta_class = True   # TVMScript binds it by name instead of making a TIR value
+
+    buffer: object
+    layout: object
+    shape: tuple
+    dtype: str
+    mem: str
+    base: object = 0
+    starts: tuple = ()
+    root: "Tensor | None" = None
+    tensormap: object = None
+    name: str = ""
+
+    def __post_init__(self):
+        if self.mem not in MEMORY_SCOPES:
+            raise ValueError(f"tensor {self.name}: memory scope {self.mem!r} is not one of {MEMORY_SCOPES}")
+        if prod(self.shape) != _inner(self.layout).size:
+            raise ValueError(f"tensor {self.name}: shape {self.shape} has {prod(self.shape)} elements but "
+                             f"layout {self.layout} has {_inner(self.layout).size}")
+        if not self.starts:
+            object.__setattr__(self, "starts", tuple(0 for _ in self.shape))
+
+    @property
+    def origin(self) -> "Tensor":
+        return self.root or self
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def elem_bytes(self) -> int:
+        import tvm
+        import tvm.sym
+        return tvm.DataType(self.dtype).bits // 8
+
+    def thread_axes(self) -> tuple:
+        """The non-memory axes of the layout (who holds the elements)."""
+        return tuple(a for a in _inner(self.layout).axes() if a != "m")
+
+    def describe(self) -> str:
+        base = "" if _is_int(self.base) and int(self.base) == 0 else f" + ({self.base})"
+        return f"{self.name or 'tensor'}{list(self.shape)} {self.dtype} {self.mem} {self.layout}{base}"
+
+    def __getitem__(self, key) -> "Tensor":
+        """The sub-tensor of a box region; int indices keep the dimension with extent 1."""
+        import tvm
+        import tvm.sym
+        key = key if isinstance(key, tuple) else (key,)
+        if len(key) != self.rank:
+            raise IndexError(f"{self.name}: {len(key)} indices for a rank-{self.rank} tensor")
+        lows, exts = [], []
+        for d, (k, n) in enumerate(zip(key, self.shape)):
+            if isinstance(k, slice):
+                if k.step not in (None, 1):
+                    raise IndexError(f"{self.name}: dimension {d} slice step {k.step} (only 1)")
+                lo = 0 if k.start is None else k.start
+                hi = n if k.stop is None else k.stop
+                ext = tvm.sym.Analyzer().simplify(hi - lo) if not (_is_int(hi) and _is_int(lo)) else int(hi) - int(lo)
+            else:
+                lo, ext = k, 1
+            if not _is_int(ext):
+                raise IndexError(f"{self.name}: dimension {d} slice extent {ext} is not a constant")
+            lows.append(lo)
+            exts.append(int(ext))
+        return self.region(lows, exts)
+
+    def region(self, lows, exts) -> "Tensor":
+        """The sub-tensor ``∏[lows[d], lows[d]+exts[d])``; lows may be symbolic (TIR exprs)."""
+        import tvm
+        import tvm.sym
+        ana = tvm.sym.Analyzer()
+        static_lo, sym_terms = [], []
+        for d, (lo, e) in enumerate(zip(lows, exts)):
+            if _is_int(lo):
+                static_lo.append(int(lo))
+            else:
+                if not ana.can_prove(tvm.tirx.floormod(lo, e) == 0):
+                    raise LayoutError(f"slice of {self.describe()}: dimension {d} start {lo} is symbolic "
+                                      f"and not provably a multiple of its extent {e}")
+                static_lo.append(0)
+                sym_terms.append((d, lo))
+        region = [(lo, lo + e) for lo, e in zip(static_lo, exts)]
+        L = slice_layout(self.layout, self.shape, region)
+        if L is None:
+            raise LayoutError(f"slice of {self.describe()} to region {region}: no Axe layout has that map")
+        base = self.base
+        if sym_terms:
+            blocks = group(_inner(self.layout), self.shape).blocks
+            for d, lo in sym_terms:
+                base = base + _block_value_expr(blocks[d], lo, self.name)
+                part = slice_block(blocks[d], exts[d], exts[d]) if 2 * exts[d] <= self.shape[d] else True
+                if part is None:
+                    raise LayoutError(f"slice of {self.describe()}: dimension {d} blocks of {exts[d]} do not "
+                                      "all have one layout; use a constant start")
+        base = ana.simplify(base) if not _is_int(base) else base
+        starts = tuple(s + l for s, l in zip(self.starts, lows))
+        return replace(self, layout=L, shape=tuple(exts), base=base, starts=starts, root=self.origin)
+
+    def with_layout(self, layout, shape=None, base=None) -> "Tensor":
+        """The same storage seen through another layout (e.g. a per-thread view)."""
+        shape = tuple(shape) if shape is not None else (_inner(layout).size,)
+        return replace(self, layout=layout, shape=shape, base=self.base if base is None else base,
+                       starts=tuple(0 for _ in shape), root=self.origin)
+
+    def flat(self):
+        """A 1-D view of the storage, for element addressing."""
+        if len(self.buffer.shape) == 1:
+            return self.buffer
+        return self.buffer.view(-1)
+
+
+def _block_value_expr(block, lo, name):
+    """``f_blk(lo)[m]`` for a symbolic start: digits by floordiv/floormod, innermost last."""
+    import tvm
+    import tvm.sym
+    acc, w = 0, 1
+    for e, s, a in reversed(block):
+        if a != "m":
+            raise LayoutError(f"slice of {name}: a symbolic start moves along thread axis {a}")
+        acc = acc + tvm.tirx.floormod(tvm.tirx.floordiv(lo, w), e) * s if w > 1 else acc + tvm.tirx.floormod(lo, e) * s
+        w *= e
+    return acc
+
+
+_TABLE: list = []
+
+
+def register_tensor(t: Tensor) -> Tensor:
+    """Remember ``t`` as the meaning of its buffer (kernel parameters passed raw to operators)."""
+    _TABLE.append(t)
+    return t
+
+
+def lookup_tensor(buf) -> Tensor | None:
+    for t in reversed(_TABLE):
+        if t.buffer.same_as(buf):
+            return t
+    return None
+
+
+def reset_tensors() -> None:
+    _TABLE.clear()
+
+
+def _default_tensor(buf) -> Tensor:
+    shape = tuple(int(s) for s in buf.shape)
+    scope = buf.scope()
+    mem = "shared" if scope.startswith("shared") else ("local" if scope == "local" else "global")
+    return Tensor(buf, S[shape], shape, str(buf.dtype), mem, name=buf.name)
+
+
+def as_operand(x, what: str) -> Tensor:
+    """Read an operator argument: an axe Tensor, a TIR Buffer or a TIR buffer region."""
+    import tvm
+    import tvm.sym
+    if isinstance(x, Tensor):
+        return x
+    if isinstance(x, tvm.tirx.Buffer):
+        return lookup_tensor(x) or _default_tensor(x)
+    if isinstance(x, tvm.ir.TensorRegion):
+        t = lookup_tensor(x.source) or _default_tensor(x.source)
+        return t.region([r.min for r in x.region], [int(r.extent) for r in x.region])
+    raise TypeError(f"{what}: expected an axe Tensor, a TIR Buffer or a buffer region, got {type(x).__name__}")

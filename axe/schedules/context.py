@@ -1,0 +1,82 @@
+"""The build context: target, dispatch records and TMA descriptor specs of one kernel build."""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+__all__ = ["BuildContext", "building", "current_context", "target_family", "target_arch"]
+
+
+def target_family(target: str) -> str:
+    """``"cuda"`` for ``sm_XX`` targets, ``"neuron"`` for ``trn*``; else the name itself."""
+    if target.startswith("sm_"):
+        return "cuda"
+    if target.startswith("trn"):
+        return "neuron"
+    return target
+
+
+def target_arch(target: str) -> int:
+    """The SM number of a CUDA target (``sm_90a`` → 90); 0 for other targets."""
+    if not target.startswith("sm_"):
+        return 0
+    return int("".join(ch for ch in target[3:] if ch.isdigit()))
+
+
+@dataclass
+class BuildContext:
+    """State gathered while one kernel is parsed: what dispatch chose and what launch needs.
+
+    ``tensormaps``: one spec dict per CUtensorMap parameter (the runtime encodes them at
+    launch); ``records``: one :class:`~axe.schedules.dispatch.DispatchRecord` per operator call.
+    """
+
+    target: str = "sm_90a"
+    records: list = field(default_factory=list)
+    tensormaps: list = field(default_factory=list)
+    dynamic_smem: int | None = None
+    counter: int = 0
+
+    @property
+    def family(self) -> str:
+        return target_family(self.target)
+
+    @property
+    def arch(self) -> int:
+        return target_arch(self.target)
+
+    def fresh(self, stem: str) -> str:
+        self.counter += 1
+        return f"{stem}{self.counter}"
+
+    def add_tensormap(self, spec: dict) -> None:
+        """Record a TMA descriptor; one parameter may take one spec only."""
+        for old in self.tensormaps:
+            if old["param"] == spec["param"]:
+                if old != spec:
+                    raise ValueError(f"tensor map {spec['param']}: two different descriptors requested "
+                                     f"({old} and {spec}); declare one tensormap parameter per box")
+                return
+        self.tensormaps.append(spec)
+
+
+_STACK: list[BuildContext] = []
+
+
+def current_context() -> BuildContext:
+    """The innermost build context (a default sm_90a one when none is open)."""
+    if not _STACK:
+        _STACK.append(BuildContext())
+    return _STACK[-1]
+
+
+@contextlib.contextmanager
+def building(target: str = "sm_90a"):
+    """Open a build context for ``target``; operator dispatch inside uses it."""
+    ctx = BuildContext(target=target)
+    _STACK.append(ctx)
+    try:
+        yield ctx
+    finally:
+        _STACK.remove(ctx)

@@ -1,0 +1,73 @@
+"""Dispatch: try each candidate schedule's preconditions, emit the first that fits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .context import BuildContext, current_context
+from .registry import candidates
+
+__all__ = ["DispatchError", "DispatchRecord", "dispatch", "format_records"]
+
+
+class DispatchError(ValueError):
+    """No schedule fits an operator call; the message names the line, layouts and reasons."""
+
+
+@dataclass
+class DispatchRecord:
+    """What dispatch did for one call: each candidate with its verdict, and the chosen plan."""
+
+    call: object
+    verdicts: list = field(default_factory=list)   # (schedule name, reason or None when chosen)
+    chosen: str | None = None
+    plan: str = ""
+
+    def format(self) -> str:
+        c = self.call
+        lines = [f"{c.op} at {c.where} in {c.scope.describe()}"]
+        for k, t in c.operands.items():
+            lines.append(f"  {k:5} {t.describe()}")
+        extra = {k: v for k, v in c.attrs.items() if k != "fn"}
+        if extra:
+            lines.append("  attrs " + ", ".join(f"{k}={v}" for k, v in extra.items()))
+        for name, reason in self.verdicts:
+            if reason is None:
+                lines.append(f"  + {name:14} chosen: {self.plan}")
+            else:
+                lines.append(f"  - {name:14} declined: {reason}")
+        return "\n".join(lines)
+
+
+def format_records(records) -> str:
+    return "\n\n".join(r.format() for r in records)
+
+
+def dispatch(call, ctx: BuildContext | None = None) -> DispatchRecord:
+    """Choose and emit a schedule for ``call``; raises :class:`DispatchError` when none fits."""
+    ctx = ctx or current_context()
+    cands = candidates(call.op, ctx.family)
+    record = DispatchRecord(call)
+    forced = call.forced
+    if forced is not None and forced not in {s.name for s in cands}:
+        raise DispatchError(f"{call.op} at {call.where}: schedule={forced!r} is not registered for "
+                            f"{ctx.target}; candidates: {[s.name for s in cands]}")
+    for s in cands:
+        if forced is not None and s.name != forced:
+            record.verdicts.append((s.name, f"not tried (schedule={forced!r} forced)"))
+            continue
+        try:
+            plan = s.check(call, ctx)
+        except (ValueError, ArithmeticError) as err:   # the layout algebra refusing is a decline
+            plan = f"{type(err).__name__}: {err}"
+        if isinstance(plan, str):
+            record.verdicts.append((s.name, plan))
+            continue
+        record.verdicts.append((s.name, None))
+        record.chosen = s.name
+        record.plan = plan.describe() if hasattr(plan, "describe") else str(plan)
+        s.emit(call, plan, ctx)
+        ctx.records.append(record)
+        return record
+    ctx.records.append(record)
+    raise DispatchError("no schedule fits " + call.op + " on " + ctx.target + "\n" + record.format())

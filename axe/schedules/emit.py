@@ -1,0 +1,122 @@
+"""Writing TIR for a plan: loops, thread digits, addresses (target-independent)."""
+
+from __future__ import annotations
+
+import contextlib
+
+from axe.layout import SwizzledLayout
+
+from .plan import THREAD_AXES, inner_layout
+
+__all__ = ["thread_digits", "mem_offset", "loops", "swizzle_expr", "is_zero"]
+
+
+def _tir():
+    import tvm
+    return tvm.tirx
+
+
+def is_zero(x) -> bool:
+    import tvm
+    return isinstance(x, int) and x == 0 or isinstance(x, tvm.tirx.IntImm) and int(x) == 0
+
+
+def swizzle_expr(x, sw):
+    """``x ^ ((x >> S) & ((2^B − 1) << M))`` on a TIR integer expression."""
+    t = _tir()
+    mask = ((1 << sw.bits) - 1) << sw.base
+    return t.bitwise_xor(x, t.bitwise_and(t.shift_right(x, sw.shift), mask))
+
+
+def thread_digits(dims, k, layout, axis_values):
+    """For dims whose operand-k axis is a thread axis: digit expressions from the thread index.
+
+    Returns ``(digits: {dim index: expr}, predicate expr or None, reason or None)``.  The
+    predicate holds exactly for the threads whose coordinate the shard reaches (replicas on a
+    thread axis are folded when their stride is the shard's span there).
+    """
+    t = _tir()
+    inner = inner_layout(layout)
+    digits, pred, used = {}, [], {}
+    spans = {}
+    for i, dim in enumerate(dims):
+        a = dim.axis(k)
+        if a in THREAD_AXES:
+            spans[a] = spans.get(a, 1) + dim.stride(k) * (dim.extent - 1)
+        elif a not in ("m", None):
+            return None, None, f"axis {a} of {layout} is not a thread or memory axis"
+    rel = {}
+    for a in spans:
+        v = axis_values[a] - inner.offset[a]
+        reps = [r for r in inner.replica if r[2] == a]
+        if reps:
+            if len(reps) > 1 or reps[0][1] != spans[a]:
+                return None, None, f"replica {reps} on {a} is not a plain copy of the shard"
+            pred.append(v < spans[a] * reps[0][0])
+            v = t.floormod(v, spans[a])
+        rel[a] = v
+    for i, dim in enumerate(dims):
+        a = dim.axis(k)
+        if a in spans:
+            digits[i] = t.floormod(t.floordiv(rel[a], dim.stride(k)), dim.extent)
+            used.setdefault(a, []).append(i)
+    sizes = axis_values.get("_sizes", {})
+    for a, idx in used.items():
+        if _complete(sorted((dims[i].stride(k), dims[i].extent) for i in idx), sizes.get(a)) \
+                and inner.offset[a] == 0 and not [r for r in inner.replica if r[2] == a]:
+            continue   # the shard enumerates exactly the scope's threads on this axis
+        total = sum(digits[i] * dims[i].stride(k) for i in idx)
+        pred.append(total == rel[a])
+    cond = None
+    for p in pred:
+        cond = p if cond is None else t.And(cond, p)
+    return digits, cond, None
+
+
+def _complete(stride_extents, size) -> bool:
+    """Iters with strides 1, e1, e1·e2, … whose product is ``size``: every thread exactly once."""
+    w = 1
+    for s, e in stride_extents:
+        if s != w:
+            return False
+        w *= e
+    return size is not None and w == size
+
+
+def mem_offset(tensor, dims, k, digits):
+    """The element offset of ``tensor`` (operand k) at the given dim digits (memory axis)."""
+    L = tensor.layout
+    inner = inner_layout(L)
+    off = inner.offset["m"]
+    for i, dim in enumerate(dims):
+        if dim.axis(k) == "m" and i in digits:
+            off = off + digits[i] * dim.stride(k)
+    if isinstance(L, SwizzledLayout):
+        off = swizzle_expr(off, L.swizzle) + L.base["m"]
+    if not is_zero(tensor.base):
+        off = off + tensor.base
+    return off
+
+
+@contextlib.contextmanager
+def loops(extents, unroll=True):
+    """Nested loops over ``extents``; yields the loop variables (outermost first)."""
+    from tvm.script.ir_builder import tirx as IRB
+    with contextlib.ExitStack() as stack:
+        vs = []
+        for e in extents:
+            frame = IRB.unroll(0, e) if unroll else IRB.serial(0, e)
+            vs.append(stack.enter_context(frame))
+        yield vs
+
+
+@contextlib.contextmanager
+def guard(cond):
+    """``if cond:`` (nothing when cond is None)."""
+    from tvm.script.ir_builder import tirx as IRB
+    if cond is None:
+        yield
+        return
+    with IRB.If(cond):
+        with IRB.Then():
+            yield

@@ -1,0 +1,96 @@
+"""Owner-computes loops shared by copy, elementwise and reduce schedules.
+
+``distribute`` decides which thread handles which element: the thread dims of a driver
+operand (a register tensor whose layout names thread axes) fix them; with no thread axes the
+scope's threads split the elements round-robin (consecutive threads on consecutive chunks, so
+memory accesses coalesce), or each thread does all of them in a thread scope.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from math import prod
+
+from .emit import guard, loops, thread_digits
+from .plan import THREAD_AXES
+
+__all__ = ["Distribution", "distribute", "iterate"]
+
+
+def _tir():
+    import tvm
+    return tvm.tirx
+
+
+@dataclass
+class Distribution:
+    """``thread_dims``: dims fixed by the thread index; ``loop_dims``: dims each thread loops
+    over; ``round_robin``: the scope's threads share the loop dims in chunks of ``chunk``."""
+
+    driver: int | None
+    thread_dims: dict
+    loop_dims: list
+    predicate: object
+    round_robin: bool = False
+    chunk: int = 1
+
+    def describe(self, dims) -> str:
+        if self.round_robin:
+            return f"round-robin chunks of {self.chunk} over the scope's threads"
+        if self.driver is None:
+            return "every thread loops over all elements"
+        th = ", ".join(f"{dims[i].extent}@{dims[i].axis(self.driver)}" for i in self.thread_dims)
+        return f"threads by operand {self.driver} ({th}); {len(self.loop_dims)} register loop dims"
+
+
+def distribute(dims, tensors, scope, axis_values, prefer=(0,), chunk=1):
+    """A :class:`Distribution` or a reason string.  ``tensors[k]`` is operand k."""
+    holders = [k for k, t in enumerate(tensors) if any(d.axis(k) in THREAD_AXES for d in dims)]
+    if holders:
+        driver = next((k for k in prefer if k in holders), holders[0])
+        digits, pred, why = thread_digits(dims, driver, tensors[driver].layout, axis_values)
+        if why:
+            return why
+        for k in holders:
+            for i, d in enumerate(dims):
+                same = d.parts[k] == d.parts[driver]
+                if (i in digits) != (d.axis(k) in THREAD_AXES) or (i in digits and not same):
+                    return (f"operand {k} ({tensors[k].layout}) and operand {driver} ({tensors[driver].layout}) "
+                            f"place dim {i} (extent {d.extent}) on different threads: data must move "
+                            "between threads")
+        loop = [i for i in range(len(dims)) if i not in digits]
+        return Distribution(driver, digits, loop, pred)
+    if scope.threads == 1 or all(t.mem == "local" for t in tensors):
+        return Distribution(None, {}, list(range(len(dims))), None)
+    return Distribution(None, {}, list(range(len(dims))), None, round_robin=True, chunk=chunk)
+
+
+@contextlib.contextmanager
+def iterate(dims, dist, scope, axis_values, inner=()):
+    """Yield the digit map {dim index: expr} for one element (or chunk) of this thread.
+
+    ``inner``: trailing dim indices left out of the iteration (a vector run handled by the
+    caller, digit 0 in the yielded map).
+    """
+    t = _tir()
+    loop_dims = [i for i in dist.loop_dims if i not in inner]
+    with guard(dist.predicate):
+        if not dist.round_robin:
+            with loops([dims[i].extent for i in loop_dims]) as vs:
+                digits = dict(dist.thread_dims)
+                digits.update(zip(loop_dims, vs))
+                digits.update({i: 0 for i in inner})
+                yield digits
+            return
+        total = prod(dims[i].extent for i in loop_dims)
+        per = -(-total // scope.threads)
+        with loops([per]) as (j,):
+            flat = axis_values["tx"] + j * scope.threads
+            cond = flat < total if total % scope.threads else None
+            with guard(cond):
+                digits, rest = {i: 0 for i in inner}, flat
+                for i in reversed(loop_dims):
+                    digits[i] = t.floormod(rest, dims[i].extent)
+                    rest = t.floordiv(rest, dims[i].extent)
+                yield digits

@@ -1,0 +1,62 @@
+"""The registry of schedules per (operator, target family)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+__all__ = ["Schedule", "register", "candidates", "all_schedules"]
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """``check(call, ctx) -> plan | str`` (a str is the reason it declines); ``emit(call, plan, ctx)``.
+
+    ``requires`` is a one-line statement of what the schedule needs of the layouts (for docs
+    and explain); ``priority``: higher is tried first.
+    """
+
+    op: str
+    name: str
+    family: str
+    priority: int
+    check: Callable
+    emit: Callable
+    requires: str = ""
+
+
+_REGISTRY: list[Schedule] = []
+
+
+def register(op: str, name: str, family: str = "*", priority: int = 0, requires: str = ""):
+    """Decorate a class with static ``check`` and ``emit`` to register it as a schedule."""
+    def deco(cls):
+        sched = Schedule(op, name, family, priority, cls.check, cls.emit, requires or (cls.__doc__ or "").strip().split("\n")[0])
+        for i, old in enumerate(_REGISTRY):
+            if (old.op, old.name, old.family) == (op, name, family):
+                _REGISTRY[i] = sched
+                break
+        else:
+            _REGISTRY.append(sched)
+        cls.schedule = sched
+        return cls
+    return deco
+
+
+def _load_backends(family: str) -> None:
+    import importlib
+    importlib.import_module("axe.schedules.generic")
+    if family == "cuda":
+        importlib.import_module("axe.backends.cuda.schedules")
+
+
+def candidates(op: str, family: str) -> list[Schedule]:
+    """Schedules for ``op`` on a target family, most preferred first."""
+    _load_backends(family)
+    found = [s for s in _REGISTRY if s.op == op and s.family in ("*", family)]
+    return sorted(found, key=lambda s: -s.priority)
+
+
+def all_schedules(family: str | None = None) -> list[Schedule]:
+    _load_backends(family or "cuda")
+    return [s for s in _REGISTRY if family is None or s.family in ("*", family)]
