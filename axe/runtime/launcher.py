@@ -1,0 +1,417 @@
+"""Launch an :class:`~axe.backends.cuda.artifact.Artifact` on torch tensors via ``cuda.bindings``.
+
+``Kernel(artifact)(*args)`` does, in order:
+
+1. :func:`bind_arguments` — match the arguments to the artifact's call signature
+   (``launch["args"]``): tensor dtype, rank, shape (binding shape symbols such as ``M``),
+   strides (contiguous unless the kernel declared strides), device (all on one CUDA device) and
+   data-pointer alignment; scalar type and range.  Every failure is a :class:`LaunchError`
+   naming the argument and the condition.
+2. evaluate grid, block, cluster and dynamic shared memory from the bound symbols;
+3. encode each ``CUtensorMap`` from its spec and tensor (:mod:`axe.runtime.tensormap`);
+4. get the ``CUfunction`` from the module cache (loaded once per device and cubin hash with
+   ``cuModuleLoadData``; its dynamic shared memory limit raised with ``cuFuncSetAttribute``);
+5. ``cuLaunchKernel`` (``cuLaunchKernelEx`` for clusters, ``cuLaunchCooperativeKernel`` for
+   cooperative kernels) on the given stream or torch's current stream.
+
+Only torch and ``cuda.bindings`` are imported, lazily; TVM never is.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import threading
+from dataclasses import dataclass, field
+
+from axe.backends.cuda.artifact import Artifact, eval_expr
+
+from . import tensormap as _tm
+
+_INT_RANGES = {
+    "int8": (-(2**7), 2**7 - 1),
+    "int16": (-(2**15), 2**15 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "int64": (-(2**63), 2**63 - 1),
+    "uint8": (0, 2**8 - 1),
+    "uint16": (0, 2**16 - 1),
+    "uint32": (0, 2**32 - 1),
+    "uint64": (0, 2**64 - 1),
+}
+_CTYPES = {
+    "int8": ctypes.c_int8,
+    "int16": ctypes.c_int16,
+    "int32": ctypes.c_int32,
+    "int64": ctypes.c_int64,
+    "uint8": ctypes.c_uint8,
+    "uint16": ctypes.c_uint16,
+    "uint32": ctypes.c_uint32,
+    "uint64": ctypes.c_uint64,
+    "float32": ctypes.c_float,
+    "float64": ctypes.c_double,
+    "bool": ctypes.c_bool,
+}
+_MAX_GRID = (2**31 - 1, 65535, 65535)
+
+
+class LaunchError(ValueError):
+    """The arguments do not fit the kernel, or the launch itself failed."""
+
+
+def _driver():
+    try:
+        from cuda.bindings import driver
+    except ImportError as e:  # pragma: no cover - depends on the machine
+        raise LaunchError(
+            "axe.runtime needs the cuda-bindings package (pip install 'axe[gpu]' or cuda-bindings)"
+        ) from e
+    return driver
+
+
+def _check(driver, result, what):
+    """Unpack a ``cuda.bindings`` result tuple; raise :class:`LaunchError` on a CUDA error."""
+    if isinstance(result, tuple):
+        err, rest = result[0], result[1:]
+    else:
+        err, rest = result, ()
+    if err != driver.CUresult.CUDA_SUCCESS:
+        name = err
+        try:
+            _, n = driver.cuGetErrorName(err)
+            _, s = driver.cuGetErrorString(err)
+            name = f"{n.decode()}: {s.decode()}"
+        except Exception:  # noqa: BLE001 - the error itself is what matters
+            pass
+        raise LaunchError(f"{what} failed: {name}")
+    if not rest:
+        return None
+    return rest[0] if len(rest) == 1 else rest
+
+
+# --- argument binding (pure; CPU-testable) -------------------------------------------------------
+
+
+@dataclass
+class Bound:
+    """Arguments matched to a signature: tensors by name, scalars and symbols in ``env``."""
+
+    tensors: dict
+    env: dict
+    device: object = None
+    grid: tuple = (1, 1, 1)
+    block: tuple = (1, 1, 1)
+    cluster: tuple | None = None
+    dynamic_smem: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+def _dtype_name(t) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
+def bind_arguments(launch: dict, args, device_type: str = "cuda") -> Bound:
+    """Check ``args`` against ``launch["args"]`` and evaluate the launch configuration.
+
+    Raises :class:`LaunchError` naming the argument and the failed condition: wrong count,
+    not a tensor, dtype, rank, shape (including inconsistent shape symbols), strides
+    (non-contiguous), device (type ``device_type``, one device for all tensors), alignment of
+    the data pointer, scalar type or range, and a grid or block beyond CUDA's limits.
+    """
+    sig = launch["args"]
+    kname = launch.get("name", launch.get("kernel", "kernel"))
+    if len(args) != len(sig):
+        names = ", ".join(a["name"] for a in sig)
+        raise LaunchError(f"{kname}({names}): expected {len(sig)} arguments, got {len(args)}")
+    tensors, env = {}, {}
+    device = None
+    for a, v in zip(sig, args):
+        n = a["name"]
+        if a["kind"] == "tensor":
+            if not (hasattr(v, "data_ptr") and hasattr(v, "stride") and hasattr(v, "dtype")):
+                raise LaunchError(f"{kname}: argument {n!r} must be a torch tensor, got {type(v).__name__}")
+            if _dtype_name(v) != a["dtype"]:
+                raise LaunchError(f"{kname}: argument {n!r} has dtype {_dtype_name(v)}, expected {a['dtype']}")
+            if v.device.type != device_type:
+                raise LaunchError(
+                    f"{kname}: argument {n!r} is on device {v.device}, expected a {device_type} tensor"
+                )
+            if device is None:
+                device = v.device
+            elif v.device != device:
+                raise LaunchError(
+                    f"{kname}: argument {n!r} is on {v.device} but earlier tensors are on {device}"
+                )
+            if v.dim() != len(a["shape"]):
+                raise LaunchError(
+                    f"{kname}: argument {n!r} has rank {v.dim()} (shape {tuple(v.shape)}), expected "
+                    f"rank {len(a['shape'])} (shape {a['shape']})"
+                )
+            tensors[n] = v
+        elif a["kind"] == "scalar":
+            env[n] = _scalar(kname, n, a["dtype"], v)
+        else:
+            raise LaunchError(f"{kname}: argument {n!r} has unknown kind {a['kind']!r}")
+    for sym, src in launch.get("symbols", {}).items():
+        val = int(tensors[src["arg"]].shape[src["dim"]])
+        lo, hi = _INT_RANGES.get(launch.get("shape_vars", {}).get(sym, "int64"), _INT_RANGES["int64"])
+        if not lo <= val <= hi:
+            raise LaunchError(f"{kname}: shape symbol {sym} = {val} (from {src['arg']}.shape[{src['dim']}]) overflows")
+        env[sym] = val
+    for a in sig:
+        if a["kind"] != "tensor":
+            continue
+        n, t = a["name"], tensors[a["name"]]
+        want = [eval_expr(s, env) for s in a["shape"]]
+        if list(t.shape) != want:
+            raise LaunchError(
+                f"{kname}: argument {n!r} has shape {tuple(t.shape)}, expected {tuple(want)} "
+                f"(declared {a['shape']}, with {_fmt_env(env)})"
+            )
+        if a.get("strides") is None:
+            want_strides = _contiguous_strides(want)
+            what = "contiguous row-major strides"
+        else:
+            want_strides = [eval_expr(s, env) for s in a["strides"]]
+            what = "declared strides"
+        got = list(t.stride())
+        if any(g != w and size != 1 for g, w, size in zip(got, want_strides, want)):
+            raise LaunchError(
+                f"{kname}: argument {n!r} has strides {tuple(got)}, expected {what} "
+                f"{tuple(want_strides)} (call .contiguous()?)"
+            )
+        align = int(a.get("alignment", 1))
+        ptr = int(t.data_ptr())
+        if ptr % align:
+            raise LaunchError(
+                f"{kname}: argument {n!r} data pointer 0x{ptr:x} is not {align}-byte aligned "
+                f"(offset {ptr % align}); a sliced view? pass a fresh or .clone()d tensor"
+            )
+    b = Bound(tensors=tensors, env=env, device=device)
+    b.grid = tuple(eval_expr(g, env) for g in launch["grid"])
+    b.block = tuple(eval_expr(x, env) for x in launch["block"])
+    if launch.get("cluster"):
+        b.cluster = tuple(eval_expr(x, env) for x in launch["cluster"])
+    b.dynamic_smem = eval_expr(launch.get("dynamic_smem", 0), env)
+    for i, (g, lim) in enumerate(zip(b.grid, _MAX_GRID)):
+        if not 0 <= g <= lim:
+            raise LaunchError(f"{kname}: grid[{i}] = {g} is outside 0..{lim} (grid {launch['grid']}, {_fmt_env(env)})")
+    if any(x < 1 for x in b.block) or b.block[0] * b.block[1] * b.block[2] > 1024:
+        raise LaunchError(f"{kname}: block {b.block} must have 1..1024 threads")
+    return b
+
+
+def _scalar(kname, n, dtype, v):
+    if dtype in _INT_RANGES or dtype == "bool":
+        if isinstance(v, bool) and dtype != "bool":
+            raise LaunchError(f"{kname}: scalar {n!r} ({dtype}) got a bool")
+        if hasattr(v, "item") and not hasattr(v, "data_ptr"):
+            v = v.item()
+        if not isinstance(v, int):
+            raise LaunchError(f"{kname}: scalar {n!r} must be an int for {dtype}, got {type(v).__name__}")
+        if dtype != "bool":
+            lo, hi = _INT_RANGES[dtype]
+            if not lo <= v <= hi:
+                raise LaunchError(f"{kname}: scalar {n!r} = {v} is outside {dtype}'s range {lo}..{hi}")
+        return v
+    if dtype in ("float32", "float64"):
+        if hasattr(v, "item") and not hasattr(v, "data_ptr"):
+            v = v.item()
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise LaunchError(f"{kname}: scalar {n!r} must be a number for {dtype}, got {type(v).__name__}")
+        return float(v)
+    raise LaunchError(f"{kname}: scalar {n!r} has dtype {dtype}, which the runtime cannot pass")
+
+
+def _contiguous_strides(shape):
+    strides, acc = [], 1
+    for s in reversed(shape):
+        strides.append(acc)
+        acc *= max(int(s), 1)
+    return list(reversed(strides))
+
+
+def _fmt_env(env):
+    return ", ".join(f"{k}={v}" for k, v in sorted(env.items())) or "no symbols"
+
+
+# --- parameter packing --------------------------------------------------------------------------
+
+
+def pack_params(launch: dict, bound: Bound, driver):
+    """Kernel parameter storage and the ``void*[]`` array pointing at it, in parameter order.
+
+    Returns ``(array, keepalive)``: pass ``ctypes.addressof(array)`` as ``kernelParams`` and keep
+    ``keepalive`` referenced until the launch call returns.  Tensor maps are encoded here.
+    """
+    addrs, keep = [], []
+    specs = launch.get("tensormaps", [])
+    for p in launch["params"]:
+        kind = p["kind"]
+        if kind == "tensor":
+            c = ctypes.c_void_p(int(bound.tensors[p["arg"]].data_ptr()))
+            keep.append(c)
+            addrs.append(ctypes.addressof(c))
+        elif kind == "scalar":
+            ct = _CTYPES.get(p["dtype"])
+            if ct is None:
+                raise LaunchError(f"kernel parameter {p['name']!r} has dtype {p['dtype']}, which the runtime cannot pass")
+            val = bound.env[p["value"]] if isinstance(p["value"], str) and p["value"] in bound.env else eval_expr(p["value"], bound.env)
+            c = ct(val)
+            keep.append(c)
+            addrs.append(ctypes.addressof(c))
+        elif kind == "tensormap":
+            spec = specs[p["tensormap"]]
+            t = bound.tensors[spec["tensor"]]
+            tmap = _tm.encode(
+                spec, int(t.data_ptr()), list(t.shape), list(t.stride()), t.element_size(),
+                _dtype_name(t), driver,
+            )
+            keep.append(tmap)
+            addrs.append(int(tmap.getPtr()))
+        else:
+            raise LaunchError(f"kernel parameter {p['name']!r} has unknown kind {kind!r}")
+    arr = (ctypes.c_void_p * max(len(addrs), 1))(*addrs)
+    keep.append(arr)
+    return arr, keep
+
+
+# --- module cache and launch ----------------------------------------------------------------------
+
+_CACHE: dict = {}
+_LOCK = threading.Lock()
+
+
+def clear_cache(driver=None):
+    """Unload every cached module (``cuModuleUnload``) and empty the cache."""
+    with _LOCK:
+        items = list(_CACHE.values())
+        _CACHE.clear()
+    if items:
+        d = driver or _driver()
+        for module, _func, _smem in items:
+            d.cuModuleUnload(module)
+
+
+def _ensure_context(driver, device_index):
+    import torch
+
+    torch.cuda.init()
+    with torch.cuda.device(device_index):
+        torch.cuda.current_stream()  # makes torch create the primary context
+    _check(driver, driver.cuInit(0), "cuInit")
+    ctx = _check(driver, driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    if ctx is None or int(ctx) == 0:
+        dev = _check(driver, driver.cuDeviceGet(device_index), "cuDeviceGet")
+        ctx = _check(driver, driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+        _check(driver, driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+
+
+class Kernel:
+    """A loaded artifact; call it with the kernel's arguments to launch it.
+
+    ``Kernel(artifact_or_path)(*args, stream=None)`` — ``stream`` is a ``torch.cuda.Stream`` or
+    a raw ``CUstream`` int; by default torch's current stream on the tensors' device.
+    """
+
+    def __init__(self, artifact: Artifact | str | os.PathLike, driver=None):
+        if not isinstance(artifact, Artifact):
+            artifact = Artifact.load(artifact)
+        self.artifact = artifact
+        self.launch = artifact.launch
+        self._driver = driver
+        self._key = hashlib.sha256(artifact.cubin).hexdigest()
+
+    @property
+    def driver(self):
+        """The ``cuda.bindings.driver`` module (or the stand-in given at construction)."""
+        if self._driver is None:
+            self._driver = _driver()
+        return self._driver
+
+    def __repr__(self):
+        sig = ", ".join(
+            f"{a['name']}: {a['dtype']}{list(a['shape']) if a['kind'] == 'tensor' else ''}" for a in self.launch["args"]
+        )
+        return f"Kernel {self.launch['name']}({sig}) [{self.launch['arch']}, {self.launch['kernel']}]"
+
+    def bind(self, *args, device_type="cuda") -> Bound:
+        """Check the arguments and compute the launch configuration without launching."""
+        return bind_arguments(self.launch, args, device_type=device_type)
+
+    def function(self, device_index: int, dynamic_smem: int = 0):
+        """The ``CUfunction`` on a device, loading the cubin once per (device, cubin hash)."""
+        d = self.driver
+        key = (device_index, self._key, self.launch["kernel"])
+        with _LOCK:
+            entry = _CACHE.get(key)
+            if entry is None:
+                _ensure_context(d, device_index)
+                module = _check(d, d.cuModuleLoadData(self.artifact.cubin), f"cuModuleLoadData({self.launch['name']})")
+                func = _check(
+                    d, d.cuModuleGetFunction(module, self.launch["kernel"].encode()),
+                    f"cuModuleGetFunction({self.launch['kernel']})",
+                )
+                entry = [module, func, 0]
+                _CACHE[key] = entry
+            if dynamic_smem > entry[2]:
+                _check(
+                    d,
+                    d.cuFuncSetAttribute(
+                        entry[1], d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        int(dynamic_smem),
+                    ),
+                    f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={dynamic_smem}) for {self.launch['name']}",
+                )
+                entry[2] = dynamic_smem
+            return entry[1]
+
+    def __call__(self, *args, stream=None):
+        """Check ``args``, encode tensor maps and launch; returns the :class:`Bound` arguments."""
+        import torch
+
+        d = self.driver
+        b = self.bind(*args)
+        if b.device is None:
+            b.device = torch.device("cuda", torch.cuda.current_device())
+        if 0 in b.grid:
+            return b  # an empty problem: nothing to launch
+        index = b.device.index if b.device.index is not None else torch.cuda.current_device()
+        func = self.function(index, b.dynamic_smem)
+        with torch.cuda.device(index):
+            if stream is None:
+                stream = torch.cuda.current_stream(index).cuda_stream
+            elif hasattr(stream, "cuda_stream"):
+                stream = stream.cuda_stream
+            arr, keep = pack_params(self.launch, b, d)
+            ptr = ctypes.addressof(arr)
+            name = self.launch["name"]
+            if b.cluster:
+                cfg = d.CUlaunchConfig()
+                cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = b.grid
+                cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = b.block
+                cfg.sharedMemBytes = b.dynamic_smem
+                cfg.hStream = d.CUstream(stream)
+                attr = d.CUlaunchAttribute()
+                attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+                attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = b.cluster
+                cfg.attrs = [attr]
+                cfg.numAttrs = 1
+                _check(d, d.cuLaunchKernelEx(cfg, func, ptr, 0), f"cuLaunchKernelEx({name})")
+            elif self.launch.get("cooperative"):
+                _check(
+                    d, d.cuLaunchCooperativeKernel(func, *b.grid, *b.block, b.dynamic_smem, stream, ptr),
+                    f"cuLaunchCooperativeKernel({name})",
+                )
+            else:
+                _check(
+                    d, d.cuLaunchKernel(func, *b.grid, *b.block, b.dynamic_smem, stream, ptr, 0),
+                    f"cuLaunchKernel({name}, grid={b.grid}, block={b.block}, smem={b.dynamic_smem})",
+                )
+            del keep
+        return b
+
+
+def load(path_or_artifact, driver=None) -> Kernel:
+    """Load an artifact (a saved folder or an :class:`Artifact`) as a callable :class:`Kernel`."""
+    return Kernel(path_or_artifact, driver=driver)

@@ -1,0 +1,62 @@
+#!/usr/bin/env python
+"""Build every GPU test kernel into ``.carry/artifacts/<name>/`` (run on the CPU machine).
+
+Collects ``BUILDS`` from every ``tests/gpu/cases_*.py`` (see ``tests/gpu/cases_runtime.py``),
+builds each artifact with TVM + nvcc and saves it.  ``.carry/`` is git-ignored and travels to
+the GPU machine when named in the device tool's ``carry``; ``tests/gpu/run_all.py`` runs them
+there.  Usage: ``.venv/bin/python scripts/gpu_build.py [--out DIR] [--only NAME ...]``.
+"""
+
+import argparse
+import glob
+import importlib.util
+import os
+import shutil
+import sys
+import time
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
+
+
+def load_cases():
+    """Import every tests/gpu/cases_*.py; returns [(module name, module)]."""
+    mods = []
+    for path in sorted(glob.glob(os.path.join(ROOT, "tests", "gpu", "cases_*.py"))):
+        name = os.path.splitext(os.path.basename(path))[0]
+        spec = importlib.util.spec_from_file_location(name, path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        mods.append((name, mod))
+    return mods
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.path.join(ROOT, ".carry", "artifacts"))
+    ap.add_argument("--only", nargs="*", help="artifact names to build (default: all)")
+    args = ap.parse_args(argv)
+    if not args.only and os.path.isdir(args.out):
+        shutil.rmtree(args.out)  # no stale artifacts from removed cases
+    os.makedirs(args.out, exist_ok=True)
+    failures = 0
+    for case_name, mod in load_cases():
+        for name, builder in getattr(mod, "BUILDS", {}).items():
+            if args.only and name not in args.only:
+                continue
+            t = time.time()
+            try:
+                art = builder()
+                art.save(os.path.join(args.out, name))
+                print(f"built {name:24s} ({case_name}) {len(art.cubin):7d} B cubin  {time.time() - t:5.1f} s")
+            except Exception:  # noqa: BLE001 - report every failing case, then fail
+                failures += 1
+                print(f"FAILED {name} ({case_name}):\n{traceback.format_exc()}")
+    print(f"artifacts in {args.out}; {failures} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,113 @@
+"""GPU cases for the runtime's own kernels: how to build each artifact, and how to check it.
+
+Every ``tests/gpu/cases_*.py`` exposes ``BUILDS`` ({artifact name: () -> Artifact}, run by
+``scripts/gpu_build.py`` on the CPU machine; TVM is imported inside the builders only) and
+``CHECKS`` ({artifact name: (kernel, torch) -> detail string}, run by ``tests/gpu/run_all.py``
+on the GPU machine without TVM; a check raises AssertionError on a wrong result).  Each check
+draws fresh random inputs and poisons the outputs (NaN) before every launch.
+"""
+
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _kernels():
+    sys.path.insert(0, HERE)
+    import _kernels_runtime
+
+    return _kernels_runtime
+
+
+def _build(fn_name, **kw):
+    def builder():
+        from axe.backends.cuda.build import build
+
+        k = _kernels()
+        return build(getattr(k, fn_name), "sm_90a", name=fn_name, **kw)
+
+    return builder
+
+
+def _tma_build():
+    from axe.backends.cuda.build import build
+
+    k = _kernels()
+    return build(k.tma_copy, "sm_90a", name="tma_copy", tensormaps=k.TMA_SPECS)
+
+
+BUILDS = {"vcopy": _build("vcopy"), "tma_copy": _tma_build, "axpy": _build("axpy")}
+
+
+def expect_error(exc_type, fn, *words):
+    """Run ``fn``; it must raise ``exc_type`` whose message holds every word in ``words``."""
+    try:
+        fn()
+    except exc_type as e:
+        msg = str(e)
+        missing = [w for w in words if w not in msg]
+        assert not missing, f"error message lacks {missing}: {msg}"
+        return msg
+    raise AssertionError(f"expected {exc_type.__name__} mentioning {words}, nothing raised")
+
+
+def _poisoned(torch, like):
+    return torch.full_like(like, float("nan"))
+
+
+def check_vcopy(kernel, torch):
+    from axe.runtime import LaunchError
+
+    n = 256 * 1024
+    for _ in range(3):
+        a = torch.randn(n, device="cuda")
+        b = _poisoned(torch, a)
+        kernel(a, b)
+        torch.cuda.synchronize()
+        assert torch.equal(a, b), f"vcopy: {(a != b).sum().item()} of {n} elements differ"
+    # the argument checks, on real CUDA tensors
+    big = torch.randn(n + 4, device="cuda")
+    expect_error(LaunchError, lambda: kernel(big[1 : n + 1], b), "'A'", "aligned")
+    expect_error(LaunchError, lambda: kernel(a.half(), b), "'A'", "dtype float16")
+    expect_error(LaunchError, lambda: kernel(a[: n - 4], b), "'A'", "shape")
+    expect_error(LaunchError, lambda: kernel(torch.randn(2 * n, device="cuda")[::2], b), "'A'", "strides")
+    expect_error(LaunchError, lambda: kernel(a.cpu(), b), "'A'", "device")
+    return "3 random runs exact; misaligned/dtype/shape/stride/device rejected"
+
+
+def check_tma_copy(kernel, torch):
+    from axe.runtime import LaunchError
+
+    for _ in range(3):
+        a = torch.randn(200, 64, device="cuda", dtype=torch.float16)
+        b = _poisoned(torch, a)
+        kernel(a, b)
+        torch.cuda.synchronize()
+        bad = (a != b) | b.isnan()
+        assert not bad.any(), f"tma_copy: {bad.sum().item()} of {a.numel()} elements wrong; rows {bad.any(1).nonzero().flatten()[:8].tolist()}"
+    base = torch.randn(200 * 64 + 8, device="cuda", dtype=torch.float16)
+    expect_error(LaunchError, lambda: kernel(base[8:].view(200, 64), b), "'A'", "aligned")
+    return "3 random runs exact (200 rows: partial last tile); misaligned rejected"
+
+
+def check_axpy(kernel, torch):
+    from axe.runtime import LaunchError
+
+    for m in (1, 37, 300):
+        a = torch.randn(m, 256, device="cuda")
+        bb = torch.randn(m, 256, device="cuda")
+        c = _poisoned(torch, a)
+        alpha = float(torch.randn(()).item())
+        kernel(a, bb, c, alpha)
+        torch.cuda.synchronize()
+        ref = (a.double() * alpha + bb.double()).float()
+        assert not c.isnan().any(), f"axpy M={m}: {c.isnan().sum().item()} outputs never written"
+        err = ((c - ref).norm() / ref.norm()).item()
+        assert err < 1e-6, f"axpy M={m}: relative error {err}"
+    expect_error(LaunchError, lambda: kernel(a, bb[:-1], c, 1.0), "'B'", "shape")
+    expect_error(LaunchError, lambda: kernel(a, bb, c, "x"), "'alpha'")
+    return "M in (1, 37, 300), rel err < 1e-6; mismatched M and bad scalar rejected"
+
+
+CHECKS = {"vcopy": check_vcopy, "tma_copy": check_tma_copy, "axpy": check_axpy}
