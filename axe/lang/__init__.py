@@ -21,7 +21,7 @@ from axe.layout import R, S, Swizzle, SwizzledLayout, parse
 from .kernel import Kernel, build_func, compile_kernel, explain, kernel, kernels_of
 from .operators import binary, cast, copy, elementwise, reduce, sync, unary
 from .scopes import cta, each_warp, launch, thread, warpgroups, warps
-from .sync import mbarrier, mbarrier_wait
+from .barriers import mbarrier, mbarrier_wait
 from .tensors import param, permute, registers, shared, view
 
 __all__ = ["S", "R", "Swizzle", "SwizzledLayout", "parse", "Kernel", "kernel", "build_func",

@@ -1,0 +1,63 @@
+"""``axe build FILE[::KERNEL] --target sm_90a -o DIR`` and ``axe explain FILE[::KERNEL]``."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+__all__ = ["add_commands", "load_kernels"]
+
+
+def load_kernels(spec: str) -> dict:
+    """The kernels of a Python file (``path.py`` or ``path.py::name``), by name."""
+    from .kernel import kernels_of
+    path, _, name = spec.partition("::")
+    if not os.path.exists(path):
+        raise SystemExit(f"axe: no such file {path}")
+    root = os.path.dirname(os.path.abspath(path))
+    for p in (root, os.path.dirname(root)):
+        if p not in sys.path:
+            sys.path.insert(0, p)
+    mod_name = "_axe_cli_" + os.path.splitext(os.path.basename(path))[0]
+    spec_ = importlib.util.spec_from_file_location(mod_name, path)
+    module = importlib.util.module_from_spec(spec_)
+    spec_.loader.exec_module(module)
+    found = kernels_of(module)
+    if name:
+        if name not in found:
+            raise SystemExit(f"axe: {path} has no kernel {name!r} (it has {sorted(found)})")
+        return {name: found[name]}
+    if not found:
+        raise SystemExit(f"axe: {path} defines no axe kernels")
+    return found
+
+
+def _build(args) -> int:
+    from .kernel import compile_kernel
+    for name, k in load_kernels(args.file).items():
+        art = compile_kernel(k, args.target)
+        out = os.path.join(args.output, name)
+        art.save(out)
+        print(f"{name}: {args.target} -> {out}")
+    return 0
+
+
+def _explain(args) -> int:
+    from .kernel import explain
+    for k in load_kernels(args.file).values():
+        print(explain(k, args.target))
+        print()
+    return 0
+
+
+def add_commands(subparsers) -> None:
+    b = subparsers.add_parser("build", help="build the kernels of a file into artifacts")
+    b.add_argument("file", help="FILE.py or FILE.py::KERNEL")
+    b.add_argument("--target", default="sm_90a", help="sm_90a or sm_100a")
+    b.add_argument("-o", "--output", default="build", help="output directory")
+    b.set_defaults(func=_build)
+    e = subparsers.add_parser("explain", help="show each operator call's schedule candidates")
+    e.add_argument("file", help="FILE.py or FILE.py::KERNEL")
+    e.add_argument("--target", default="sm_90a")
+    e.set_defaults(func=_explain)
