@@ -1,0 +1,95 @@
+"""Dispatch: layouts choose the schedule, refusals are explained, forcing and errors work."""
+
+import os
+
+import pytest
+
+pytest.importorskip("tvm")
+os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
+
+from tvm.script import tirx as T  # noqa: E402
+
+import axe.lang as Ax  # noqa: E402
+from axe.schedules import DispatchError, all_schedules  # noqa: E402
+
+
+def _kernel(reg_layout, schedule=None, reduce=False):
+    @Ax.kernel(name="k")
+    def k():
+        @T.prim_func
+        def k(A_: T.Buffer((32, 64), "float32"), B_: T.Buffer((32, 1), "float32")):
+            bx, tx_ = Ax.launch(1, 128)
+            A = Ax.param(A_)
+            B = Ax.param(B_)
+            r = Ax.registers((32, 64), "float32", reg_layout)
+            if schedule is None:
+                Ax.copy(r, A)
+            else:
+                Ax.copy(r, A, schedule=schedule)
+            if reduce:
+                s = Ax.registers((32, 1), "float32", "S[(4,8):(1@warp,1)]")
+                Ax.reduce(s, r, "max", dims=1)
+        return k
+    return k
+
+
+def test_contiguous_thread_run_chooses_vector():
+    _, ctx = Ax.build_func(_kernel("S[(4,8,32,2):(1@warp,2,1@lane,1)]"))
+    (rec,) = ctx.records
+    assert rec.chosen == "vector" and "8-byte" in rec.plan
+
+
+def test_strided_run_declines_vector_and_says_why():
+    _, ctx = Ax.build_func(_kernel("S[(4,8,2,32):(1@warp,2,1,1@lane)]"))
+    (rec,) = ctx.records
+    assert rec.chosen == "per_thread"
+    reasons = dict(rec.verdicts)
+    assert "contiguous run" in reasons["vector"] and "global→shared" in reasons["cp_async"]
+
+
+def test_forced_schedule_and_unfit_force():
+    _, ctx = Ax.build_func(_kernel("S[(4,8,32,2):(1@warp,2,1@lane,1)]", schedule="per_thread"))
+    assert ctx.records[0].chosen == "per_thread"
+    with pytest.raises(Exception, match="contiguous run"):
+        Ax.build_func(_kernel("S[(4,8,2,32):(1@warp,2,1,1@lane)]", schedule="vector"))
+
+
+def test_warp_shuffle_reduce_over_lanes():
+    art = Ax.compile_kernel(_kernel("S[(4,8,32,2):(1@warp,2,1@lane,1)]", reduce=True))
+    assert [r.chosen for r in art.records] == ["vector", "warp_shuffle"]
+    assert "shfl.sync.bfly" in art.ptx
+
+
+def test_no_fit_names_line_layouts_and_reasons():
+    @Ax.kernel(name="bad")
+    def bad():
+        @T.prim_func
+        def bad(A_: T.Buffer((64,), "float32")):
+            bx, tx_ = Ax.launch(1, 32)
+            A = Ax.param(A_)
+            r = Ax.registers((64,), "float32", "S[(2,32):(1,1@lane)]")
+            s = Ax.registers((1,), "float32", "S[1:1]")
+            Ax.copy(r, A)
+            Ax.reduce(s, r, "sum", dims=0, schedule="cta_smem")
+        return bad
+    with pytest.raises(Exception) as err:
+        Ax.build_func(bad)
+    text = str(err.value)
+    assert "test_schedules.py:" in text and "S[(2,32):(1,1@lane)]" in text
+    assert "cta_smem" in text and "warp_shuffle suffices" in text
+
+
+def test_every_schedule_states_its_requirements():
+    scheds = all_schedules("cuda")
+    names = {(s.op, s.name) for s in scheds}
+    assert {("copy", "tma"), ("copy", "cp_async"), ("copy", "vector"), ("copy", "per_thread"),
+            ("reduce", "warp_shuffle"), ("reduce", "cta_smem"), ("reduce", "in_thread"),
+            ("elementwise", "per_thread")} <= names
+    assert all(s.requires for s in scheds)
+
+
+def test_tma_needs_barrier_and_swizzle_atom():
+    from kernels import transpose
+    assert DispatchError  # the error type is public
+    out = Ax.explain(transpose.transpose, "sm_100a")
+    assert "+ tma" in out and "swizzle 128" in out
