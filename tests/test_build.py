@@ -172,6 +172,13 @@ def test_scalar_range_check():
     launch["grid"] = ["n * 70000", 1, 1]
     with pytest.raises(LaunchError, match="grid\\[0\\]"):
         bind_arguments(launch, (2**20,))
+    launch.update(grid=["n", 1, 1], cluster=[2, 1, 1])
+    assert bind_arguments(launch, (6,)).cluster == (2, 1, 1)
+    with pytest.raises(LaunchError, match="not a whole number of clusters"):
+        bind_arguments(launch, (7,))
+    launch.update(cluster=None, dynamic_smem="n * 1024")
+    with pytest.raises(LaunchError, match="dynamic shared memory 1048576 bytes"):
+        bind_arguments(launch, (1024,))
 
 
 class FakeDriver:
@@ -269,3 +276,14 @@ def test_eval_expr_is_restricted():
     for bad in ("__import__('os').system('true')", "M ** 2", "M.real", "N + 1"):
         with pytest.raises(ArtifactError):
             eval_expr(bad, {"M": 3})
+
+
+def test_tensormap_specs_from_function_attribute(k, built):
+    from axe.backends.cuda.build import build
+
+    attr_specs = [dict(s, swizzle=0) for s in k.TMA_SPECS]
+    attr_specs[1]["oob_fill"] = "nan"  # replaced by the explicit spec below
+    func = k.tma_copy.with_attr("axe.tensormaps", json.dumps(attr_specs))
+    art = build(func, "sm_90a", name="tma_copy", tensormaps=[k.TMA_SPECS[1]])
+    assert [s["param"] for s in art.launch["tensormaps"]] == ["A_map", "B_map"]
+    assert art.launch["tensormaps"] == built["tma_copy"].launch["tensormaps"]

@@ -53,6 +53,7 @@ _CTYPES = {
     "bool": ctypes.c_bool,
 }
 _MAX_GRID = (2**31 - 1, 65535, 65535)
+_MAX_SMEM = 232448  # per CTA on sm_90 and sm_100
 
 
 class LaunchError(ValueError):
@@ -198,6 +199,10 @@ def bind_arguments(launch: dict, args, device_type: str = "cuda") -> Bound:
             raise LaunchError(f"{kname}: grid[{i}] = {g} is outside 0..{lim} (grid {launch['grid']}, {_fmt_env(env)})")
     if any(x < 1 for x in b.block) or b.block[0] * b.block[1] * b.block[2] > 1024:
         raise LaunchError(f"{kname}: block {b.block} must have 1..1024 threads")
+    if b.cluster and any(c < 1 or g % c for g, c in zip(b.grid, b.cluster)):
+        raise LaunchError(f"{kname}: grid {b.grid} is not a whole number of clusters {b.cluster}")
+    if not 0 <= b.dynamic_smem <= _MAX_SMEM:
+        raise LaunchError(f"{kname}: dynamic shared memory {b.dynamic_smem} bytes is outside 0..{_MAX_SMEM}")
     return b
 
 

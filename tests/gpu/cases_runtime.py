@@ -30,14 +30,23 @@ def _build(fn_name, **kw):
     return builder
 
 
-def _tma_build():
-    from axe.backends.cuda.build import build
+def _tma_build(fn_name, specs_name):
+    def builder():
+        from axe.backends.cuda.build import build
 
-    k = _kernels()
-    return build(k.tma_copy, "sm_90a", name="tma_copy", tensormaps=k.TMA_SPECS)
+        k = _kernels()
+        return build(getattr(k, fn_name), "sm_90a", name=fn_name, tensormaps=getattr(k, specs_name))
+
+    return builder
 
 
-BUILDS = {"vcopy": _build("vcopy"), "tma_copy": _tma_build, "axpy": _build("axpy")}
+BUILDS = {
+    "vcopy": _build("vcopy"),
+    "tma_copy": _tma_build("tma_copy", "TMA_SPECS"),
+    "tma_swizzle": _tma_build("tma_swizzle", "TMA_SWIZZLE_SPECS"),
+    "axpy": _build("axpy"),
+    "cluster_rank": _build("cluster_rank"),
+}
 
 
 def expect_error(exc_type, fn, *words):
@@ -91,8 +100,44 @@ def check_tma_copy(kernel, torch):
     return "3 random runs exact (200 rows: partial last tile); misaligned rejected"
 
 
+def swizzle128_reference(torch, a):
+    """What a 128B-swizzled TMA load followed by a plain TMA store makes of ``a`` (64 fp16 wide)."""
+    rows, cols = a.shape
+    r = torch.arange(rows, device=a.device).unsqueeze(1)
+    c = torch.arange(cols, device=a.device).unsqueeze(0)
+    dest = ((c // 8) ^ (r % 8)) * 8 + c % 8
+    out = torch.empty_like(a)
+    out.scatter_(1, dest.expand(rows, cols), a)
+    return out
+
+
+def check_tma_swizzle(kernel, torch):
+    for _ in range(3):
+        a = torch.randn(256, 64, device="cuda", dtype=torch.float16)
+        b = _poisoned(torch, a)
+        kernel(a, b)
+        torch.cuda.synchronize()
+        ref = swizzle128_reference(torch, a)
+        bad = (ref != b) | b.isnan()
+        assert not bad.any(), f"tma_swizzle: {bad.sum().item()} of {a.numel()} elements differ from chunk j -> j ^ (row % 8)"
+        assert not torch.equal(a, b)
+    return "3 random runs match the 128B swizzle (chunk j -> j ^ row%8)"
+
+
+def check_cluster_rank(kernel, torch):
+    assert kernel.launch["cluster"] == [2, 1, 1], kernel.launch["cluster"]
+    out = torch.full((256,), -1, dtype=torch.int32, device="cuda")
+    kernel(out)
+    torch.cuda.synchronize()
+    bx = torch.arange(256, device="cuda") // 32
+    ref = ((bx % 2) * 1000 + bx // 2).int()
+    assert torch.equal(out, ref), f"cluster_rank: got {out[::32].tolist()}, expected {ref[::32].tolist()}"
+    return "clusters of 2: rank and cluster id as expected"
+
+
 def check_axpy(kernel, torch):
     from axe.runtime import LaunchError
+    from axe.runtime import launcher
 
     for m in (1, 37, 300):
         a = torch.randn(m, 256, device="cuda")
@@ -105,9 +150,18 @@ def check_axpy(kernel, torch):
         assert not c.isnan().any(), f"axpy M={m}: {c.isnan().sum().item()} outputs never written"
         err = ((c - ref).norm() / ref.norm()).item()
         assert err < 1e-6, f"axpy M={m}: relative error {err}"
+    cached = len(launcher._CACHE)
+    kernel(a, bb, c, 1.0)
+    assert len(launcher._CACHE) == cached, "a second launch loaded the module again"
     expect_error(LaunchError, lambda: kernel(a, bb[:-1], c, 1.0), "'B'", "shape")
     expect_error(LaunchError, lambda: kernel(a, bb, c, "x"), "'alpha'")
-    return "M in (1, 37, 300), rel err < 1e-6; mismatched M and bad scalar rejected"
+    return "M in (1, 37, 300), rel err < 1e-6; module cached; mismatched M and bad scalar rejected"
 
 
-CHECKS = {"vcopy": check_vcopy, "tma_copy": check_tma_copy, "axpy": check_axpy}
+CHECKS = {
+    "vcopy": check_vcopy,
+    "tma_copy": check_tma_copy,
+    "tma_swizzle": check_tma_swizzle,
+    "axpy": check_axpy,
+    "cluster_rank": check_cluster_rank,
+}

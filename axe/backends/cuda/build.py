@@ -22,6 +22,7 @@ with ``cuTensorMapEncodeTiled`` at launch.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -85,7 +86,7 @@ def build(
     func, fname = _pick_func(tvm, func_or_mod, name)
     arch = _arch_of(target)
     args, symbols, shape_vars = _describe_args(tvm, func, fname)
-    specs = _check_tensormap_specs(tensormaps, args, fname)
+    specs = _check_tensormap_specs(_merge_attr_specs(func, tensormaps, fname), args, fname)
 
     tvm_target = Target({"kind": "cuda", "arch": arch})
     mod = tvm.IRModule({fname: func})
@@ -323,6 +324,33 @@ def _describe_args(tvm, func, fname):
     order = {str(p.name): i for i, p in enumerate(func.params)}
     args.sort(key=lambda a: order[a["name"]])
     return args, symbols, shape_vars
+
+
+def _merge_attr_specs(func, tensormaps, fname):
+    """Specs from the PrimFunc attribute ``axe.tensormaps`` (a JSON list), then ``tensormaps``.
+
+    A schedule that emits TMA copies at parse time can record its specs on the function with
+    ``T.func_attr({"axe.tensormaps": json.dumps([...])})``; an explicit spec for the same
+    ``param`` replaces the attribute's.
+    """
+    raw = func.attrs.get("axe.tensormaps", None) if func.attrs is not None else None
+    merged = {}
+    if raw is not None:
+        try:
+            attr_specs = json.loads(str(raw))
+        except ValueError as e:
+            raise BuildError(f"build({fname}): function attribute axe.tensormaps is not JSON: {e}") from None
+        if not isinstance(attr_specs, list):
+            raise BuildError(f"build({fname}): function attribute axe.tensormaps must be a JSON list")
+        for i, spec in enumerate(attr_specs):
+            if not isinstance(spec, dict) or "param" not in spec:
+                raise BuildError(f"build({fname}): axe.tensormaps[{i}] must be a dict with a 'param'")
+            merged[spec["param"]] = spec
+    explicit = list(tensormaps)
+    for i, spec in enumerate(explicit):
+        if isinstance(spec, dict) and "param" in spec:
+            merged.pop(spec["param"], None)
+    return list(merged.values()) + explicit
 
 
 def _check_tensormap_specs(tensormaps, args, fname):
