@@ -100,3 +100,17 @@ def test_bad_layout_shape_is_refused():
     from axe.ops.tensor import Tensor
     with pytest.raises(ValueError, match="has 12 elements"):
         Tensor(object(), S[(4, 4)], (3, 4), "float16", "global", name="x")
+
+
+def test_symbolic_slice_start_needs_one_layout_for_every_block():
+    """A start bx*4 is any multiple of 4; [0,4) and [8,12) are S[4:1] but [4,8) wraps the inner
+    iter, so no single layout serves every bx and the slice must be refused, not guessed."""
+    import tvm
+    from axe.layout import LayoutError, parse
+    from axe.ops.tensor import Tensor
+    bx = tvm.tirx.Var("bx", "int32")
+    t = Tensor(object(), parse("S[(2,6):(100,1)]"), (12,), "float16", "shared", name="t")
+    with pytest.raises(LayoutError, match="block 1 differs"):
+        t.region([bx * 4], [4])
+    ok = Tensor(object(), parse("S[(2,8):(100,1)]"), (16,), "float16", "shared", name="u").region([bx * 4], [4])
+    assert ok.layout == parse("S[4:1]")

@@ -130,10 +130,13 @@ class Tensor:
             blocks = group(_inner(self.layout), self.shape).blocks
             for d, lo in sym_terms:
                 base = base + _block_value_expr(blocks[d], lo, self.name)
-                part = slice_block(blocks[d], exts[d], exts[d]) if 2 * exts[d] <= self.shape[d] else True
-                if part is None:
-                    raise LayoutError(f"slice of {self.describe()}: dimension {d} blocks of {exts[d]} do not "
-                                      "all have one layout; use a constant start")
+                # the start is some multiple k·T: every such block must slice to the same iters,
+                # checked for each k (exact, not a probe), so one layout serves all of them
+                first = slice_block(blocks[d], 0, exts[d])
+                for k in range(1, self.shape[d] // exts[d]):
+                    if slice_block(blocks[d], k * exts[d], exts[d]) != first:
+                        raise LayoutError(f"slice of {self.describe()}: dimension {d} blocks of {exts[d]} "
+                                          f"do not all have one layout (block {k} differs); use a constant start")
         base = ana.simplify(base) if not _is_int(base) else base
         starts = tuple(s + l for s, l in zip(self.starts, lows))
         return replace(self, layout=L, shape=tuple(exts), base=base, starts=starts, root=self.origin)
