@@ -26,7 +26,7 @@ from tvm.tirx.layout import R as TR
 from tvm.tirx.layout import S as TS
 
 from axe.layout import (Iter, Layout, LayoutError, R, S, Swizzle, SwizzledLayout, canonical_shard,
-                        canonicalize, direct_sum, group, lane, slice_layout, tile, tile_of, warp)
+                        canonicalize, direct_sum, gpuid, group, lane, slice_layout, tile, tile_of, warp)
 from axe.layout.interop.tirx import (TirxConversionError, axe_axis_name, from_tirx, to_tirx,
                                      tvm_axis_name)
 
@@ -296,8 +296,7 @@ def test_canonical_replica_difference_pinned():
     theirs = to_tirx(L).canonicalize()
     assert sorted((int(i.extent), int(i.stride)) for i in theirs.replica) == [(1, 1), (2, -4), (2, 1)]
     assert not dict(theirs.offset)
-    # C0 drops 1:1, C1 flips -4 (offset -4@warp), C2 absorbs 4 = 4·1 into 2:1 → extent 2+4 = 6? no:
-    # q = 4 > E = 2, so 2:1 and 2:4 stay apart
+    # C0 drops 1:1@warp, C1 flips -4 (offset -4@warp); C2 cannot absorb 2:4 into 2:1 (q = 4 > E = 2)
     assert canonicalize(L) == S[4:1] + R[(2, 2):(1 @ warp, 4 @ warp)] - 4 @ warp
     assert fmap(canonicalize(L)) == fmap(L)
     C2 = S[4:1] + R[(2, 2):(1 @ warp, 2 @ warp)]
@@ -404,7 +403,7 @@ def test_slice_one_wrap_with_carry_pinned():
 def test_slice_declines_where_axe_finds_one_pinned():
     """With a negative stride the shifted map can be a layout TVM's slice does not find."""
     L = S[(4, 2):(1, -1)]
-    region = ((3, 7),)                     # values 0, 2, 1, 3 (offset 1)
+    region = ((3, 7),)                     # values 0, 2, 1, 3 (offset f(3) = 0)
     assert to_tirx(L).slice([8], list(region)) is None
     ours = slice_layout(L, (8,), region)
     assert ours == S[(2, 2):(1, 2)]
@@ -515,17 +514,12 @@ def test_apply_has_no_replicas_pinned():
 
 def test_unregistered_axis_pinned():
     """TVM registers any name, but its operations need a thread attribute: gpuid fails."""
-    L = S[(4, 64, 64):(1 @ Axis_gpuid(), 64, 1)]
+    L = S[(4, 64, 64):(1 @ gpuid, 64, 1)]
     T = to_tirx(L)
     with pytest.raises(tvm.error.InternalError, match="thread has not been registered for gpuid"):
         T.canonicalize()
-    assert canonicalize(L) == S[(4, 4096):(1 @ Axis_gpuid(), 1)]
+    assert canonicalize(L) == S[(4, 4096):(1 @ gpuid, 1)]
     assert from_tirx(T) == L
-
-
-def Axis_gpuid():
-    from axe.layout import gpuid
-    return gpuid
 
 
 # --- differential: tile-of ----------------------------------------------------------------
