@@ -26,28 +26,38 @@ def vcopy(A: T.Buffer((256 * 1024,), "float32"), B: T.Buffer((256 * 1024,), "flo
         B[bx * 1024 + tx * 4 + v] = A[bx * 1024 + tx * 4 + v]
 
 
-@T.prim_func
-def tma_copy(A: T.Buffer((200, 64), "float16"), B: T.Buffer((200, 64), "float16"),
-             A_map: T.handle("tensormap"), B_map: T.handle("tensormap")):
-    T.device_entry()
-    bx = T.cta_id([4])
-    tx = T.thread_id([128])
-    smem = T.alloc_buffer((64, 64), "float16", scope="shared.dyn", align=128)
-    bar = T.alloc_buffer((1,), "uint64", scope="shared", align=8)
-    if tx == 0:
-        T.ptx.mbarrier.init.shared.b64(bar.ptr_to([0]), T.uint32(1))
-        T.ptx["fence.proxy.async.shared::cta"]()
-    T.cuda.cta_sync()
-    if tx == 0:
-        T.ptx.mbarrier.arrive.expect_tx.shared.b64(bar.ptr_to([0]), T.uint32(64 * 64 * 2))
-        T.ptx["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"](
-            smem.ptr_to([0, 0]), T.address_of(A_map), 0, bx * 64, bar.ptr_to([0]))
-    T.cuda.mbarrier_wait(bar.ptr_to([0]), 0)
-    if tx == 0:
-        T.ptx["cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group"](
-            T.address_of(B_map), 0, bx * 64, smem.ptr_to([0, 0]))
-        T.ptx["cp.async.bulk.commit_group"]()
-        T.ptx["cp.async.bulk.wait_group"](0)
+def tma_tile_copy(rows, smem_align):
+    """A (rows, 64) fp16 copy, one 64x64 TMA tile per CTA through shared memory."""
+    ctas = (rows + TMA_TILE - 1) // TMA_TILE
+
+    @T.prim_func
+    def tma_tile_copy(A: T.Buffer((rows, 64), "float16"), B: T.Buffer((rows, 64), "float16"),
+                      A_map: T.handle("tensormap"), B_map: T.handle("tensormap")):
+        T.device_entry()
+        bx = T.cta_id([ctas])
+        tx = T.thread_id([128])
+        smem = T.alloc_buffer((64, 64), "float16", scope="shared.dyn", align=smem_align)
+        bar = T.alloc_buffer((1,), "uint64", scope="shared", align=8)
+        if tx == 0:
+            T.ptx.mbarrier.init.shared.b64(bar.ptr_to([0]), T.uint32(1))
+            T.ptx["fence.proxy.async.shared::cta"]()
+        T.cuda.cta_sync()
+        if tx == 0:
+            T.ptx.mbarrier.arrive.expect_tx.shared.b64(bar.ptr_to([0]), T.uint32(64 * 64 * 2))
+            T.ptx["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"](
+                smem.ptr_to([0, 0]), T.address_of(A_map), 0, bx * 64, bar.ptr_to([0]))
+        T.cuda.mbarrier_wait(bar.ptr_to([0]), 0)
+        if tx == 0:
+            T.ptx["cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group"](
+                T.address_of(B_map), 0, bx * 64, smem.ptr_to([0, 0]))
+            T.ptx["cp.async.bulk.commit_group"]()
+            T.ptx["cp.async.bulk.wait_group"](0)
+
+    return tma_tile_copy
+
+
+tma_copy = tma_tile_copy(200, 128)
+tma_swizzle = tma_tile_copy(256, 1024)  # a 128B-swizzled tile needs 1024-byte alignment
 
 
 @T.prim_func
@@ -60,30 +70,6 @@ def axpy(a: T.handle, b: T.handle, c: T.handle, alpha: T.float32):
     bx = T.cta_id([M])
     tx = T.thread_id([256])
     C[bx, tx] = A[bx, tx] * alpha + B[bx, tx]
-
-
-@T.prim_func
-def tma_swizzle(A: T.Buffer((256, 64), "float16"), B: T.Buffer((256, 64), "float16"),
-                A_map: T.handle("tensormap"), B_map: T.handle("tensormap")):
-    T.device_entry()
-    bx = T.cta_id([4])
-    tx = T.thread_id([32])
-    smem = T.alloc_buffer((64, 64), "float16", scope="shared.dyn", align=1024)
-    bar = T.alloc_buffer((1,), "uint64", scope="shared", align=8)
-    if tx == 0:
-        T.ptx.mbarrier.init.shared.b64(bar.ptr_to([0]), T.uint32(1))
-        T.ptx["fence.proxy.async.shared::cta"]()
-    T.cuda.cta_sync()
-    if tx == 0:
-        T.ptx.mbarrier.arrive.expect_tx.shared.b64(bar.ptr_to([0]), T.uint32(64 * 64 * 2))
-        T.ptx["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes"](
-            smem.ptr_to([0, 0]), T.address_of(A_map), 0, bx * 64, bar.ptr_to([0]))
-    T.cuda.mbarrier_wait(bar.ptr_to([0]), 0)
-    if tx == 0:
-        T.ptx["cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group"](
-            T.address_of(B_map), 0, bx * 64, smem.ptr_to([0, 0]))
-        T.ptx["cp.async.bulk.commit_group"]()
-        T.ptx["cp.async.bulk.wait_group"](0)
 
 
 @T.prim_func

@@ -82,19 +82,36 @@ def check_vcopy(kernel, torch):
     expect_error(LaunchError, lambda: kernel(a[: n - 4], b), "'A'", "shape")
     expect_error(LaunchError, lambda: kernel(torch.randn(2 * n, device="cuda")[::2], b), "'A'", "strides")
     expect_error(LaunchError, lambda: kernel(a.cpu(), b), "'A'", "device")
-    return "3 random runs exact; misaligned/dtype/shape/stride/device rejected"
+    import time
+
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(200):
+        kernel(a, b)
+    host_us = (time.perf_counter() - t) / 200 * 1e6
+    torch.cuda.synchronize()
+    return f"3 random runs exact; misaligned/dtype/shape/stride/device rejected; {host_us:.0f} us host time per launch"
+
+
+def _tma_runs(kernel, torch, rows, reference, rule):
+    """Three launches on fresh random (rows, 64) fp16 data; the output must equal ``reference(a)``."""
+    for _ in range(3):
+        a = torch.randn(rows, 64, device="cuda", dtype=torch.float16)
+        b = _poisoned(torch, a)
+        kernel(a, b)
+        torch.cuda.synchronize()
+        bad = (reference(a) != b) | b.isnan()
+        assert not bad.any(), (
+            f"{kernel.launch['name']}: {bad.sum().item()} of {a.numel()} elements break {rule}; "
+            f"rows {bad.any(1).nonzero().flatten()[:8].tolist()}"
+        )
+    return a, b
 
 
 def check_tma_copy(kernel, torch):
     from axe.runtime import LaunchError
 
-    for _ in range(3):
-        a = torch.randn(200, 64, device="cuda", dtype=torch.float16)
-        b = _poisoned(torch, a)
-        kernel(a, b)
-        torch.cuda.synchronize()
-        bad = (a != b) | b.isnan()
-        assert not bad.any(), f"tma_copy: {bad.sum().item()} of {a.numel()} elements wrong; rows {bad.any(1).nonzero().flatten()[:8].tolist()}"
+    _, b = _tma_runs(kernel, torch, 200, lambda a: a, "B == A")
     base = torch.randn(200 * 64 + 8, device="cuda", dtype=torch.float16)
     expect_error(LaunchError, lambda: kernel(base[8:].view(200, 64), b), "'A'", "aligned")
     return "3 random runs exact (200 rows: partial last tile); misaligned rejected"
@@ -112,15 +129,8 @@ def swizzle128_reference(torch, a):
 
 
 def check_tma_swizzle(kernel, torch):
-    for _ in range(3):
-        a = torch.randn(256, 64, device="cuda", dtype=torch.float16)
-        b = _poisoned(torch, a)
-        kernel(a, b)
-        torch.cuda.synchronize()
-        ref = swizzle128_reference(torch, a)
-        bad = (ref != b) | b.isnan()
-        assert not bad.any(), f"tma_swizzle: {bad.sum().item()} of {a.numel()} elements differ from chunk j -> j ^ (row % 8)"
-        assert not torch.equal(a, b)
+    a, b = _tma_runs(kernel, torch, 256, lambda a: swizzle128_reference(torch, a), "chunk j -> j ^ (row % 8)")
+    assert not torch.equal(a, b), "tma_swizzle: output equals input, so no swizzle happened"
     return "3 random runs match the 128B swizzle (chunk j -> j ^ row%8)"
 
 

@@ -84,6 +84,7 @@ def build(
     from tvm.tirx.build import codegen_build, split_host_device_mods
 
     func, fname = _pick_func(tvm, func_or_mod, name)
+    func = func.with_attr("global_symbol", fname)  # the kernel symbol becomes f"{fname}_kernel"
     arch = _arch_of(target)
     args, symbols, shape_vars = _describe_args(tvm, func, fname)
     specs = _check_tensormap_specs(_merge_attr_specs(func, tensormaps, fname), args, fname)
