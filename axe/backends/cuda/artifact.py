@@ -29,6 +29,7 @@ On disk an artifact is a folder::
                                   {"name", "kind": "scalar", "dtype", "value": expression}
                                   {"name", "kind": "tensormap", "tensormap": index into tensormaps}
     symbols                     {"M": {"arg": "A", "dim": 0}}: shape variables read off tensors
+    shape_vars                  {"M": "int32"}: their dtypes (the runtime range-checks them)
     tensormaps                  TMA descriptor specs, encoded at launch:
                                   {"param", "tensor", "dtype", "shape" (innermost first or null:
                                    from the tensor), "strides_bytes" (dims 1..rank-1 or null),
