@@ -162,8 +162,8 @@ def test_tile_of_inverts_tile(case, canonical_input):
     assert brute_table(tile(found, sc, B, sb)) == brute_table(T)
 
 
-@SETTINGS
-@given(layouts(max_replica=0, offsets=False), layouts(max_shard=2, max_replica=0, offsets=False))
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+@given(layouts(max_replica=2, axes=("m", "warp")), layouts(max_shard=2, max_replica=1, axes=("m", "warp")))
 def test_tile_of_answers_are_right(T, B):
     """Whatever tile_of returns for arbitrary pairs is a true factor."""
     assume(T.size % B.size == 0)

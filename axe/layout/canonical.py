@@ -7,6 +7,7 @@ from collections import defaultdict
 from .coord import ZERO, Coord
 from .iters import Iter
 from .layout import Layout, _minkowski
+from .swizzle import SwizzledLayout
 
 __all__ = ["canonicalize", "canonical_shard", "canonical_replica", "equivalent", "gap_condition"]
 
@@ -46,6 +47,10 @@ def canonical_replica(replica, offset: Coord = ZERO) -> tuple[tuple[Iter, ...], 
     the smallest absorbable multiple; under the gap condition the result is unique
     (Thm A.14), without it the fixed order still gives one deterministic answer.
     """
+    if not replica:
+        return (), offset
+    if len(replica) == 1 and replica[0][1] > 0:
+        return ((replica[0],) if replica[0][0] > 1 else ()), offset
     per_axis: dict[str, list[list[int]]] = defaultdict(list)
     shift: dict[str, int] = {}
     for e, s, a in replica:
@@ -80,8 +85,7 @@ def canonical_replica(replica, offset: Coord = ZERO) -> tuple[tuple[Iter, ...], 
 
 def canonicalize(L: Layout) -> Layout:
     """The canonical form of L (D0, D1, C0, C1, C2).  Idempotent; never changes the map."""
-    from .swizzle import SwizzledLayout
-    if isinstance(L, SwizzledLayout):
+    if type(L) is SwizzledLayout:
         return L.with_inner(canonicalize(L.inner))
     replica, offset = canonical_replica(L.replica, L.offset)
     return Layout._make(canonical_shard(L.shard), replica, offset, sort=False)
@@ -118,7 +122,6 @@ def equivalent(L1: Layout, L2: Layout) -> bool:
     compared through canonical forms when both satisfy the gap condition, and otherwise by
     enumerating them per axis (they are products of per-axis sets).
     """
-    from .swizzle import SwizzledLayout
     if isinstance(L1, SwizzledLayout) or isinstance(L2, SwizzledLayout):
         if not (isinstance(L1, SwizzledLayout) and isinstance(L2, SwizzledLayout)):
             return False

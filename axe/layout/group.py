@@ -8,6 +8,7 @@ from typing import NamedTuple, Sequence
 from .canonical import UNIT, merge_chain
 from .iters import Iter
 from .layout import Layout
+from .swizzle import SwizzledLayout
 
 __all__ = ["group", "Grouped", "LayoutError", "group_blocks"]
 
@@ -67,7 +68,6 @@ def group(L: Layout, shape: Sequence[int]) -> Grouped:
     Law: ``grouped.layout`` has the same map as L, and the extents of ``blocks[i]`` multiply
     to ``shape[i]``.  Raises :class:`LayoutError` when S does not group L.
     """
-    from .swizzle import SwizzledLayout
     inner = L.inner if isinstance(L, SwizzledLayout) else L
     shape = tuple(shape)
     blocks = group_blocks(inner.shard, shape)

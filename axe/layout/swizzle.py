@@ -57,7 +57,11 @@ class SwizzledLayout:
         self.axis = canonical_axis(axis)
 
     def with_inner(self, inner: Layout, base=None) -> "SwizzledLayout":
-        return SwizzledLayout(inner, self.swizzle, self.base if base is None else base, self.axis)
+        """The same swizzle (and base, unless given) over another inner layout."""
+        out = object.__new__(SwizzledLayout)
+        out.inner, out.swizzle, out.axis = inner, self.swizzle, self.axis
+        out.base = self.base if base is None else as_coord(base)
+        return out
 
     # delegated shape facts
     @property
