@@ -13,10 +13,13 @@ from kernels import rmsnorm, transpose  # noqa: E402
 
 PROMISED = {
     "transpose": ["cp.async.bulk.tensor.2d", "mbarrier", "st.global.v4"],
+    "transpose_ldmatrix": ["cp.async.bulk.tensor.2d", "mbarrier", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
+                           "st.global.u32"],
     "rmsnorm": ["ld.global.v4", "st.global.v4", "shfl.sync.bfly", "bar.sync"],
 }
 CHOSEN = {
     "transpose": ["tma", "per_thread", "vector"],
+    "transpose_ldmatrix": ["tma", "ldmatrix", "vector"],
     "rmsnorm": ["vector", "vector", "per_thread", "cta_smem", "per_thread", "vector"],
 }
 
