@@ -36,29 +36,36 @@ def group_blocks(shard: Sequence[Iter], shape: Sequence[int]) -> tuple[tuple[Ite
     a sentence saying why.  Law: concatenating the blocks gives the map of ``shard``.
     Extent-1 iters are skipped (erratum: Algorithm 1 stalls on them).
     """
-    total = prod(i[0] for i in shard)
+    src, total = [], 1
+    for it in shard:
+        if it[0] != 1:
+            src.append(it)
+            total *= it[0]
     if prod(shape) != total:
         return f"the shape's size {prod(shape)} differs from the layout's size {total}"
-    src = [i for i in shard if i[0] != 1]
     j, blocks = 0, []
     for d, target in enumerate(shape):
         if not isinstance(target, int) or target < 1:
             return f"shape entry {d} is {target!r}, not a positive int"
         block, cur = [], 1
         while cur < target:
-            e, s, a = src[j]
+            it = src[j]
+            e = it[0]
             rem = target // cur
+            if rem % e == 0:                      # the whole iter fits: keep it as it is
+                block.append(it)
+                cur *= e
+                j += 1
+                continue
             g = gcd(e, rem)
             if g == 1:
                 return (f"dimension {d} (extent {target}) would need to split iter "
-                        f"{Iter._make(e, s, a)} at a factor that does not divide it")
+                        f"{it} at a factor that does not divide it")
+            s, a = it[1], it[2]
             block.append(Iter._make(g, (e // g) * s, a))
             cur *= g
-            if e // g > 1:
-                src[j] = Iter._make(e // g, s, a)
-            else:
-                j += 1
-        blocks.append(tuple(merge_chain(block)))
+            src[j] = Iter._make(e // g, s, a)
+        blocks.append(tuple(merge_chain(block)) if len(block) > 1 else tuple(block))
     return tuple(blocks)
 
 
@@ -78,7 +85,8 @@ def group(L: Layout, shape: Sequence[int]) -> Grouped:
     for b in blocks:
         acc += len(b)
         bounds.append(acc)
-    grouped = Layout._make(flat or (UNIT,), inner.replica, inner.offset, sort=False)
+    grouped = inner if flat == inner.shard else Layout._make(flat or (UNIT,), inner.replica, inner.offset,
+                                                             sort=False)
     if isinstance(L, SwizzledLayout):
         grouped = L.with_inner(grouped)
     return Grouped(grouped, tuple(bounds), blocks)

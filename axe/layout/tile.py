@@ -75,13 +75,14 @@ def direct_sum(A: Layout, shape_a: Sequence[int], B: Layout, shape_b: Sequence[i
 
 
 def _exact_div(c: Coord, w: dict) -> Coord | None:
-    out = {}
+    """``c / w`` axis-wise, or None when some component does not divide."""
+    out = []
     for a, v in c.items():
         q, r = divmod(v, w.get(a, 1))
         if r:
             return None
-        out[a] = q
-    return Coord(out)
+        out.append((a, q))
+    return Coord._from_sorted(tuple(out))   # c's items are sorted and non-zero, so are these
 
 
 def _positive(replica, offset):
@@ -152,6 +153,9 @@ def tile_of(T, shape_t: Sequence[int], B, shape_b: Sequence[int]):
                 return None
             shard_c.append(Iter._make(e, q, a))
     shard_c = tuple(shard_c) or (UNIT,)
+    if not (T.replica or B.replica):
+        oc = _exact_div(T.offset - B.offset, w)
+        return None if oc is None else Layout._make(shard_c, (), oc, sort=False)
     # Exact by construction: the shard blocks match, w·R_C ∪ R_B is T's (normalized) replica
     # multiset and the offset divides exactly, so C ⊗ B has T's map; no check is needed.
     for rc, oc in _outer_replica(T, B, w):
