@@ -86,9 +86,13 @@ def canonical_replica(replica, offset: Coord = ZERO) -> tuple[tuple[Iter, ...], 
 def canonicalize(L: Layout) -> Layout:
     """The canonical form of L (D0, D1, C0, C1, C2).  Idempotent; never changes the map."""
     if type(L) is SwizzledLayout:
-        return L.with_inner(canonicalize(L.inner))
+        inner = canonicalize(L.inner)
+        return L if inner is L.inner else L.with_inner(inner)
     replica, offset = canonical_replica(L.replica, L.offset)
-    return Layout._make(canonical_shard(L.shard), replica, offset, sort=False)
+    shard = canonical_shard(L.shard)
+    if shard == L.shard and replica == L.replica and offset is L.offset:
+        return L                                     # already canonical: values are immutable
+    return Layout._make(shard, replica, offset, sort=False)
 
 
 def gap_condition(L: Layout) -> bool:

@@ -122,13 +122,21 @@ class Coord(Mapping):
         return c
 
     @classmethod
+    def _from_dict(cls, acc: dict) -> "Coord":
+        """Unchecked constructor from a dict of registered axis names to ints."""
+        return cls._from_sorted(tuple(sorted((a, v) for a, v in acc.items() if v)))
+
+    @classmethod
     def unit(cls, axis_name: str, k: int = 1) -> "Coord":
         """``k@axis``."""
         return cls._from_sorted(((canonical_axis(axis_name), k),) if k else ())
 
     # Mapping protocol
     def __getitem__(self, a) -> int:
-        a = canonical_axis(a)
+        for k, v in self._items:
+            if k == a:
+                return v
+        a = canonical_axis(a)   # an alias or an Axis: look again under the registered name
         for k, v in self._items:
             if k == a:
                 return v

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from itertools import accumulate, chain
 from math import gcd, prod
 from typing import NamedTuple, Sequence
 
@@ -75,18 +76,15 @@ def group(L: Layout, shape: Sequence[int]) -> Grouped:
     Law: ``grouped.layout`` has the same map as L, and the extents of ``blocks[i]`` multiply
     to ``shape[i]``.  Raises :class:`LayoutError` when S does not group L.
     """
-    inner = L.inner if isinstance(L, SwizzledLayout) else L
+    swizzled = type(L) is SwizzledLayout
+    inner = L.inner if swizzled else L
     shape = tuple(shape)
     blocks = group_blocks(inner.shard, shape)
-    if isinstance(blocks, str):
+    if type(blocks) is str:
         raise LayoutError(f"group({inner}, {shape}): {blocks}")
-    flat = tuple(i for b in blocks for i in b)
-    bounds, acc = [], 0
-    for b in blocks:
-        acc += len(b)
-        bounds.append(acc)
+    flat = tuple(chain.from_iterable(blocks))
     grouped = inner if flat == inner.shard else Layout._make(flat or (UNIT,), inner.replica, inner.offset,
                                                              sort=False)
-    if isinstance(L, SwizzledLayout):
+    if swizzled:
         grouped = L.with_inner(grouped)
-    return Grouped(grouped, tuple(bounds), blocks)
+    return Grouped(grouped, tuple(accumulate(map(len, blocks))), blocks)

@@ -179,7 +179,7 @@ class Layout:
             x, d = divmod(x, e)
             if d:
                 acc[a] = acc.get(a, 0) + d * s
-        return Coord(acc)
+        return Coord._from_dict(acc)
 
     def replica_points(self) -> frozenset:
         """``{ f_R(r) }``: the set of replica displacements (coinciding choices collapse)."""

@@ -121,6 +121,11 @@ def slice_layout(L, shape: Sequence[int], region: Sequence[Sequence[int]]):
                               f"outside [0, {n})")
     if isinstance(L, SwizzledLayout):
         return _slice_swizzled(L, shape, region)
+    return _slice_checked(L, shape, region)
+
+
+def _slice_checked(L: Layout, shape: tuple, region: tuple):
+    """:func:`slice_layout` on a plain layout whose shape and region are already validated."""
     blocks = group_blocks(L.shard, shape)
     if isinstance(blocks, str):
         raise LayoutError(f"slice: {L} does not group by {shape}: {blocks}")
@@ -136,11 +141,11 @@ def slice_layout(L, shape: Sequence[int], region: Sequence[Sequence[int]]):
             for a, v in _block_value(blk, lo).items():
                 offset[a] = offset.get(a, 0) + v
         shard.extend(part or [Iter._make(1, (blk[0][1] if blk else 1), blk[0][2] if blk else "m")])
-    return Layout._make(tuple(shard), L.replica, Coord(offset), sort=False)
+    return Layout._make(tuple(shard), L.replica, Coord._from_dict(offset), sort=False)
 
 
 def _slice_swizzled(L: SwizzledLayout, shape, region):
-    inner = slice_layout(L.inner, shape, region)
+    inner = _slice_checked(L.inner, shape, region)
     if inner is None:
         return None
     # only the region's displacement may leave the swizzle: the inner offset stays inside

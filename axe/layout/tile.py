@@ -87,6 +87,8 @@ def _exact_div(c: Coord, w: dict) -> Coord | None:
 
 def _positive(replica, offset):
     """C0 + C1 only: positive strides, offset adjusted; order kept as a multiset."""
+    if all(i[0] > 1 and i[1] > 0 for i in replica):
+        return list(replica), offset
     out, shift = [], {}
     for e, s, a in replica:
         if e == 1:
@@ -103,6 +105,11 @@ def _outer_replica(T: Layout, B: Layout, w: dict):
     for norm in (_positive, canonical_replica):
         rt, ot = norm(T.replica, T.offset)
         rb, ob = norm(B.replica, B.offset)
+        if rt == rb:                                    # all of T's replica comes from B
+            oc = _exact_div(ot - ob, w)
+            if oc is not None:
+                yield (), oc
+            continue
         left = Counter(rt)
         left.subtract(Counter(rb))
         if any(n < 0 for n in left.values()):
