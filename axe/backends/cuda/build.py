@@ -111,6 +111,12 @@ def build(
                 f"found {len(kernels)}: {[str(gv.name_hint) for gv, _ in kernels]}"
             )
         kgv, kfunc = kernels[0]
+        # launch-bound attributes written on the PrimFunc (e.g. ``__launch_bounds__(n, 1)``, which
+        # setmaxnreg needs) do not survive the host/device split: carry them to the kernel
+        carried = {k: func.attrs[k] for k in _KERNEL_ATTRS if func.attrs and k in func.attrs}
+        if carried:
+            kfunc = _with_attrs(kfunc, carried)
+            dev_mod[kgv] = kfunc
         symbol = str(kfunc.attrs.get("global_symbol", kgv.name_hint))
         cuda_source = codegen_build(dev_mod, dev_target).inspect_source()
 
@@ -198,6 +204,17 @@ def build(
 
 
 # --- inputs -------------------------------------------------------------------------------------
+
+
+#: PrimFunc attributes that belong to the kernel (its ``__launch_bounds__`` / ``__maxnreg__``)
+_KERNEL_ATTRS = ("tirx.launch_bounds_min_blocks_per_sm", "tirx.launch_bounds_max_blocks_per_cluster",
+                 "tirx.max_registers")
+
+
+def _with_attrs(f, attrs):
+    for k, v in attrs.items():
+        f = f.with_attr(k, v)
+    return f
 
 
 def _pick_func(tvm, func_or_mod, name):
