@@ -23,8 +23,10 @@ from .operators import binary, cast, copy, elementwise, reduce, sync, unary
 from .scopes import cta, each_warp, launch, thread, warpgroups, warps
 from .barriers import mbarrier, mbarrier_wait
 from .tensors import param, permute, registers, shared, view
+from .operators import gemm, wgmma_wait
 
 __all__ = ["S", "R", "Swizzle", "SwizzledLayout", "parse", "Kernel", "kernel", "build_func",
            "compile_kernel", "explain", "kernels_of", "copy", "reduce", "elementwise", "unary",
            "binary", "cast", "sync", "launch", "warps", "warpgroups", "each_warp", "thread", "cta",
-           "mbarrier", "mbarrier_wait", "param", "permute", "registers", "shared", "view"]
+           "mbarrier", "mbarrier_wait", "param", "permute", "registers", "shared", "view",
+           "gemm", "wgmma_wait"]

@@ -47,3 +47,21 @@ def sync():
     """Barrier for the CTA's threads (shared memory visibility)."""
     from tvm.script import tirx as T
     T.evaluate(T.tvm_storage_sync("shared"))
+
+
+def gemm(C, A, B, accumulate: bool = True, **config):
+    """``C += A·B`` (``accumulate=False``: ``C = A·B``); A M×K, B K×N fp16/bf16, C fp32.
+
+    Keywords go to the schedule: ``schedule=`` ("wgmma", "mma_sync"), and for wgmma
+    ``wait=`` (groups left in flight after commit, default 0; ``False``: no wait) and
+    ``fence=``/``commit=`` (default True).
+    """
+    from axe.ops.gemm import gemm as _gemm
+    _run(_gemm(C, A, B, accumulate, scope_or_cta(), **config))
+
+
+def wgmma_wait(pending: int = 0):
+    """``wgmma.wait_group pending``: block until at most ``pending`` wgmma groups are in flight
+    (pair with ``Ax.gemm(..., wait=False)`` to overlap the tensor cores with other work)."""
+    from axe.backends.cuda.schedules.wgmma import emit_wait
+    emit_wait(pending)

@@ -1,0 +1,37 @@
+"""``gemm(C, A, B, accumulate)``: ``C = A·B`` or ``C += A·B`` on tiles.
+
+A is M×K, B is K×N, C is M×N; A and B are float16 or bfloat16 (one dtype), C accumulates in
+float32.  The operands' layouts (shared or registers, which thread holds what) choose the
+schedule; this module only checks the signature.
+"""
+
+from __future__ import annotations
+
+from .call import OpCall, OpError
+from .scope import ExecScope
+from .tensor import as_operand
+
+__all__ = ["gemm", "IN_DTYPES", "ACC_DTYPES"]
+
+IN_DTYPES = ("float16", "bfloat16")
+ACC_DTYPES = ("float32",)
+
+
+def gemm(C, A, B, accumulate: bool = True, scope: ExecScope = None, **config) -> OpCall:
+    """The call record of ``C (+)= A·B``; ``accumulate=False`` overwrites C."""
+    c, a, b = as_operand(C, "gemm C"), as_operand(A, "gemm A"), as_operand(B, "gemm B")
+    for name, t in (("C", c), ("A", a), ("B", b)):
+        if t.rank != 2:
+            raise OpError(f"gemm: {name} ({t.describe()}) has rank {t.rank}, not 2")
+    (m, k), (k2, n), (mc, nc) = a.shape, b.shape, c.shape
+    if k != k2:
+        raise OpError(f"gemm: A is {m}x{k} but B is {k2}x{n} (K differs)")
+    if (mc, nc) != (m, n):
+        raise OpError(f"gemm: C is {mc}x{nc}, A·B is {m}x{n}")
+    if a.dtype not in IN_DTYPES or b.dtype != a.dtype:
+        raise OpError(f"gemm: A and B must share one dtype of {IN_DTYPES}, got A {a.dtype}, B {b.dtype}")
+    if c.dtype not in ACC_DTYPES:
+        raise OpError(f"gemm: C accumulates in {ACC_DTYPES[0]}, got {c.dtype}")
+    if not isinstance(accumulate, bool):
+        raise OpError(f"gemm: accumulate must be a Python bool, got {accumulate!r}")
+    return OpCall("gemm", {"C": c, "A": a, "B": b}, scope, attrs={"accumulate": accumulate}, config=config)

