@@ -1,11 +1,16 @@
-"""Tiled transpose in axe: TMA loads a 64×64 tile into a 128-byte-swizzled shared tile, the CTA
-reads it transposed into registers and stores it with 16-byte coalesced vectors.
+"""Tiled transpose in axe, ``B = A.T`` for A of shape (M, N), fp16, one 64×64 tile per CTA.
 
-``transpose_ldmatrix`` reads the transposed view with ``ldmatrix.x4.trans`` instead: its
-register layout is a tiling of the 8×8 ldmatrix atom (each thread then holds 2 contiguous
-elements of a row, so the global store is 4-byte vectors).
+``transpose`` (the main kernel) keeps every access 16 bytes wide and conflict-free: TMA loads
+the tile of A into a 128-byte-swizzled shared tile; ``ldmatrix.x4.trans`` reads its transposed
+view into registers laid out as a tiling of the 8×8 ldmatrix atom; ``stmatrix.x4`` writes those
+registers, untransposed, into a second swizzled tile, which a TMA store writes to B.  Shared
+traffic is 16-byte rows of 8 distinct swizzle chunks per phase; global traffic is TMA only.
 
-``B = A.T`` for A of shape (M, N), fp16.
+``transpose_one_tile`` does the same in one shared tile (a barrier between the reads and
+the writes).  ``transpose_vector`` reads the transposed view with scalar (2-byte, 8-way bank-conflicted)
+shared loads into 8-contiguous-element registers and stores 16-byte vectors;
+``transpose_ldmatrix`` reads it with ``ldmatrix.x4.trans`` and stores the atom's 2 contiguous
+elements per thread (4-byte global stores).  Both are kept to compare schedules.
 """
 
 from tvm.script import tirx as T
@@ -15,12 +20,12 @@ from axe.layout import S, Swizzle, SwizzledLayout
 
 M, N, TILE, THREADS = 256, 512, 64, 128
 
-#: the shared tile: row-major 64×64 fp16 under TMA's 128-byte swizzle
+#: the shared tiles: row-major 64×64 fp16 under TMA's 128-byte swizzle
 SMEM = SwizzledLayout(S[(TILE, TILE)], Swizzle(3, 3, 3))
-#: registers: 16 rows × 8 chunks of 8 contiguous elements per pass, 4 passes (8 KiB / 128 threads)
 
 
 def _regs():
+    """16 rows × 8 chunks of 8 contiguous elements per pass, 4 passes (8 KiB / 128 threads)."""
     from axe.layout import tx
     return S[(4, 16, 8, 8):(8, 8 @ tx, 1 @ tx, 1)]
 
@@ -42,7 +47,8 @@ def inputs(device="cuda"):
             "B": torch.zeros(N, M, dtype=torch.float16, device=device)}
 
 
-def _transpose(regs):
+def _transpose_to_registers(regs):
+    """Load a tile, read it transposed into registers ``regs``, store the registers to B."""
     @T.prim_func
     def transpose(A_: T.Buffer((M, N), "float16"), B_: T.Buffer((N, M), "float16"),
                   A_map: T.handle("tensormap")):
@@ -59,11 +65,56 @@ def _transpose(regs):
     return transpose
 
 
-@Ax.kernel(reference=reference, inputs=inputs, outputs=("B",), grid=(N // TILE, M // TILE), threads=THREADS)
+_KERNEL = dict(reference=reference, inputs=inputs, outputs=("B",), grid=(N // TILE, M // TILE), threads=THREADS)
+
+
+@Ax.kernel(**_KERNEL)
 def transpose():
-    return _transpose(_regs())
+    @T.prim_func
+    def transpose(A_: T.Buffer((M, N), "float16"), B_: T.Buffer((N, M), "float16"),
+                  A_map: T.handle("tensormap"), B_map: T.handle("tensormap")):
+        (bx, by), tx = Ax.launch([N // TILE, M // TILE], THREADS)
+        A = Ax.param(A_, tensormap=A_map)
+        B = Ax.param(B_, tensormap=B_map)
+        bar = Ax.mbarrier(count=1)
+        tile = Ax.shared((TILE, TILE), "float16", SMEM, name="tile")
+        out = Ax.shared((TILE, TILE), "float16", SMEM, name="out")
+        Ax.copy(tile, A[by * TILE:(by + 1) * TILE, bx * TILE:(bx + 1) * TILE], barrier=bar)
+        Ax.mbarrier_wait(bar, 0)
+        R = Ax.registers((TILE, TILE), "float16", _atom_regs(), name="R")
+        Ax.copy(R, Ax.permute(tile, (1, 0)))
+        Ax.copy(out, R)
+        Ax.copy(B[bx * TILE:(bx + 1) * TILE, by * TILE:(by + 1) * TILE], out)
+    return transpose
 
 
-@Ax.kernel(reference=reference, inputs=inputs, outputs=("B",), grid=(N // TILE, M // TILE), threads=THREADS)
+@Ax.kernel(**_KERNEL)
+def transpose_one_tile():
+    """As ``transpose`` with one shared tile (8 KiB per CTA instead of 16): the registers go
+    back into the tile they came from once every warp has read it."""
+    @T.prim_func
+    def transpose(A_: T.Buffer((M, N), "float16"), B_: T.Buffer((N, M), "float16"),
+                  A_map: T.handle("tensormap"), B_map: T.handle("tensormap")):
+        (bx, by), tx = Ax.launch([N // TILE, M // TILE], THREADS)
+        A = Ax.param(A_, tensormap=A_map)
+        B = Ax.param(B_, tensormap=B_map)
+        bar = Ax.mbarrier(count=1)
+        tile = Ax.shared((TILE, TILE), "float16", SMEM, name="tile")
+        Ax.copy(tile, A[by * TILE:(by + 1) * TILE, bx * TILE:(bx + 1) * TILE], barrier=bar)
+        Ax.mbarrier_wait(bar, 0)
+        R = Ax.registers((TILE, TILE), "float16", _atom_regs(), name="R")
+        Ax.copy(R, Ax.permute(tile, (1, 0)))
+        Ax.sync()
+        Ax.copy(tile, R)
+        Ax.copy(B[bx * TILE:(bx + 1) * TILE, by * TILE:(by + 1) * TILE], tile)
+    return transpose
+
+
+@Ax.kernel(**_KERNEL)
+def transpose_vector():
+    return _transpose_to_registers(_regs())
+
+
+@Ax.kernel(**_KERNEL)
 def transpose_ldmatrix():
-    return _transpose(_atom_regs())
+    return _transpose_to_registers(_atom_regs())

@@ -9,23 +9,32 @@ pytest.importorskip("tvm")
 os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
 
 import axe.lang as Ax  # noqa: E402
-from kernels import rmsnorm, transpose  # noqa: E402
+from kernels import rmsnorm, softmax, transpose  # noqa: E402
 
 PROMISED = {
-    "transpose": ["cp.async.bulk.tensor.2d", "mbarrier", "st.global.v4"],
+    "transpose": ["cp.async.bulk.tensor.2d.shared::cluster.global", "mbarrier", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
+                  "stmatrix.sync.aligned.m8n8.x4.shared.b16", "fence.proxy.async.shared::cta",
+                  "cp.async.bulk.tensor.2d.global.shared::cta", "cp.async.bulk.commit_group", "cp.async.bulk.wait_group.read"],
+    "transpose_one_tile": ["ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "stmatrix.sync.aligned.m8n8.x4.shared.b16",
+                           "cp.async.bulk.tensor.2d.global.shared::cta"],
+    "transpose_vector": ["cp.async.bulk.tensor.2d", "mbarrier", "st.global.v4"],
     "transpose_ldmatrix": ["cp.async.bulk.tensor.2d", "mbarrier", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
                            "st.global.u32"],
     "rmsnorm": ["ld.global.v4", "st.global.v4", "shfl.sync.bfly", "bar.sync"],
+    "softmax": ["ld.global.v4", "st.global.v4", "shfl.sync.bfly", "max.ftz.f32", "ex2.approx"],
 }
 CHOSEN = {
-    "transpose": ["tma", "per_thread", "vector"],
+    "transpose": ["tma", "ldmatrix", "stmatrix", "tma_store"],
+    "transpose_one_tile": ["tma", "ldmatrix", "stmatrix", "tma_store"],
+    "transpose_vector": ["tma", "per_thread", "vector"],
     "transpose_ldmatrix": ["tma", "ldmatrix", "vector"],
     "rmsnorm": ["vector", "vector", "per_thread", "cta_smem", "per_thread", "vector"],
+    "softmax": ["vector", "per_thread", "cta_smem", "per_thread", "cta_smem", "per_thread", "vector"],
 }
 
 
 @pytest.mark.parametrize("target", ["sm_90a", "sm_100a"])
-@pytest.mark.parametrize("module", [transpose, rmsnorm], ids=["transpose", "rmsnorm"])
+@pytest.mark.parametrize("module", [transpose, rmsnorm, softmax], ids=["transpose", "rmsnorm", "softmax"])
 def test_kernel_builds(module, target):
     for name, k in Ax.kernels_of(module).items():
         art = Ax.compile_kernel(k, target)
@@ -36,13 +45,15 @@ def test_kernel_builds(module, target):
 
 
 def test_kernels_carry_reference_and_inputs():
-    for module in (transpose, rmsnorm):
+    for module in (transpose, rmsnorm, softmax):
         for k in Ax.kernels_of(module).values():
             assert callable(k.reference) and callable(k.inputs) and k.outputs
 
 
 def test_transpose_tensormap_spec():
     _, ctx = Ax.build_func(transpose.transpose, "sm_90a")
-    (spec,) = ctx.tensormaps
-    assert spec["param"] == "A_map" and spec["box"] == [64, 64] and spec["swizzle"] == 128
-    assert spec["strides_bytes"] == [transpose.N * 2]
+    load, store = ctx.tensormaps
+    assert load["param"] == "A_map" and load["box"] == [64, 64] and load["swizzle"] == 128
+    assert load["strides_bytes"] == [transpose.N * 2] and load["shape"] == [transpose.N, transpose.M]
+    assert store["param"] == "B_map" and store["box"] == [64, 64] and store["swizzle"] == 128
+    assert store["strides_bytes"] == [transpose.M * 2] and store["shape"] == [transpose.M, transpose.N]

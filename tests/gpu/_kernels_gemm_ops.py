@@ -17,20 +17,21 @@ from axe.layout import S, Swizzle, SwizzledLayout
 SW128 = Swizzle(3, 3, 3)
 
 
-def swizzled_rows(rows, cols):
-    """A rows×cols fp16 tile as TMA writes it with 128-byte swizzle: 64-column boxes side by side."""
-    if cols == 64:
-        return SwizzledLayout(S[(rows, 64)], SW128)
-    return SwizzledLayout(S[(rows, cols // 64, 64):(64, rows * 64, 1)], SW128)
+def swizzled_rows(rows, cols, sw=128):
+    """A rows×cols 16-bit tile as TMA writes it with ``sw``-byte swizzle: boxes of sw/2 columns
+    side by side (``sw=0``: boxes of 8 columns, i.e. unswizzled 8×16-byte core matrices)."""
+    w = (sw or 16) // 2
+    L = S[(rows, w)] if cols == w else S[(rows, cols // w, w):(w, rows * w, 1)]
+    return SwizzledLayout(L, Swizzle(sw.bit_length() - 5, 3, 3)) if sw else L
 
 
-def wgmma_tile(b_major="K", K=64, N=128, a_regs=False, dtype="float16"):
+def wgmma_tile(b_major="K", K=64, N=128, a_regs=False, dtype="float16", sw=128, name=None):
     from axe.backends.cuda.schedules.wgmma import a_fragment, d_fragment
     from axe.layout import tile
     M = 64
     bshape = (N, K) if b_major == "K" else (K, N)
 
-    @Ax.kernel(name=f"wgmma_{'rs' if a_regs else 'ss'}_b{b_major.lower()}")
+    @Ax.kernel(name=name or f"wgmma_{'rs' if a_regs else 'ss'}_b{b_major.lower()}")
     def k():
         @T.prim_func
         def k(A_: T.Buffer((M, K), dtype), B_: T.Buffer(bshape, dtype), C_: T.Buffer((M, N), "float32"),
@@ -40,12 +41,19 @@ def wgmma_tile(b_major="K", K=64, N=128, a_regs=False, dtype="float16"):
             B = Ax.param(B_, tensormap=B_map)
             Cg = Ax.param(C_)
             bars = Ax.mbarrier(count=1, stages=2)
-            As = Ax.shared((M, K), dtype, swizzled_rows(M, K), name="As")
-            Bs = Ax.shared(bshape, dtype, swizzled_rows(*bshape), name="Bs")
-            Ax.copy(As, A, barrier=bars[0])
-            Ax.copy(Bs, B, barrier=bars[1])
-            Ax.mbarrier_wait(bars, 0, 0)
-            Ax.mbarrier_wait(bars, 0, 1)
+            As = Ax.shared((M, K), dtype, swizzled_rows(M, K, sw), name="As")
+            Bs = Ax.shared(bshape, dtype, swizzled_rows(*bshape, sw), name="Bs")
+            if sw != 0:
+                Ax.copy(As, A, barrier=bars[0])
+                Ax.copy(Bs, B, barrier=bars[1])
+                Ax.mbarrier_wait(bars, 0, 0)
+                Ax.mbarrier_wait(bars, 0, 1)
+            else:
+                # core-matrix tiles are not TMA boxes: ordinary copies, then the proxy fence
+                Ax.copy(As, A)
+                Ax.copy(Bs, B)
+                T.evaluate(T.ptx.fence.proxy.async_.shared__cta())
+                Ax.sync()
             with Ax.warpgroups(0):
                 acc = Ax.registers((M, N), "float32", d_fragment(N, "tx"), name="acc")
                 Bv = Ax.permute(Bs, (1, 0)) if b_major == "K" else Bs

@@ -3,7 +3,9 @@
 ``wgmma_ss_bk``: 64×128×64, A and B K-major (B given as its transpose), 128-byte swizzle, TMA
 loads; ``wgmma_ss_bmn``: 64×128×128, B MN-major (N contiguous), two swizzle atoms along K of A
 and along N of B; ``wgmma_rs_bk``: A through ldmatrix into the register A fragment;
-``mma_sync_tile``: one warp, 16×8×16 through ldmatrix and mma.sync.  Fresh random inputs,
+``wgmma_ss_sw32_bk`` / ``_sw64_bmn``: 32- and 64-byte swizzles (several atoms along K, resp. N:
+LBO of MN-major); ``_sw0_bk`` / ``_sw0_bmn``: unswizzled core matrices (vector copies, proxy
+fence); ``wgmma_ss_bf16_bk``: bf16, N=256; ``mma_sync_tile``: one warp, 16×8×16 through ldmatrix and mma.sync.  Fresh random inputs,
 outputs poisoned with NaN before every launch.
 """
 
@@ -29,20 +31,27 @@ BUILDS = {
     "wgmma_ss_bk": _builder("wgmma_tile", b_major="K", K=64, N=128),
     "wgmma_ss_bmn": _builder("wgmma_tile", b_major="MN", K=128, N=128),
     "wgmma_rs_bk": _builder("wgmma_tile", b_major="K", K=64, N=128, a_regs=True),
+    "wgmma_ss_sw32_bk": _builder("wgmma_tile", b_major="K", K=64, N=64, sw=32, name="wgmma_ss_sw32_bk"),
+    "wgmma_ss_sw64_bmn": _builder("wgmma_tile", b_major="MN", K=64, N=128, sw=64, name="wgmma_ss_sw64_bmn"),
+    "wgmma_ss_sw0_bk": _builder("wgmma_tile", b_major="K", K=32, N=64, sw=0, name="wgmma_ss_sw0_bk"),
+    "wgmma_ss_sw0_bmn": _builder("wgmma_tile", b_major="MN", K=32, N=64, sw=0, name="wgmma_ss_sw0_bmn"),
+    "wgmma_ss_bf16_bk": _builder("wgmma_tile", b_major="K", K=64, N=256, dtype="bfloat16", name="wgmma_ss_bf16_bk"),
+    "mma_sync_tile": _builder("mma_tile"),
 }
 
 
 def _shapes(kernel):
-    return {a["name"]: tuple(a["shape"]) for a in kernel.launch["args"] if "shape" in a}
+    return {a["name"]: (tuple(a["shape"]), a["dtype"]) for a in kernel.launch["args"] if "shape" in a}
 
 
 def _check_tile(kernel, torch, b_transposed):
     sh = _shapes(kernel)
-    (m, k), bshape, (_, n) = sh["A_"], sh["B_"], sh["C_"]
+    ((m, k), dt), (bshape, _), ((_, n), _) = sh["A_"], sh["B_"], sh["C_"]
+    dtype = getattr(torch, dt)
     worst = 0.0
     for _ in range(3):
-        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
-        b = torch.randn(*bshape, device="cuda", dtype=torch.float16)
+        a = torch.randn(m, k, device="cuda", dtype=dtype)
+        b = torch.randn(*bshape, device="cuda", dtype=dtype)
         c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
         kernel(a, b, c)
         torch.cuda.synchronize()
@@ -51,7 +60,7 @@ def _check_tile(kernel, torch, b_transposed):
         err = ((c - ref).abs().max() / ref.abs().max()).item()
         worst = max(worst, err)
         assert err < 1e-4, f"{m}x{n}x{k}: max error {err:.2e} of max |ref|; first bad {((c - ref).abs() > 1e-2).nonzero()[:4].tolist()}"
-    return f"{m}x{n}x{k} fp16→fp32, 3 random runs, max err {worst:.1e} of max|ref|"
+    return f"{m}x{n}x{k} {dt}→fp32, 3 random runs, max err {worst:.1e} of max|ref|"
 
 
 def check_bk(kernel, torch):
@@ -66,4 +75,10 @@ CHECKS = {
     "wgmma_ss_bk": check_bk,
     "wgmma_ss_bmn": check_bmn,
     "wgmma_rs_bk": check_bk,
+    "wgmma_ss_sw32_bk": check_bk,
+    "wgmma_ss_sw64_bmn": check_bmn,
+    "wgmma_ss_sw0_bk": check_bk,
+    "wgmma_ss_sw0_bmn": check_bmn,
+    "wgmma_ss_bf16_bk": check_bk,
+    "mma_sync_tile": check_bmn,
 }

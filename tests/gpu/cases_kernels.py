@@ -15,6 +15,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 #: the benchmark sizes: 8192×8192 fp16 transposed (256 MiB moved), 65536×1024 fp16 rows
 BENCH_TRANSPOSE = {"M": 8192, "N": 8192}
 BENCH_RMSNORM = {"ROWS": 65536}
+BENCH_SOFTMAX = {"ROWS": 65536}
+#: transpose variants built and checked at both sizes; the benchmark times each
+TRANSPOSES = ("transpose", "transpose_one_tile", "transpose_vector", "transpose_ldmatrix")
 
 
 @contextlib.contextmanager
@@ -41,10 +44,12 @@ def _builder(module_name, kernel_name, consts=None):
 
 
 BUILDS = {
-    "transpose": _builder("kernels.transpose", "transpose"),
+    **{t: _builder("kernels.transpose", t) for t in TRANSPOSES},
+    **{f"{t}_bench": _builder("kernels.transpose", t, BENCH_TRANSPOSE) for t in TRANSPOSES},
     "rmsnorm": _builder("kernels.rmsnorm", "rmsnorm"),
-    "transpose_bench": _builder("kernels.transpose", "transpose", BENCH_TRANSPOSE),
     "rmsnorm_bench": _builder("kernels.rmsnorm", "rmsnorm", BENCH_RMSNORM),
+    "softmax": _builder("kernels.softmax", "softmax"),
+    "softmax_bench": _builder("kernels.softmax", "softmax", BENCH_SOFTMAX),
 }
 
 
@@ -89,9 +94,29 @@ def check_rmsnorm(kernel, torch):
     return f"{rows}x{n} fp16, 3 random runs, rel err {worst:.1e} vs float64"
 
 
+def check_softmax(kernel, torch):
+    rows, n = _shape(kernel, "X")
+    worst = 0.0
+    for _ in range(3):
+        x = torch.randn(rows, n, device="cuda", dtype=torch.float16) * 4
+        y = torch.full((rows, n), float("nan"), device="cuda", dtype=torch.float16)
+        kernel(x, y)
+        torch.cuda.synchronize()
+        assert not y.isnan().any(), f"softmax: {y.isnan().sum().item()} outputs never written"
+        ref = torch.softmax(x.double(), dim=-1)
+        err = ((y.double() - ref).norm() / ref.norm()).item()
+        worst = max(worst, err)
+        assert err < 2e-3, f"softmax {rows}x{n}: relative error {err:.2e}"
+        sums = y.double().sum(-1)
+        assert ((sums - 1).abs() < 1e-2).all(), f"softmax: row sums off by up to {(sums - 1).abs().max().item():.2e}"
+    return f"{rows}x{n} fp16 (x ~ 4·N(0,1)), 3 random runs, rel err {worst:.1e} vs float64"
+
+
 CHECKS = {
-    "transpose": check_transpose,
+    **{t: check_transpose for t in TRANSPOSES},
+    **{f"{t}_bench": check_transpose for t in TRANSPOSES},
     "rmsnorm": check_rmsnorm,
-    "transpose_bench": check_transpose,
     "rmsnorm_bench": check_rmsnorm,
+    "softmax": check_softmax,
+    "softmax_bench": check_softmax,
 }

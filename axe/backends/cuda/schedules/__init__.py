@@ -1,6 +1,6 @@
 """CUDA schedules (Hopper sm_90a, Blackwell sm_100a); importing registers them."""
 
 from . import ldmatrix, reduce, tma, vector  # noqa: F401
-from . import wgmma  # noqa: F401
+from . import mma, wgmma  # noqa: F401
 
-__all__ = ["ldmatrix", "reduce", "tma", "vector", "wgmma"]
+__all__ = ["ldmatrix", "reduce", "tma", "vector", "mma", "wgmma"]

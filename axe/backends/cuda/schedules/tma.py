@@ -1,10 +1,17 @@
-"""TMA (cp.async.bulk.tensor) global→shared, completing on an mbarrier.
+"""TMA (cp.async.bulk.tensor): global→shared completing on an mbarrier, and shared→global
+completing through a bulk group.
 
-Preconditions, all from the layout algebra: the global tensor groups by its shape into one
-memory iter per dimension (innermost stride 1) — that is the tensor map; the shared tile is a
-tiling ``C ⊗ atom`` (``tile_of``) of the TMA atom: a row-major box whose inner extent is the
-swizzle width (32/64/128 bytes, ``Swizzle(b, log2(16/elem), 3)``) or, unswizzled, the whole
-row.  One instruction per atom; C places the atoms in shared memory.
+Preconditions, all from the layout algebra and the same in both directions: the global tensor
+groups by its shape into one memory iter per dimension (innermost stride 1) — that is the
+tensor map; the shared tile is a tiling ``C ⊗ atom`` (``tile_of``) of the TMA atom: a row-major
+box whose inner extent is the swizzle width (32/64/128 bytes, ``Swizzle(b, log2(16/elem), 3)``)
+or, unswizzled, the whole row.  One instruction per atom; C places the atoms in shared memory.
+
+The store reads shared memory through the async proxy, so the threads that wrote the tile
+with ordinary stores (``st.shared``, ``stmatrix``) each run ``fence.proxy.async.shared::cta``
+before the barrier that precedes the issuing thread's copies; the issuing thread then commits
+the bulk group and waits for its reads (``cp.async.bulk.wait_group.read 0``) before the tile
+may be written again.
 """
 
 from __future__ import annotations
@@ -17,7 +24,7 @@ from axe.layout.layout import unflatten_index
 from axe.schedules.emit import guard
 from axe.schedules.registry import register
 
-__all__ = ["TmaPlan", "swizzle_mode"]
+__all__ = ["TmaPlan", "swizzle_mode", "tma_plan"]
 
 _MODES = {1: 32, 2: 64, 3: 128}
 
@@ -41,10 +48,27 @@ class TmaPlan:
     atoms: list           # (atom multi-index, shared element offset of its origin)
     spec: dict
     nbytes: int
+    store: bool = False
 
     def describe(self) -> str:
-        return (f"{len(self.atoms)} x cp.async.bulk.tensor.{len(self.box)}d box {list(self.box)} "
-                f"swizzle {self.swizzle or 'none'}, {self.nbytes} bytes on the barrier; map {self.spec['param']}")
+        done = "bulk group, wait_group.read" if self.store else "on the barrier"
+        return (f"{len(self.atoms)} x cp.async.bulk.tensor.{len(self.box)}d{' store' if self.store else ''} "
+                f"box {list(self.box)} swizzle {self.swizzle or 'none'}, {self.nbytes} bytes {done}; "
+                f"map {self.spec['param']}")
+
+    def coords(self, region, idx):
+        """The instruction's coordinates (innermost first, int32) of atom ``idx`` in ``region``."""
+        from tvm.script import tirx as T
+        coords = [s + i * b for s, i, b in zip(region.starts, idx, self.box)]
+        return [T.int32(c) if isinstance(c, int) else T.Cast("int32", c) for c in reversed(coords)]
+
+
+def _smem_offset(smem, off):
+    """Element offset in ``smem``'s storage of the atom whose origin C places at ``off``."""
+    L = smem.layout
+    if isinstance(L, SwizzledLayout):
+        return L.inner.offset["m"] + off + L.base["m"] + smem.base
+    return L.offset["m"] + off + smem.base
 
 
 def _global_strides(t):
@@ -64,55 +88,63 @@ def _global_strides(t):
     return strides
 
 
-def _plan(call, ctx):
+def tma_plan(call, ctx, store: bool = False):
+    """A :class:`TmaPlan` for a global→shared load (``store=False``) or a shared→global store,
+    or the reason the operands do not fit the bulk tensor copy."""
     dst, src = call.operands["dst"], call.operands["src"]
+    glob, smem = (dst, src) if store else (src, dst)
+    role = "dst" if store else "src"
     if ctx.arch < 90:
         return f"TMA needs sm_90+, target is {ctx.target}"
-    if not (src.mem == "global" and dst.mem == "shared"):
+    if store and not (src.mem == "shared" and dst.mem == "global"):
+        return f"TMA stores shared→global, not {src.mem}→{dst.mem}"
+    if not store and not (src.mem == "global" and dst.mem == "shared"):
         return f"TMA loads global→shared, not {src.mem}→{dst.mem}"
-    if src.origin.tensormap is None:
-        return f"src {src.origin.name} has no tensormap parameter (Ax.param(..., tensormap=...))"
-    if call.config.get("barrier") is None:
+    if glob.origin.tensormap is None:
+        return f"{role} {glob.origin.name} has no tensormap parameter (Ax.param(..., tensormap=...))"
+    if not store and call.config.get("barrier") is None:
         return "TMA completes on an mbarrier: pass barrier="
-    if dst.shape != src.shape or src.rank != src.origin.rank or src.rank > 5:
+    if store and call.config.get("barrier") is not None:
+        return "a TMA store completes through a bulk group, not an mbarrier: drop barrier="
+    if dst.shape != src.shape or glob.rank != glob.origin.rank or glob.rank > 5:
         return f"dst shape {list(dst.shape)} and src region {list(src.shape)} must match the global rank (<= 5)"
-    strides = _global_strides(src)
+    strides = _global_strides(glob)
     if isinstance(strides, str):
         return strides
-    eb = dst.elem_bytes
-    mode = swizzle_mode(dst.layout, eb)
+    eb = smem.elem_bytes
+    mode = swizzle_mode(smem.layout, eb)
     if isinstance(mode, str):
         return mode
-    inner_w = mode // eb if mode else dst.shape[-1]
-    if dst.shape[-1] % inner_w or inner_w * eb % 16 or inner_w > 256:
-        return f"inner extent {dst.shape[-1]} does not split into TMA rows of {inner_w} elements (16-byte multiple, <= 256)"
-    box = tuple(min(e, 256) for e in dst.shape[:-1]) + (inner_w,)
-    if any(e % b for e, b in zip(dst.shape, box)):
-        return f"tile {list(dst.shape)} is not a whole number of boxes {list(box)}"
+    inner_w = mode // eb if mode else smem.shape[-1]
+    if smem.shape[-1] % inner_w or inner_w * eb % 16 or inner_w > 256:
+        return f"inner extent {smem.shape[-1]} does not split into TMA rows of {inner_w} elements (16-byte multiple, <= 256)"
+    box = tuple(min(e, 256) for e in smem.shape[:-1]) + (inner_w,)
+    if any(e % b for e, b in zip(smem.shape, box)):
+        return f"tile {list(smem.shape)} is not a whole number of boxes {list(box)}"
     atom = S[box]
     if mode:
-        atom = SwizzledLayout(atom, dst.layout.swizzle)
+        atom = SwizzledLayout(atom, smem.layout.swizzle)
         if prod(box) % atom.swizzle.period:
             return f"box {list(box)} is not a whole number of swizzle periods ({atom.swizzle.period} elements)"
-    C = tile_of(dst.layout, dst.shape, atom, box)
+    C = tile_of(smem.layout, smem.shape, atom, box)
     if C is None:
-        return f"shared layout {dst.layout} is not a tiling C ⊗ {atom} of the TMA atom over {list(box)}"
+        return f"shared layout {smem.layout} is not a tiling C ⊗ {atom} of the TMA atom over {list(box)}"
     if any(a != "m" for a in C.axes()):
         return f"atom placement {C} leaves the memory axis"
     span = prod(box)
-    cshape = tuple(e // b for e, b in zip(dst.shape, box))
+    cshape = tuple(e // b for e, b in zip(smem.shape, box))
     atoms = []
     for x in range(prod(cshape)):
         (c,) = C.map(x)
         atoms.append((unflatten_index(x, cshape), c["m"] * span))
-    root = src.origin
+    root = glob.origin
     spec = {
         "param": root.tensormap.name, "tensor": root.buffer.name, "dtype": root.dtype,
         "shape": [int(e) for e in reversed(root.shape)],
         "strides_bytes": [int(s) * eb for s in reversed(strides[:-1])],
         "box": list(reversed(box)), "elem_strides": [1] * len(box), "swizzle": mode, "oob_fill": "zero",
     }
-    return TmaPlan(box, mode, atoms, spec, prod(dst.shape) * eb)
+    return TmaPlan(box, mode, atoms, spec, prod(smem.shape) * eb, store)
 
 
 @register("copy", "tma", "cuda", priority=30,
@@ -122,7 +154,7 @@ class TmaCopy:
 
     @staticmethod
     def check(call, ctx):
-        return _plan(call, ctx)
+        return tma_plan(call, ctx)
 
     @staticmethod
     def emit(call, plan, ctx):
@@ -138,10 +170,59 @@ class TmaCopy:
         with guard(call.scope.local_tx() == 0):
             expect_tx(bar, plan.nbytes, stage)
             for idx, off in plan.atoms:
-                coords = [s + i * b for s, i, b in zip(src.starts, idx, plan.box)]
-                coords = [T.int32(c) if isinstance(c, int) else T.Cast("int32", c) for c in reversed(coords)]
-                base = dst.layout.base["m"] if isinstance(dst.layout, SwizzledLayout) else 0
-                soff = dst.layout.inner.offset["m"] + off + base if isinstance(dst.layout, SwizzledLayout) \
-                    else dst.layout.offset["m"] + off
-                soff = soff + dst.base
-                T.evaluate(T.ptx[chain](dst.flat().ptr_to([soff]), T.address_of(tmap), *coords, ptr))
+                T.evaluate(T.ptx[chain](dst.flat().ptr_to([_smem_offset(dst, off)]), T.address_of(tmap),
+                                        *plan.coords(src, idx), ptr))
+
+
+def _scope_barrier(scope):
+    """A barrier over the threads of ``scope`` (bar.sync for the CTA, bar.warp.sync for a warp),
+    or None where the scope has no barrier the schedule can name."""
+    from tvm.script import tirx as T
+    if scope.kind in ("kernel", "cluster", "cta"):
+        return lambda: T.evaluate(T.tvm_storage_sync("shared"))
+    if scope.threads == 32 and not (scope.kind == "warp" and scope.collective and scope.hi is not None
+                                    and scope.hi - scope.lo > 1):
+        return lambda: T.evaluate(T.cuda.warp_sync())
+    return None
+
+
+@register("copy", "tma_store", "cuda", priority=30,
+          requires="global tensor map (one memory iter per dim); shared = tile_of(C, TMA atom) with a TMA swizzle")
+class TmaStore:
+    """cp.async.bulk.tensor s2g: every thread of the scope fences (``fence.proxy.async``) its
+    ordinary shared stores and the scope synchronises; one thread issues the copies, commits the
+    bulk group and, unless ``wait=False``, waits for the tile's reads
+    (``cp.async.bulk.wait_group.read 0``), after which the scope synchronises again so the tile
+    may be rewritten.  ``fence=False`` leaves the fence and the first barrier to the caller."""
+
+    @staticmethod
+    def check(call, ctx):
+        plan = tma_plan(call, ctx, store=True)
+        if isinstance(plan, str):
+            return plan
+        if _scope_barrier(call.scope) is None and (call.config.get("fence", True) or call.config.get("wait", True)):
+            return (f"the {call.scope.describe()} scope has no barrier this schedule can emit; "
+                    "pass fence=False, wait=False and synchronise around the store yourself")
+        return plan
+
+    @staticmethod
+    def emit(call, plan, ctx):
+        from tvm.script import tirx as T
+        dst, src = call.operands["dst"], call.operands["src"]
+        ctx.add_tensormap(plan.spec)
+        barrier = _scope_barrier(call.scope)
+        if call.config.get("fence", True):
+            T.evaluate(T.ptx["fence.proxy.async.shared::cta"]())
+            barrier()
+        chain = f"cp.async.bulk.tensor.{len(plan.box)}d.global.shared::cta.tile.bulk_group"
+        tmap = dst.origin.tensormap
+        wait = call.config.get("wait", True)
+        with guard(call.scope.local_tx() == 0):
+            for idx, off in plan.atoms:
+                T.evaluate(T.ptx[chain](T.address_of(tmap), *plan.coords(dst, idx),
+                                        src.flat().ptr_to([_smem_offset(src, off)])))
+            T.evaluate(T.ptx["cp.async.bulk.commit_group"]())
+            if wait:
+                T.evaluate(T.ptx["cp.async.bulk.wait_group.read"](0))
+        if wait:
+            barrier()

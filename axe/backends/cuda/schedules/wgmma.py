@@ -357,7 +357,10 @@ def _desc(op: SmemOperand, t, mn0, k0, hi):
         off = off + t.base
     addr = T.cuda.cvta_generic_to_shared(t.flat().ptr_to([off]))
     lo = T.shift_right(T.bitwise_and(addr, T.uint32(0x3FFFF)), T.uint32(4))
-    return T.bitwise_or(T.Cast("uint64", lo), T.uint64(hi))
+    # written as two 32-bit halves: the constant exceeds int64 for the 32-byte swizzle
+    hi_expr = T.bitwise_or(T.shift_left(T.Cast("uint64", T.uint32(hi >> 32)), T.uint64(32)),
+                           T.Cast("uint64", T.uint32(hi & 0xFFFFFFFF)))
+    return T.bitwise_or(T.Cast("uint64", lo), hi_expr)
 
 
 def emit_wait(pending: int = 0):
