@@ -30,3 +30,10 @@ __all__ = ["S", "R", "Swizzle", "SwizzledLayout", "parse", "Kernel", "kernel", "
            "binary", "cast", "sync", "launch", "warps", "warpgroups", "each_warp", "thread", "cta",
            "mbarrier", "mbarrier_wait", "param", "permute", "registers", "shared", "view",
            "gemm", "wgmma_wait"]
+
+from .hopper import (dynamic_shared, elect_one, entry_registers, fence_proxy_async, min_blocks_per_sm, named_barrier,
+                     role, setmaxnreg, tma_store_wait, warpgroup_index)
+from .pipeline import Pipeline, TileSchedule, pipeline
+
+__all__ += ["dynamic_shared", "elect_one", "entry_registers", "fence_proxy_async", "min_blocks_per_sm", "named_barrier",
+            "role", "setmaxnreg", "tma_store_wait", "warpgroup_index", "Pipeline", "TileSchedule", "pipeline"]

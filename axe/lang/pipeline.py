@@ -1,0 +1,110 @@
+"""Producer/consumer pipelines over shared-memory stages, and persistent tile schedules.
+
+A :class:`Pipeline` is a ring of ``stages`` slots guarded by two mbarrier arrays: *full[s]*
+completes when the producer's asynchronous copies into slot s have landed (``expect_tx`` byte
+counts), *empty[s]* when every consumer has released it.  Slot and phase are functions of a
+running iteration count ``i`` (``s = i % stages``, phase ``(i / stages) & 1``), so producer and
+consumers need no shared mutable state: each counts its own iterations the same way.  The
+producer's first pass waits on parity 1 of fresh *empty* barriers, which completes at once.
+
+A :class:`TileSchedule` enumerates output tiles for a persistent grid (one CTA per SM, each
+looping over tiles ``cta, cta + grid, ...``) in grouped order: ``group`` block-rows at a time,
+column by column, so that concurrently running CTAs share A rows and B columns in L2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["Pipeline", "pipeline", "TileSchedule"]
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """``stages`` slots; *full* expects ``producers`` arrivals (one per expect_tx copy) plus the
+    bytes, *empty* ``consumers`` arrivals."""
+
+    _is_meta_class = True
+
+    full: object        # MBarrier
+    empty: object       # MBarrier
+    stages: int
+
+    def slot(self, i):
+        """The slot of iteration ``i``."""
+        return i % self.stages
+
+    def phase(self, i):
+        """The barrier phase iteration ``i`` waits for."""
+        return (i // self.stages) % 2
+
+    def acquire(self, i):
+        """Producer: wait until slot ``slot(i)`` is free (its consumers released it)."""
+        from tvm.script import tirx as T
+        T.evaluate(T.cuda.mbarrier_wait(self.empty.ptr(self.slot(i)), 1 - self.phase(i)))
+
+    def wait(self, i):
+        """Consumer: wait until slot ``slot(i)`` holds iteration ``i``'s data."""
+        from tvm.script import tirx as T
+        T.evaluate(T.cuda.mbarrier_wait(self.full.ptr(self.slot(i)), self.phase(i)))
+
+    def release(self, i, pred=None):
+        """Consumer: mark slot ``slot(i)`` free (one arrival on *empty*; ``pred`` selects the
+        arriving thread, e.g. one per warpgroup)."""
+        from tvm.script import tirx as T
+        from tvm.script.ir_builder import tirx as IRB
+        op = T.ptx.mbarrier.arrive.shared.b64(self.empty.ptr(self.slot(i)), T.uint32(1))
+        if pred is None:
+            T.evaluate(op)
+            return
+        with IRB.If(pred):
+            with IRB.Then():
+                T.evaluate(op)
+
+
+def pipeline(stages: int, producers: int = 1, consumers: int = 1, name: str = "pipe") -> Pipeline:
+    """Allocate and initialise a :class:`Pipeline` (in the CTA scope, before the roles split)."""
+    from axe.backends.cuda.sync import alloc_mbarrier
+    from .scopes import scope_or_cta
+    if stages < 1:
+        raise ValueError(f"pipeline: {stages} stages")
+    s = scope_or_cta()
+    full = alloc_mbarrier(s, producers, stages, f"{name}_full")
+    empty = alloc_mbarrier(s, consumers, stages, f"{name}_empty")
+    return Pipeline(full, empty, stages)
+
+
+@dataclass(frozen=True)
+class TileSchedule:
+    """Tiles of an ``(m_tiles, n_tiles)`` grid in grouped order for a persistent grid of
+    ``ctas`` CTAs; ``group`` block-rows share one band."""
+
+    _is_meta_class = True
+
+    m_tiles: int
+    n_tiles: int
+    ctas: int
+    group: int = 8
+
+    @property
+    def tiles(self) -> int:
+        return self.m_tiles * self.n_tiles
+
+    def count(self, cta):
+        """How many tiles CTA ``cta`` runs: ``ceil((tiles - cta) / ctas)``."""
+        return (self.tiles - cta + self.ctas - 1) // self.ctas
+
+    def tile(self, cta, i):
+        """The linear index of CTA ``cta``'s ``i``-th tile."""
+        return cta + i * self.ctas
+
+    def coords(self, t):
+        """``(m block, n block)`` of linear tile ``t``: bands of ``group`` block-rows, each band
+        walked column by column (the last band may be narrower)."""
+        from tvm.script import tirx as T
+        per_band = self.group * self.n_tiles
+        band = t // per_band
+        first = band * self.group
+        rows = T.min(self.m_tiles - first, self.group)
+        r = t % per_band
+        return first + r % rows, r // rows

@@ -1,0 +1,45 @@
+#!/usr/bin/env python
+"""Build the GEMM benchmark artifacts (run on the CPU machine): ``kernels/gemm.py`` at M = 8192
+for the 16 MLP weight shapes of ``benchmarks/gemm.py``, fp16 and bf16, B column-major (an
+``nn.Linear`` weight, N×K), into ``.carry/gemm_bench/<name>/``.
+
+Usage: ``.venv/bin/python benchmarks/build_gemm.py [--out DIR] [--dtypes float16 bfloat16]``.
+"""
+
+import argparse
+import os
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
+
+
+def main(argv=None):
+    from gemm import M, SHAPES, artifact_name
+    from kernels import gemm as kgemm
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.path.join(ROOT, ".carry", "gemm_bench"))
+    ap.add_argument("--dtypes", nargs="*", default=["float16", "bfloat16"])
+    args = ap.parse_args(argv)
+    total = 0
+    for dtype in args.dtypes:
+        for model, proj, n, k in SHAPES:
+            name = artifact_name(dtype, n, k)
+            if os.path.exists(os.path.join(args.out, name, "launch.json")):
+                continue   # shapes repeat across models (4096x14336 ...)
+            t = time.time()
+            art = kgemm.build(M, n, k, dtype=dtype, b_major="col", name=name)
+            art.save(os.path.join(args.out, name))
+            total += len(art.cubin)
+            r = art.launch["resources"]
+            print(f"built {name:28s} {len(art.cubin):7d} B  regs {r.get('registers')} "
+                  f"spills {r.get('spill_stores')}/{r.get('spill_loads')}  {time.time() - t:4.1f} s")
+    print(f"artifacts in {args.out}; {total / 2**20:.1f} MiB of cubins")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

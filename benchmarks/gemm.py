@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""Hopper GEMM side by side (GPU, no TVM): axe (``kernels/gemm.py``), torch.matmul (cuBLAS) and
+an autotuned Triton matmul, at M = 8192 for the 16 MLP weight shapes of 8 models.
+
+``C = A·Wᵀ`` with A (8192×K) row-major and W (N×K) an ``nn.Linear`` weight; up-projection
+(N, K) = (intermediate, hidden), down-projection (hidden, intermediate).  Artifacts come from
+``benchmarks/build_gemm.py`` (CPU machine).  Each axe artifact is checked against torch (fp32
+reference, fresh random data) before it is timed.  Timing: ``triton.testing.do_bench`` median
+on random data.  Writes ``benchmarks/results/gemm-<date>-<device>.json`` (or ``--json``) and
+prints a table last.
+
+Usage (GPU machine): ``python3 benchmarks/gemm.py [--artifacts DIR] [--dtypes float16 bfloat16]``.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+M = 8192
+MODELS = {   # hidden, intermediate
+    "Qwen3-8B": (4096, 12288), "Qwen3-32B": (5120, 25600), "Llama-3.1-8B": (4096, 14336),
+    "Llama-3.1-70B": (8192, 28672), "Llama-3.1-405B": (16384, 53248), "Gemma-2-9B": (3584, 14336),
+    "Gemma-2-27B": (4608, 36864), "GPT-3-175B": (12288, 49152),
+}
+#: (model, projection, N, K)
+SHAPES = [(m, p, n, k) for m, (h, i) in MODELS.items() for p, n, k in (("up", i, h), ("down", h, i))]
+
+
+def artifact_name(dtype, n, k):
+    return f"gemm_{'f16' if dtype == 'float16' else 'bf16'}_{n}x{k}"
+
+
+def triton_matmul():
+    """A standard autotuned Triton matmul ``C = A·Bᵀ`` (B given N×K), fp32 accumulation."""
+    import triton
+    import triton.language as tl
+
+    configs = [
+        triton.Config({"BM": 128, "BN": 256, "BK": 64, "G": 8}, num_stages=3, num_warps=8),
+        triton.Config({"BM": 256, "BN": 128, "BK": 64, "G": 8}, num_stages=3, num_warps=8),
+        triton.Config({"BM": 128, "BN": 128, "BK": 64, "G": 8}, num_stages=4, num_warps=4),
+        triton.Config({"BM": 128, "BN": 256, "BK": 32, "G": 8}, num_stages=4, num_warps=8),
+        triton.Config({"BM": 128, "BN": 128, "BK": 64, "G": 8}, num_stages=5, num_warps=8),
+        triton.Config({"BM": 64, "BN": 256, "BK": 64, "G": 8}, num_stages=4, num_warps=4),
+    ]
+
+    @triton.autotune(configs=configs, key=["M", "N", "K"])
+    @triton.jit
+    def kernel(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr):
+        pid = tl.program_id(0)
+        n_m, n_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
+        group = pid // (G * n_n)
+        first = group * G
+        rows = min(n_m - first, G)
+        pm = first + (pid % (G * n_n)) % rows
+        pn = (pid % (G * n_n)) // rows
+        rm = pm * BM + tl.arange(0, BM)
+        rn = pn * BN + tl.arange(0, BN)
+        rk = tl.arange(0, BK)
+        pa = a + rm[:, None] * K + rk[None, :]
+        pb = b + rn[None, :] * K + rk[:, None]
+        acc = tl.zeros((BM, BN), dtype=tl.float32)
+        for k0 in range(0, tl.cdiv(K, BK)):
+            ka = rk + k0 * BK
+            x = tl.load(pa, mask=(rm[:, None] < M) & (ka[None, :] < K), other=0.0)
+            y = tl.load(pb, mask=(rn[None, :] < N) & (ka[:, None] < K), other=0.0)
+            acc = tl.dot(x, y, acc)
+            pa += BK
+            pb += BK
+        pc = c + rm[:, None] * N + rn[None, :]
+        tl.store(pc, acc.to(c.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+
+    def run(a, b, c):
+        m, k = a.shape
+        n = b.shape[0]
+        kernel[lambda meta: (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]),)](a, b, c, m, n, k)
+        return c
+
+    return run
+
+
+def _bench(fn):
+    from triton.testing import do_bench
+    return do_bench(fn, warmup=100, rep=500, return_mode="median")
+
+
+def run(artifacts, dtypes):
+    import torch
+
+    import axe.runtime as rt
+    sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
+    from cases_gemm import TOL
+
+    tri = triton_matmul()
+    rows = []
+    for dtype in dtypes:
+        tdt = getattr(torch, dtype)
+        for model, proj, n, k in SHAPES:
+            name = artifact_name(dtype, n, k)
+            kern = rt.load(os.path.join(artifacts, name))
+            a = torch.randn(M, k, device="cuda", dtype=tdt)
+            w = torch.randn(n, k, device="cuda", dtype=tdt)
+            c = torch.full((M, n), float("nan"), device="cuda", dtype=tdt)
+            kern(a, w, c)
+            ref = torch.matmul(a, w.t())
+            err = ((c.float() - ref.float()).norm() / ref.float().norm()).item()
+            assert not c.isnan().any() and err < TOL[dtype], f"{name}: wrong result (rel err {err:.2e} vs cuBLAS)"
+            ct = torch.empty_like(c)
+            tri(a, w, ct)
+            terr = ((ct.float() - ref.float()).norm() / ref.float().norm()).item()
+            assert terr < TOL[dtype], f"triton {name}: rel err {terr:.2e}"
+            ms = {"axe": _bench(lambda: kern(a, w, c)),
+                  "cublas": _bench(lambda: torch.matmul(a, w.t(), out=ct)),
+                  "triton": _bench(lambda: tri(a, w, ct))}
+            flops = 2.0 * M * n * k
+            tf = {kk: flops / (v * 1e-3) / 1e12 for kk, v in ms.items()}
+            rows.append({"model": model, "proj": proj, "dtype": dtype, "M": M, "N": n, "K": k, "ms": ms,
+                         "tflops": tf, "axe_vs_cublas": tf["axe"] / tf["cublas"],
+                         "triton_vs_cublas": tf["triton"] / tf["cublas"], "axe_rel_err_vs_cublas": err})
+            print(f"{dtype} {model} {proj}: axe {tf['axe']:.0f} cuBLAS {tf['cublas']:.0f} triton {tf['triton']:.0f}",
+                  flush=True)
+            del a, w, c, ct, ref
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--artifacts", default=os.path.join(ROOT, ".carry", "gemm_bench"))
+    ap.add_argument("--dtypes", nargs="*", default=["float16", "bfloat16"])
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    import torch
+    import triton
+
+    rows = run(args.artifacts, args.dtypes)
+    dev = torch.cuda.get_device_name()
+    date = datetime.date.today().isoformat()
+    short = dev.replace("NVIDIA ", "").split()[0].lower()
+    path = args.json or os.path.join(os.environ.get("OUT", os.path.join(ROOT, "benchmarks", "results")),
+                                     f"gemm-{date}-{short}.json")
+    summary = {}
+    for dtype in args.dtypes:
+        r = [x["axe_vs_cublas"] for x in rows if x["dtype"] == dtype]
+        t = [x["triton_vs_cublas"] for x in rows if x["dtype"] == dtype]
+        summary[dtype] = {"axe_vs_cublas_median": statistics.median(r), "axe_vs_cublas_min": min(r),
+                          "triton_vs_cublas_median": statistics.median(t), "triton_vs_cublas_min": min(t)}
+    result = {"benchmark": "gemm", "date": date, "device": dev, "sms": torch.cuda.get_device_properties(0).multi_processor_count,
+              "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
+                           "python": platform.python_version()},
+              "timing": "triton.testing.do_bench median, warmup 100 ms, rep 500 ms; random normal data; "
+                        "C = A·Wᵀ, A 8192×K row-major, W N×K; TFLOP/s = 2MNK / time",
+              "figures": rows, "summary": summary}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"\n{date}  {dev}  torch {torch.__version__}  triton {triton.__version__}  -> {path}")
+    print(f"{'dtype':8s} {'model':15s} {'proj':4s} {'N':>6s} {'K':>6s} {'axe':>6s} {'cuBLAS':>6s} {'triton':>6s} "
+          f"{'axe/cuBLAS':>10s} {'triton/cuBLAS':>13s}   (TFLOP/s)")
+    for x in rows:
+        tf = x["tflops"]
+        print(f"{x['dtype']:8s} {x['model']:15s} {x['proj']:4s} {x['N']:6d} {x['K']:6d} {tf['axe']:6.0f} "
+              f"{tf['cublas']:6.0f} {tf['triton']:6.0f} {x['axe_vs_cublas']:10.3f} {x['triton_vs_cublas']:13.3f}")
+    for dtype, s in summary.items():
+        print(f"{dtype}: axe/cuBLAS median {s['axe_vs_cublas_median']:.3f} min {s['axe_vs_cublas_min']:.3f}; "
+              f"triton/cuBLAS median {s['triton_vs_cublas_median']:.3f} min {s['triton_vs_cublas_min']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

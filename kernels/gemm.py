@@ -1,0 +1,139 @@
+"""Hopper GEMM in axe: ``C = A·B``, fp16 or bf16, fp32 accumulation, A row-major (M×K), B
+row-major (K×N) or column-major (stored N×K).
+
+One persistent CTA per SM (``TileSchedule``: grouped rasterization) computes 128×256 tiles of C
+with three warpgroups:
+
+- warpgroup 0, the producer (``setmaxnreg`` down to 40): one thread issues TMA loads of the
+  A tile (128×64) and the B tile (64×256 or 256×64) into 128-byte-swizzled shared slots of a
+  ``STAGES``-deep :class:`~axe.lang.pipeline.Pipeline` (full barriers count bytes, empty
+  barriers count the two consumers' releases);
+- warpgroups 1 and 2, the consumers (``setmaxnreg`` up to 232): each owns 64 rows of the tile
+  and runs ``Ax.gemm`` per slot.  The wgmma schedule is chosen from the layouts: B's shared
+  layout (MN- or K-major) sets the instruction's transpose bit, so both B variants are this
+  one kernel.  One wgmma group stays in flight while the previous slot is released.  The
+  epilogue casts the accumulator, writes it with ``stmatrix`` into a swizzled shared tile and
+  one thread stores it with TMA, overlapping the next tile's main loop.
+
+Shapes need not be multiples of the tile: TMA fills out-of-bounds loads with zeros (which add
+nothing to the products) and clips the stores at the matrix edge.
+"""
+
+from tvm.script import tirx as T
+
+import axe.lang as Ax
+from axe.layout import S, Swizzle, SwizzledLayout
+
+BM, BN, BK, STAGES, SMS, GROUP = 128, 256, 64, 3, 132, 8
+THREADS, PRODUCER_REGS, CONSUMER_REGS = 384, 40, 232
+HALF = BM // 2          # rows per consumer warpgroup
+
+
+def swizzled(rows, cols):
+    """A (rows, cols) tile as column blocks of 64 elements (128 bytes of 16-bit data), each
+    row-major under TMA's 128-byte swizzle: a tiling of both the TMA box and the wgmma atom."""
+    if cols <= 64:
+        return SwizzledLayout(S[(rows, cols)], Swizzle(3, 3, 3))
+    return SwizzledLayout(S[(rows, cols // 64, 64):(64, rows * 64, 1)], Swizzle(3, 3, 3))
+
+
+def reference(A, B, b_major="row"):
+    """fp32 ``A·B`` (B as stored: K×N for ``"row"``, N×K for ``"col"``)."""
+    return {"C": A.float() @ (B if b_major == "row" else B.t()).float()}
+
+
+def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=SMS):
+    """The GEMM kernel (an :class:`axe.lang.Kernel`) for static sizes; ``b_major``: ``"row"``
+    (B is K×N) or ``"col"`` (B is stored N×K, ``C = A·Bᵀ``)."""
+    if b_major not in ("row", "col"):
+        raise ValueError(f"gemm: b_major must be 'row' or 'col', got {b_major!r}")
+    if dtype not in ("float16", "bfloat16"):
+        raise ValueError(f"gemm: dtype must be float16 or bfloat16, got {dtype!r}")
+    if min(M, N, K) < 1:
+        raise ValueError(f"gemm: empty problem {M}x{N}x{K}")
+    if N % 8 or K % 8:
+        raise ValueError(f"gemm: N={N} and K={K} must be multiples of 8 (TMA needs 16-byte row pitches)")
+    if M < BM or N < BN or K < BK:
+        raise ValueError(f"gemm: {M}x{N}x{K} is smaller than one {BM}x{BN}x{BK} tile")
+    b_shape, b_tile = ((K, N), (BK, BN)) if b_major == "row" else ((N, K), (BN, BK))
+    sched = Ax.TileSchedule(-(-M // BM), -(-N // BN), sms, GROUP)
+    k_iters = -(-K // BK)
+    a_at, b_at = 0, stages * BM * BK                       # element offsets in the shared pool
+    c_at = b_at + stages * BK * BN
+
+    def tile(pool, at, shape):
+        return Ax.view(pool, swizzled(*shape), shape, base=at)
+
+    def b_region(B, n0, k0):
+        return B[k0:k0 + BK, n0:n0 + BN] if b_major == "row" else B[n0:n0 + BN, k0:k0 + BK]
+
+    def b_operand(pool, s):
+        Bs = tile(pool, b_at + s * (BK * BN), b_tile)
+        return Bs if b_major == "row" else Ax.permute(Bs, (1, 0))      # the K×N view
+
+    def mma(pool, pipe, acc, wg, i, accumulate):
+        """Wait for iteration i's slot; wgmma this warpgroup's 64 rows; leave the group in flight."""
+        s = pipe.slot(i)
+        pipe.wait(i)
+        a = tile(pool, a_at + s * (BM * BK) + wg * (HALF * BK), (HALF, BK))
+        Ax.gemm(acc, a, b_operand(pool, s), accumulate=accumulate, wait=1)
+
+    def factory():
+        from axe.backends.cuda.schedules.wgmma import d_fragment
+        acc_layout = d_fragment(BN, "tx")
+
+        @T.prim_func
+        def gemm(A_: T.Buffer((M, K), dtype), B_: T.Buffer(b_shape, dtype), C_: T.Buffer((M, N), dtype),
+                 A_map: T.handle("tensormap"), B_map: T.handle("tensormap"), C_map: T.handle("tensormap")):
+            Ax.min_blocks_per_sm(1)
+            bx, tx = Ax.launch(sms, THREADS)
+            A = Ax.param(A_, tensormap=A_map)
+            B = Ax.param(B_, tensormap=B_map)
+            C = Ax.param(C_, tensormap=C_map)
+            pool = Ax.dynamic_shared(c_at + BM * BN, dtype)
+            pipe = Ax.pipeline(stages, producers=2, consumers=2)
+            with Ax.role(0, 1, regs=PRODUCER_REGS):
+                with Ax.warps(0, 1):
+                    for it in T.serial(sched.count(bx)):
+                        m_blk, n_blk = sched.coords(sched.tile(bx, it))
+                        for kb in T.serial(k_iters):
+                            i = it * k_iters + kb
+                            s = pipe.slot(i)
+                            pipe.acquire(i)
+                            Ax.copy(tile(pool, a_at + s * (BM * BK), (BM, BK)),
+                                    A[m_blk * BM:(m_blk + 1) * BM, kb * BK:(kb + 1) * BK], barrier=pipe.full, stage=s)
+                            Ax.copy(tile(pool, b_at + s * (BK * BN), b_tile), b_region(B, n_blk * BN, kb * BK),
+                                    barrier=pipe.full, stage=s)
+            with Ax.role(1, 3, regs=CONSUMER_REGS, each=True):
+                wg = Ax.warpgroup_index()
+                leader = tx % 128 == 0
+                acc = Ax.registers((HALF, BN), "float32", acc_layout, name="acc")
+                out = Ax.registers((HALF, BN), dtype, acc_layout, name="out")
+                Cw = tile(pool, c_at + wg * (HALF * BN), (HALF, BN))
+                for it in T.serial(sched.count(bx)):
+                    m_blk, n_blk = sched.coords(sched.tile(bx, it))
+                    mma(pool, pipe, acc, wg, it * k_iters, accumulate=False)
+                    for kb in T.serial(1, k_iters):
+                        mma(pool, pipe, acc, wg, it * k_iters + kb, accumulate=True)
+                        pipe.release(it * k_iters + kb - 1, pred=leader)
+                    Ax.wgmma_wait(0)
+                    pipe.release(it * k_iters + k_iters - 1, pred=leader)
+                    Ax.cast(out, acc)
+                    Ax.tma_store_wait(0, pred=leader)        # the previous tile's store has read Cw
+                    Ax.named_barrier(1 + wg, 128)
+                    Ax.copy(Cw, out)
+                    Ax.fence_proxy_async()
+                    Ax.named_barrier(1 + wg, 128)
+                    Ax.copy(C[m_blk * BM + wg * HALF:m_blk * BM + (wg + 1) * HALF, n_blk * BN:(n_blk + 1) * BN], Cw,
+                            fence=False, wait=False)
+                Ax.tma_store_wait(0, pred=leader)
+        return gemm
+
+    return Ax.Kernel(name or f"gemm_{dtype}_{b_major}", factory, reference=reference, outputs=("C",),
+                     meta={"M": M, "N": N, "K": K, "dtype": dtype, "b_major": b_major, "grid": (sms,),
+                           "threads": THREADS})
+
+
+def build(M, N, K, dtype="float16", b_major="row", name=None, target="sm_90a", **kw):
+    """Build :func:`make`'s kernel into an artifact (CUDA source, PTX, cubin, launch.json)."""
+    return Ax.compile_kernel(make(M, N, K, dtype, b_major, name, **kw), target)
