@@ -68,8 +68,8 @@ def _transpose_to_registers(regs):
 _KERNEL = dict(reference=reference, inputs=inputs, outputs=("B",), grid=(N // TILE, M // TILE), threads=THREADS)
 
 
-@Ax.kernel(**_KERNEL)
-def transpose():
+def _transpose_through_tma(one_tile: bool):
+    """TMA load, ldmatrix.trans, stmatrix into ``out`` (or back into ``tile``), TMA store."""
     @T.prim_func
     def transpose(A_: T.Buffer((M, N), "float16"), B_: T.Buffer((N, M), "float16"),
                   A_map: T.handle("tensormap"), B_map: T.handle("tensormap")):
@@ -78,36 +78,31 @@ def transpose():
         B = Ax.param(B_, tensormap=B_map)
         bar = Ax.mbarrier(count=1)
         tile = Ax.shared((TILE, TILE), "float16", SMEM, name="tile")
-        out = Ax.shared((TILE, TILE), "float16", SMEM, name="out")
         Ax.copy(tile, A[by * TILE:(by + 1) * TILE, bx * TILE:(bx + 1) * TILE], barrier=bar)
         Ax.mbarrier_wait(bar, 0)
         R = Ax.registers((TILE, TILE), "float16", _atom_regs(), name="R")
         Ax.copy(R, Ax.permute(tile, (1, 0)))
-        Ax.copy(out, R)
-        Ax.copy(B[bx * TILE:(bx + 1) * TILE, by * TILE:(by + 1) * TILE], out)
+        if one_tile:
+            Ax.sync()
+            Ax.copy(tile, R)
+            Ax.copy(B[bx * TILE:(bx + 1) * TILE, by * TILE:(by + 1) * TILE], tile)
+        else:
+            out = Ax.shared((TILE, TILE), "float16", SMEM, name="out")
+            Ax.copy(out, R)
+            Ax.copy(B[bx * TILE:(bx + 1) * TILE, by * TILE:(by + 1) * TILE], out)
     return transpose
+
+
+@Ax.kernel(**_KERNEL)
+def transpose():
+    return _transpose_through_tma(one_tile=False)
 
 
 @Ax.kernel(**_KERNEL)
 def transpose_one_tile():
     """As ``transpose`` with one shared tile (8 KiB per CTA instead of 16): the registers go
     back into the tile they came from once every warp has read it."""
-    @T.prim_func
-    def transpose(A_: T.Buffer((M, N), "float16"), B_: T.Buffer((N, M), "float16"),
-                  A_map: T.handle("tensormap"), B_map: T.handle("tensormap")):
-        (bx, by), tx = Ax.launch([N // TILE, M // TILE], THREADS)
-        A = Ax.param(A_, tensormap=A_map)
-        B = Ax.param(B_, tensormap=B_map)
-        bar = Ax.mbarrier(count=1)
-        tile = Ax.shared((TILE, TILE), "float16", SMEM, name="tile")
-        Ax.copy(tile, A[by * TILE:(by + 1) * TILE, bx * TILE:(bx + 1) * TILE], barrier=bar)
-        Ax.mbarrier_wait(bar, 0)
-        R = Ax.registers((TILE, TILE), "float16", _atom_regs(), name="R")
-        Ax.copy(R, Ax.permute(tile, (1, 0)))
-        Ax.sync()
-        Ax.copy(tile, R)
-        Ax.copy(B[bx * TILE:(bx + 1) * TILE, by * TILE:(by + 1) * TILE], tile)
-    return transpose
+    return _transpose_through_tma(one_tile=True)
 
 
 @Ax.kernel(**_KERNEL)

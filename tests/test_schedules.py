@@ -93,3 +93,22 @@ def test_tma_needs_barrier_and_swizzle_atom():
     assert DispatchError  # the error type is public
     out = Ax.explain(transpose.transpose, "sm_100a")
     assert "+ tma" in out and "swizzle 128" in out
+
+
+def test_tma_store_chosen_and_its_refusals_explained():
+    from kernels import transpose
+    out = Ax.explain(transpose.transpose, "sm_90a")
+    assert "+ tma_store" in out and "store box [64, 64] swizzle 128" in out and "wait_group.read" in out
+
+    @Ax.kernel(name="bad_store")
+    def bad_store():
+        @T.prim_func
+        def bad_store(B_: T.Buffer((64, 64), "float16"), B_map: T.handle("tensormap")):
+            bx, tx_ = Ax.launch(1, 128)
+            B = Ax.param(B_, tensormap=B_map)
+            bar = Ax.mbarrier(count=1)
+            t = Ax.shared((64, 64), "float16", "S[(64,64):(1,64)]", name="t")
+            Ax.copy(B, t, schedule="tma_store", barrier=bar)
+        return bad_store
+    with pytest.raises(Exception, match="drop barrier="):
+        Ax.build_func(bad_store)
