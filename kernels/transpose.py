@@ -68,29 +68,45 @@ def _transpose_to_registers(regs):
 _KERNEL = dict(reference=reference, inputs=inputs, outputs=("B",), grid=(N // TILE, M // TILE), threads=THREADS)
 
 
-def _transpose_through_tma(one_tile: bool):
-    """TMA load, ldmatrix.trans, stmatrix into ``out`` (or back into ``tile``), TMA store."""
+def _wide(k):
+    """A (64, 64k) tile of A: k 128-byte-swizzled 64×64 TMA atoms side by side."""
+    return SMEM if k == 1 else SwizzledLayout(S[(TILE, k, TILE):(TILE, TILE * TILE, 1)], Swizzle(3, 3, 3))
+
+
+def _transpose_through_tma(one_tile: bool, k: int = 1):
+    """TMA load of a 64×64k tile, ldmatrix.trans, stmatrix into ``out`` (or back into ``tile``),
+    TMA store of the 64k×64 tile of B."""
+    W = TILE * k
+    regs = _atom_regs() if k == 1 else _wide_atom_regs(k)
+
     @T.prim_func
     def transpose(A_: T.Buffer((M, N), "float16"), B_: T.Buffer((N, M), "float16"),
                   A_map: T.handle("tensormap"), B_map: T.handle("tensormap")):
-        (bx, by), tx = Ax.launch([N // TILE, M // TILE], THREADS)
+        (bx, by), tx = Ax.launch([N // W, M // TILE], THREADS)
         A = Ax.param(A_, tensormap=A_map)
         B = Ax.param(B_, tensormap=B_map)
         bar = Ax.mbarrier(count=1)
-        tile = Ax.shared((TILE, TILE), "float16", SMEM, name="tile")
-        Ax.copy(tile, A[by * TILE:(by + 1) * TILE, bx * TILE:(bx + 1) * TILE], barrier=bar)
+        tile = Ax.shared((TILE, W), "float16", _wide(k), name="tile")
+        Ax.copy(tile, A[by * TILE:(by + 1) * TILE, bx * W:(bx + 1) * W], barrier=bar)
         Ax.mbarrier_wait(bar, 0)
-        R = Ax.registers((TILE, TILE), "float16", _atom_regs(), name="R")
+        R = Ax.registers((W, TILE), "float16", regs, name="R")
         Ax.copy(R, Ax.permute(tile, (1, 0)))
         if one_tile:
             Ax.sync()
             Ax.copy(tile, R)
             Ax.copy(B[bx * TILE:(bx + 1) * TILE, by * TILE:(by + 1) * TILE], tile)
         else:
-            out = Ax.shared((TILE, TILE), "float16", SMEM, name="out")
+            out = Ax.shared((W, TILE), "float16", SwizzledLayout(S[(W, TILE)], Swizzle(3, 3, 3)), name="out")
             Ax.copy(out, R)
-            Ax.copy(B[bx * TILE:(bx + 1) * TILE, by * TILE:(by + 1) * TILE], out)
+            Ax.copy(B[bx * W:(bx + 1) * W, by * TILE:(by + 1) * TILE], out)
     return transpose
+
+
+def _wide_atom_regs(k):
+    """``S[(4,2k,8):(1@tx,8,1)] ⊗ atom`` over (64k, 64): warp w holds atom rows 2kw … 2kw+2k-1."""
+    from axe.backends.cuda.schedules.ldmatrix import atom
+    from axe.layout import tile, tx
+    return tile(S[(4, 2 * k, 8):(1 @ tx, 8, 1)], (8 * k, 8), atom("tx"), (8, 8))
 
 
 @Ax.kernel(**_KERNEL)
@@ -103,6 +119,13 @@ def transpose_one_tile():
     """As ``transpose`` with one shared tile (8 KiB per CTA instead of 16): the registers go
     back into the tile they came from once every warp has read it."""
     return _transpose_through_tma(one_tile=True)
+
+
+@Ax.kernel(reference=reference, inputs=inputs, outputs=("B",), grid=(N // (2 * TILE), M // TILE), threads=THREADS)
+def transpose_wide():
+    """As ``transpose`` with a 64×128 tile per CTA (two TMA atoms in, one 128×64 box out):
+    twice the bytes in flight per CTA, half the CTAs."""
+    return _transpose_through_tma(one_tile=False, k=2)
 
 
 @Ax.kernel(**_KERNEL)

@@ -17,6 +17,8 @@ PROMISED = {
                   "cp.async.bulk.tensor.2d.global.shared::cta", "cp.async.bulk.commit_group", "cp.async.bulk.wait_group.read"],
     "transpose_one_tile": ["ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "stmatrix.sync.aligned.m8n8.x4.shared.b16",
                            "cp.async.bulk.tensor.2d.global.shared::cta"],
+    "transpose_wide": ["ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16", "stmatrix.sync.aligned.m8n8.x4.shared.b16",
+                       "cp.async.bulk.tensor.2d.global.shared::cta"],
     "transpose_vector": ["cp.async.bulk.tensor.2d", "mbarrier", "st.global.v4"],
     "transpose_ldmatrix": ["cp.async.bulk.tensor.2d", "mbarrier", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16",
                            "st.global.u32"],
@@ -26,6 +28,7 @@ PROMISED = {
 CHOSEN = {
     "transpose": ["tma", "ldmatrix", "stmatrix", "tma_store"],
     "transpose_one_tile": ["tma", "ldmatrix", "stmatrix", "tma_store"],
+    "transpose_wide": ["tma", "ldmatrix", "stmatrix", "tma_store"],
     "transpose_vector": ["tma", "per_thread", "vector"],
     "transpose_ldmatrix": ["tma", "ldmatrix", "vector"],
     "rmsnorm": ["vector", "vector", "per_thread", "cta_smem", "per_thread", "vector"],

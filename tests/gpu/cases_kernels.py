@@ -17,7 +17,7 @@ BENCH_TRANSPOSE = {"M": 8192, "N": 8192}
 BENCH_RMSNORM = {"ROWS": 65536}
 BENCH_SOFTMAX = {"ROWS": 65536}
 #: transpose variants built and checked at both sizes; the benchmark times each
-TRANSPOSES = ("transpose", "transpose_one_tile", "transpose_vector", "transpose_ldmatrix")
+TRANSPOSES = ("transpose", "transpose_one_tile", "transpose_wide", "transpose_vector", "transpose_ldmatrix")
 
 
 @contextlib.contextmanager
