@@ -42,7 +42,7 @@ def reference(A, B, b_major="row"):
     return {"C": A.float() @ (B if b_major == "row" else B.t()).float()}
 
 
-def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=SMS):
+def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=SMS, in_flight=1):
     """The GEMM kernel (an :class:`axe.lang.Kernel`) for static sizes; ``b_major``: ``"row"``
     (B is K×N) or ``"col"`` (B is stored N×K, ``C = A·Bᵀ``)."""
     if b_major not in ("row", "col"):
@@ -71,12 +71,23 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=
         Bs = tile(pool, b_at + s * (BK * BN), b_tile)
         return Bs if b_major == "row" else Ax.permute(Bs, (1, 0))      # the K×N view
 
-    def mma(pool, pipe, acc, wg, i, accumulate):
-        """Wait for iteration i's slot; wgmma this warpgroup's 64 rows; leave the group in flight."""
+    def mma(pool, pipe, acc, wg, i, accumulate, leader):
+        """Wait for iteration i's slot; wgmma this warpgroup's 64 rows, leaving ``in_flight``
+        groups running; release the slot whose group has completed (i - in_flight)."""
         s = pipe.slot(i)
         pipe.wait(i)
         a = tile(pool, a_at + s * (BM * BK) + wg * (HALF * BK), (HALF, BK))
-        Ax.gemm(acc, a, b_operand(pool, s), accumulate=accumulate, wait=1)
+        Ax.gemm(acc, a, b_operand(pool, s), accumulate=accumulate, wait=in_flight)
+        if accumulate or not in_flight:
+            pipe.release(i - in_flight, pred=leader)
+
+    def drain(pipe, acc, last, leader):
+        """After a tile's main loop: wait for the groups in flight, pin the accumulator after the
+        wait (the wait names no registers), release the last slot."""
+        if in_flight:
+            Ax.wgmma_wait(0)
+            pipe.release(last, pred=leader)
+        Ax.fence_registers(acc)
 
     def factory():
         from axe.backends.cuda.schedules.wgmma import d_fragment
@@ -112,12 +123,10 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=
                 Cw = tile(pool, c_at + wg * (HALF * BN), (HALF, BN))
                 for it in T.serial(sched.count(bx)):
                     m_blk, n_blk = sched.coords(sched.tile(bx, it))
-                    mma(pool, pipe, acc, wg, it * k_iters, accumulate=False)
+                    mma(pool, pipe, acc, wg, it * k_iters, False, leader)
                     for kb in T.serial(1, k_iters):
-                        mma(pool, pipe, acc, wg, it * k_iters + kb, accumulate=True)
-                        pipe.release(it * k_iters + kb - 1, pred=leader)
-                    Ax.wgmma_wait(0)
-                    pipe.release(it * k_iters + k_iters - 1, pred=leader)
+                        mma(pool, pipe, acc, wg, it * k_iters + kb, True, leader)
+                    drain(pipe, acc, it * k_iters + k_iters - 1, leader)
                     Ax.cast(out, acc)
                     Ax.tma_store_wait(0, pred=leader)        # the previous tile's store has read Cw
                     Ax.named_barrier(1 + wg, 128)

@@ -25,7 +25,7 @@ from axe.ops.scope import ExecScope, pop_scope, push_scope
 from .scopes import scope_or_cta
 
 __all__ = ["min_blocks_per_sm", "setmaxnreg", "role", "warpgroup_index", "named_barrier",
-           "fence_proxy_async", "elect_one", "entry_registers", "tma_store_wait", "dynamic_shared"]
+           "fence_proxy_async", "elect_one", "entry_registers", "tma_store_wait", "dynamic_shared", "fence_registers"]
 
 REGISTER_FILE = 65536          # 32-bit registers per SM (sm_90)
 
@@ -144,3 +144,30 @@ def dynamic_shared(elements: int, dtype, name="pool", align: int = 1024):
     from axe.ops.tensor import Tensor, register_tensor
     buf = T.alloc_buffer((int(elements),), dtype, scope="shared.dyn", align=align)
     return register_tensor(Tensor(buf, S[(int(elements),)], (int(elements),), dtype, "shared", name=name))
+
+
+_FENCE_SRC = """
+__forceinline__ __device__ void axe_fence_regs4(float& a, float& b, float& c, float& d) {
+  asm volatile("" : "+f"(a), "+f"(b), "+f"(c), "+f"(d) :: "memory");
+}
+"""
+
+
+def fence_registers(t):
+    """Pin the float32 register tile ``t`` at this point of the instruction stream (an empty
+    ``asm volatile`` with every register as an in-out operand).
+
+    Asynchronous register writers (``wgmma`` accumulators) complete at a wait instruction that
+    names no registers, so without this the compiler may read the registers above the wait —
+    before the hardware has written them.  Write it right after ``Ax.wgmma_wait`` when the
+    accumulator is read next (CUTLASS's ``warpgroup_fence_operand``).
+    """
+    from tvm.script import tirx as T
+    if t.mem != "local" or t.dtype != "float32":
+        raise ValueError(f"fence_registers: {t.describe()} is not a float32 register tile")
+    buf = t.flat()
+    n = int(buf.shape[0])
+    if n % 4:
+        raise ValueError(f"fence_registers: {n} registers is not a multiple of 4")
+    for i in range(0, n, 4):
+        T.evaluate(T.cuda.func_call("axe_fence_regs4", *(buf[i + j] for j in range(4)), source_code=_FENCE_SRC))

@@ -101,10 +101,13 @@ class TileSchedule:
     def coords(self, t):
         """``(m block, n block)`` of linear tile ``t``: bands of ``group`` block-rows, each band
         walked column by column (the last band may be narrower)."""
-        from tvm.script import tirx as T
         per_band = self.group * self.n_tiles
         band = t // per_band
         first = band * self.group
-        rows = T.min(self.m_tiles - first, self.group)
+        if isinstance(t, int):
+            rows = min(self.m_tiles - first, self.group)
+        else:
+            from tvm.script import tirx as T
+            rows = T.min(self.m_tiles - first, self.group)
         r = t % per_band
         return first + r % rows, r // rows
