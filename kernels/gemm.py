@@ -42,7 +42,7 @@ def reference(A, B, b_major="row"):
     return {"C": A.float() @ (B if b_major == "row" else B.t()).float()}
 
 
-def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=SMS, in_flight=1):
+def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=SMS, in_flight=0):
     """The GEMM kernel (an :class:`axe.lang.Kernel`) for static sizes; ``b_major``: ``"row"``
     (B is K×N) or ``"col"`` (B is stored N×K, ``C = A·Bᵀ``)."""
     if b_major not in ("row", "col"):
