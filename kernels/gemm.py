@@ -11,7 +11,8 @@ with three warpgroups:
 - warpgroups 1 and 2, the consumers (``setmaxnreg`` up to 232): each owns 64 rows of the tile
   and runs ``Ax.gemm`` per slot.  The wgmma schedule is chosen from the layouts: B's shared
   layout (MN- or K-major) sets the instruction's transpose bit, so both B variants are this
-  one kernel.  One wgmma group stays in flight while the previous slot is released.  The
+  one kernel.  Each slot's wgmma group completes before the slot is released (``in_flight=1``
+  keeps one group running instead; it gave wrong last accumulator registers on an H200).  The
   epilogue casts the accumulator, writes it with ``stmatrix`` into a swizzled shared tile and
   one thread stores it with TMA, overlapping the next tile's main loop.
 
