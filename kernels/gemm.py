@@ -147,3 +147,9 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=
 def build(M, N, K, dtype="float16", b_major="row", name=None, target="sm_90a", **kw):
     """Build :func:`make`'s kernel into an artifact (CUDA source, PTX, cubin, launch.json)."""
     return Ax.compile_kernel(make(M, N, K, dtype, b_major, name, **kw), target)
+
+
+#: the examples ``axe build kernels/gemm.py`` and ``axe demo`` build (any size works through
+#: :func:`make`): fp16 with row-major B and bf16 with column-major B (C = A·Bᵀ)
+gemm_fp16 = make(4096, 4096, 4096, "float16", "row", name="gemm_fp16")
+gemm_bf16_nt = make(4096, 4096, 4096, "bfloat16", "col", name="gemm_bf16_nt")
