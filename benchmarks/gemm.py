@@ -86,6 +86,19 @@ def triton_matmul():
     return run
 
 
+def checked_run(kern, n, k, tdt, tol):
+    """Fresh random A (M×K), W (N×K); C poisoned with NaN, computed by ``kern`` and compared with
+    cuBLAS: ``(a, w, c, ref, rel err, ok)``."""
+    import torch
+    a = torch.randn(M, k, device="cuda", dtype=tdt)
+    w = torch.randn(n, k, device="cuda", dtype=tdt)
+    c = torch.full((M, n), float("nan"), device="cuda", dtype=tdt)
+    kern(a, w, c)
+    ref = torch.matmul(a, w.t())
+    err = ((c.float() - ref.float()).norm() / ref.float().norm()).item()
+    return a, w, c, ref, err, bool(not c.isnan().any() and err < tol)
+
+
 def _bench(fn):
     from triton.testing import do_bench
     return do_bench(fn, warmup=100, rep=500, return_mode="median")
@@ -105,13 +118,7 @@ def run(artifacts, dtypes):
         for model, proj, n, k in SHAPES:
             name = artifact_name(dtype, n, k)
             kern = rt.load(os.path.join(artifacts, name))
-            a = torch.randn(M, k, device="cuda", dtype=tdt)
-            w = torch.randn(n, k, device="cuda", dtype=tdt)
-            c = torch.full((M, n), float("nan"), device="cuda", dtype=tdt)
-            kern(a, w, c)
-            ref = torch.matmul(a, w.t())
-            err = ((c.float() - ref.float()).norm() / ref.float().norm()).item()
-            ok = bool(not c.isnan().any() and err < TOL[dtype])
+            a, w, c, ref, err, ok = checked_run(kern, n, k, tdt, TOL[dtype])
             if not ok:
                 print(f"WRONG: {name} rel err {err:.2e} vs cuBLAS (tolerance {TOL[dtype]}); timed anyway, marked", flush=True)
             ct = torch.empty_like(c)

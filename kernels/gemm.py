@@ -1,8 +1,8 @@
 """Hopper GEMM in axe: ``C = A·B``, fp16 or bf16, fp32 accumulation, A row-major (M×K), B
 row-major (K×N) or column-major (stored N×K).
 
-One persistent CTA per SM (``TileSchedule``: grouped rasterization) computes 128×256 tiles of C
-with three warpgroups:
+One persistent CTA per SM (``TileSchedule``: grouped rasterization, bands of 16 block-rows)
+computes 128×256 tiles of C with three warpgroups:
 
 - warpgroup 0, the producer (``setmaxnreg`` down to 40): one thread issues TMA loads of the
   A tile (128×64) and the B tile (64×256 or 256×64) into 128-byte-swizzled shared slots of a
@@ -11,10 +11,11 @@ with three warpgroups:
 - warpgroups 1 and 2, the consumers (``setmaxnreg`` up to 232): each owns 64 rows of the tile
   and runs ``Ax.gemm`` per slot.  The wgmma schedule is chosen from the layouts: B's shared
   layout (MN- or K-major) sets the instruction's transpose bit, so both B variants are this
-  one kernel.  Each slot's wgmma group completes before the slot is released (``in_flight=1``
-  keeps one group running instead; it gave wrong last accumulator registers on an H200).  The
-  epilogue casts the accumulator, writes it with ``stmatrix`` into a swizzled shared tile and
-  one thread stores it with TMA, overlapping the next tile's main loop.
+  one kernel.  One wgmma group stays in flight (``in_flight=1``): after issuing k-block i a
+  consumer waits for group i-1 and only then releases i-1's slot; a tile's last k-block waits
+  for every group in straight-line code (``wait=0``), so the accumulator is complete before the
+  epilogue reads it.  The epilogue casts the accumulator, writes it with ``stmatrix`` into a
+  swizzled shared tile and one thread stores it with TMA, overlapping the next tile's loads.
 
 Shapes need not be multiples of the tile: TMA fills out-of-bounds loads with zeros (which add
 nothing to the products) and clips the stores at the matrix edge.
@@ -25,7 +26,7 @@ from tvm.script import tirx as T
 import axe.lang as Ax
 from axe.layout import S, Swizzle, SwizzledLayout
 
-BM, BN, BK, STAGES, SMS, GROUP = 128, 256, 64, 3, 132, 8
+BM, BN, BK, STAGES, SMS, GROUP = 128, 256, 64, 3, 132, 16
 THREADS, PRODUCER_REGS, CONSUMER_REGS = 384, 40, 232
 HALF = BM // 2          # rows per consumer warpgroup
 
@@ -43,7 +44,7 @@ def reference(A, B, b_major="row"):
     return {"C": A.float() @ (B if b_major == "row" else B.t()).float()}
 
 
-def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=SMS, in_flight=0):
+def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=SMS, in_flight=1, group=GROUP):
     """The GEMM kernel (an :class:`axe.lang.Kernel`) for static sizes; ``b_major``: ``"row"``
     (B is K×N) or ``"col"`` (B is stored N×K, ``C = A·Bᵀ``)."""
     if b_major not in ("row", "col"):
@@ -57,10 +58,11 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=
     if M < BM or N < BN or K < BK:
         raise ValueError(f"gemm: {M}x{N}x{K} is smaller than one {BM}x{BN}x{BK} tile")
     b_shape, b_tile = ((K, N), (BK, BN)) if b_major == "row" else ((N, K), (BN, BK))
-    sched = Ax.TileSchedule(-(-M // BM), -(-N // BN), sms, GROUP)
+    sched = Ax.TileSchedule(-(-M // BM), -(-N // BN), sms, group)
     k_iters = -(-K // BK)
     a_at, b_at = 0, stages * BM * BK                       # element offsets in the shared pool
     c_at = b_at + stages * BK * BN
+    wait = in_flight if k_iters > 1 else 0                 # wgmma groups left running per k-block
 
     def tile(pool, at, shape):
         return Ax.view(pool, swizzled(*shape), shape, base=at)
@@ -72,23 +74,15 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=
         Bs = tile(pool, b_at + s * (BK * BN), b_tile)
         return Bs if b_major == "row" else Ax.permute(Bs, (1, 0))      # the K×N view
 
-    def mma(pool, pipe, acc, wg, i, accumulate, leader):
-        """Wait for iteration i's slot; wgmma this warpgroup's 64 rows, leaving ``in_flight``
-        groups running; release the slot whose group has completed (i - in_flight)."""
+    def mma(pool, pipe, acc, wg, i, accumulate, leader, wait):
+        """Wait for iteration i's slot, wgmma this warpgroup's 64 rows leaving ``wait`` groups in
+        flight, then release the slot whose group has completed: i - wait."""
         s = pipe.slot(i)
         pipe.wait(i)
         a = tile(pool, a_at + s * (BM * BK) + wg * (HALF * BK), (HALF, BK))
-        Ax.gemm(acc, a, b_operand(pool, s), accumulate=accumulate, wait=in_flight)
-        if accumulate or not in_flight:
-            pipe.release(i - in_flight, pred=leader)
-
-    def drain(pipe, acc, last, leader):
-        """After a tile's main loop: wait for the groups in flight, pin the accumulator after the
-        wait (the wait names no registers), release the last slot."""
-        if in_flight:
-            Ax.wgmma_wait(0)
-            pipe.release(last, pred=leader)
-        Ax.fence_registers(acc)
+        Ax.gemm(acc, a, b_operand(pool, s), accumulate=accumulate, wait=wait)
+        if accumulate or not wait:
+            pipe.release(i - wait, pred=leader)
 
     def factory():
         from axe.backends.cuda.schedules.wgmma import d_fragment
@@ -124,10 +118,15 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=
                 Cw = tile(pool, c_at + wg * (HALF * BN), (HALF, BN))
                 for it in T.serial(sched.count(bx)):
                     m_blk, n_blk = sched.coords(sched.tile(bx, it))
-                    mma(pool, pipe, acc, wg, it * k_iters, False, leader)
-                    for kb in T.serial(1, k_iters):
-                        mma(pool, pipe, acc, wg, it * k_iters + kb, True, leader)
-                    drain(pipe, acc, it * k_iters + k_iters - 1, leader)
+                    # k-blocks with `wait` groups in flight; the last one waits for all in straight-line
+                    # code (ptxas moved a read of the last registers above a wait_group 0 after the loop)
+                    mma(pool, pipe, acc, wg, it * k_iters, False, leader, wait)
+                    for kb in T.serial(1, k_iters - 1):
+                        mma(pool, pipe, acc, wg, it * k_iters + kb, True, leader, wait)
+                    if k_iters > 1:
+                        mma(pool, pipe, acc, wg, it * k_iters + k_iters - 1, True, leader, 0)
+                        if wait > 0:    # the previous k-block's group completed at this wait
+                            pipe.release(it * k_iters + k_iters - 2, pred=leader)
                     Ax.cast(out, acc)
                     Ax.tma_store_wait(0, pred=leader)        # the previous tile's store has read Cw
                     Ax.named_barrier(1 + wg, 128)

@@ -31,7 +31,8 @@ def test_gemm_builds(dtype, b_major):
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, r
     assert art.launch["grid"] == [gemm.SMS, 1, 1] and art.launch["block"] == [384, 1, 1]
     assert art.launch["dynamic_smem"] >= gemm.STAGES * (128 * 64 + 64 * 256) * 2
-    assert [r.chosen for r in art.records] == ["tma", "tma", "wgmma", "wgmma", "per_thread", "stmatrix", "tma_store"]
+    assert [r.chosen for r in art.records] == ["tma", "tma", "wgmma", "wgmma", "wgmma", "per_thread", "stmatrix",
+                                                  "tma_store"]
     # the layouts decide B's transpose bit: MN-major (row-major B) sets imm-trans-b
     trans_b = re.findall(r"wgmma_f16_ss_mma_async_sync_aligned_m64n256k16_f32_\w+?_1_1_0_(\d)", art.cuda_source) or \
         re.findall(r"wgmma_bf16_ss_mma_async_sync_aligned_m64n256k16_f32_\w+?_1_1_0_(\d)", art.cuda_source)
@@ -47,9 +48,21 @@ def test_accumulator_pinned_after_wait():
     art = gemm.build(1024, 1024, 1024)
     src = art.cuda_source
     wait = src.rindex("wait_group_sync_aligned_0")
-    fence = src.index("axe_fence_regs4(", wait)
+    fence = src.index("axe_fence_f32(", wait)
     first_cast = src.index("((half)", wait)
     assert fence < first_cast
+
+
+def test_accumulator_complete_before_epilogue():
+    """One wgmma group stays in flight in the main loop (wait_group 1), and the last k-block's
+    wait_group 0 sits in the same basic block as the epilogue's first read of the accumulator
+    (ptxas hoisted that read above a wait_group 0 placed after the loop)."""
+    ptx = gemm.build(1024, 1024, 1024).ptx
+    assert "wgmma.wait_group.sync.aligned 1;" in ptx
+    first_cvt = ptx.index("cvt.rn.f16.f32")
+    wait0 = ptx.rindex("wgmma.wait_group.sync.aligned 0;", 0, first_cvt)
+    assert wait0 > ptx.rindex("wgmma.mma_async", 0, first_cvt)
+    assert "$L__BB" not in ptx[ptx.rindex("wgmma.mma_async", 0, first_cvt):wait0]
 
 
 def test_gemm_refuses_bad_shapes():

@@ -1,5 +1,5 @@
 """GPU cases for the Hopper GEMM (``kernels/gemm.py``): square, tall, wide and ragged shapes
-(sizes that are not multiples of the 128×256×64 tile), B row- and column-major, fp16 and bf16.
+(sizes that are not multiples of the 128×256×64 tile), one and two k-blocks, B row- and column-major, fp16 and bf16.
 
 Each check draws fresh random inputs, poisons C with NaN before every launch and compares with
 torch in fp32 by ‖C − ref‖ / ‖ref‖ (the output is rounded to 16 bits once: fp16 lands near
@@ -18,6 +18,8 @@ SHAPES = {
     "wide": (128, 4096, 256),
     "ragged": (1000, 1000, 1000),
     "ragged2": (777, 1496, 328),
+    "k1": (512, 512, 64),         # one k-block: no group left in flight
+    "k2": (384, 768, 72),         # two k-blocks (the second one ragged), no main-loop iterations
 }
 #: (shape, dtype, B layout) cases: every shape in fp16 with both B layouts, bf16 on a subset
 CASES = [(s, "float16", b) for s in SHAPES for b in ("row", "col")] + \
