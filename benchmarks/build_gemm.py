@@ -3,7 +3,8 @@
 for the 16 MLP weight shapes of ``benchmarks/gemm.py``, fp16 and bf16, B column-major (an
 ``nn.Linear`` weight, N×K), into ``.carry/gemm_bench/<name>/``.
 
-Usage: ``.venv/bin/python benchmarks/build_gemm.py [--out DIR] [--dtypes float16 bfloat16]``.
+Usage: ``.venv/bin/python benchmarks/build_gemm.py [--out DIR] [--dtypes float16 bfloat16] [--cluster 2]``
+(``--cluster 2``: CTA pairs sharing B through TMA multicast, ``kernels/gemm.py``'s ``cluster=2``).
 """
 
 import argparse
@@ -23,6 +24,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(ROOT, ".carry", "gemm_bench"))
     ap.add_argument("--dtypes", nargs="*", default=["float16", "bfloat16"])
+    ap.add_argument("--cluster", type=int, default=1)
     args = ap.parse_args(argv)
     total = 0
     for dtype in args.dtypes:
@@ -31,7 +33,7 @@ def main(argv=None):
             if os.path.exists(os.path.join(args.out, name, "launch.json")):
                 continue   # shapes repeat across models (4096x14336 ...)
             t = time.time()
-            art = kgemm.build(M, n, k, dtype=dtype, b_major="col", name=name)
+            art = kgemm.build(M, n, k, dtype=dtype, b_major="col", name=name, cluster=args.cluster)
             art.save(os.path.join(args.out, name))
             total += len(art.cubin)
             r = art.launch["resources"]

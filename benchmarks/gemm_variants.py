@@ -22,6 +22,10 @@ VARIANTS = {
     "wait1": {"in_flight": 1},
     "wait1_g16": {"in_flight": 1, "group": 16},
     "wait1_g32": {"in_flight": 1, "group": 32},
+    "c2": {"cluster": 2},                       # CTA pairs sharing B through TMA multicast
+    "c2_g32": {"cluster": 2, "group": 32},
+    "c2_s120": {"cluster": 2, "sms": 120},      # fewer clusters: are 66 pairs co-resident?
+    "c2_s66": {"cluster": 2, "sms": 66},
 }
 #: (N, K): the shapes furthest from cuBLAS in the first benchmark, and one near it
 SHAPES = [(4096, 14336), (25600, 5120), (14336, 3584), (12288, 4096)]

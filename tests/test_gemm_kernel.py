@@ -87,3 +87,39 @@ def test_tile_schedule_covers_every_tile_once():
         seen = set(seen)
         assert seen == {(m, n) for m in range(mt) for n in range(nt)}
         assert sum(s.count(c) for c in range(132)) == s.tiles
+
+
+@pytest.mark.parametrize("dtype,b_major", [("float16", "row"), ("bfloat16", "col")])
+def test_gemm_cluster_builds(dtype, b_major):
+    """cluster=2: clusters of two CTAs (launch record), B loaded half per CTA and multicast
+    (``multicast::cluster``, mask 3), peer releases through ``mapa`` + a cluster-scope arrive,
+    cluster barriers at the start and end; no spills, setmaxnreg honoured."""
+    art = gemm.build(777, 1496, 328, dtype=dtype, b_major=b_major, cluster=2)
+    ptx = art.ptx
+    for ins in ["cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster",
+                "barrier.cluster.arrive", "barrier.cluster.wait", "fence.mbarrier_init.release.cluster",
+                "mapa.shared::cluster.u32", "mbarrier.arrive.release.cluster.shared::cluster.b64",
+                "mbarrier.try_wait.parity.acquire.cluster", "wgmma.mma_async.sync.aligned.m64n256k16.f32"]:
+        assert ins in ptx, f"PTX lacks {ins}"
+    assert ptx.count("barrier.cluster.wait") >= 2       # publish the barriers, and the end
+    assert art.launch["cluster"] == [2, 1, 1] and art.launch["grid"] == [gemm.SMS, 1, 1]
+    assert "C7508" not in art.log
+    r = art.launch["resources"]
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, r
+    specs = {s["param"]: s for s in art.launch["tensormaps"]}
+    assert specs["B_map"]["box"] == ([64, 64] if b_major == "row" else [64, 128])   # half of B per CTA
+    # both CTAs' full barriers expect A (16 KiB) + both halves of B (2 x 16 KiB)
+    assert "(uint)32768" in art.cuda_source and "(uint)16384" in art.cuda_source
+    with pytest.raises(ValueError, match="cluster"):
+        gemm.make(1024, 1024, 1024, cluster=3)
+
+
+def test_cluster_tile_schedule_pairs_block_rows():
+    """cluster=2 walks pairs of block-rows: rank r of the cluster takes block-row 2p + r, so the
+    pair shares B's block-column; every tile (and the odd pair's phantom row) exactly once."""
+    import axe.lang as Ax
+    for mt, nt in ((7, 5), (64, 56), (3, 3)):
+        s = Ax.TileSchedule(-(-mt // 2), nt, 66, 8)
+        tiles = [(p * 2 + r, n) for t in range(s.tiles) for p, n in [s.coords(t)] for r in (0, 1)]
+        assert len(set(tiles)) == len(tiles) == 2 * s.tiles
+        assert {t for t in tiles if t[0] < mt} == {(m, n) for m in range(mt) for n in range(nt)}

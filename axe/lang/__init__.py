@@ -37,3 +37,6 @@ from .pipeline import Pipeline, TileSchedule, pipeline
 
 __all__ += ["dynamic_shared", "elect_one", "entry_registers", "fence_proxy_async", "fence_registers", "min_blocks_per_sm", "named_barrier",
             "role", "setmaxnreg", "tma_store_wait", "warpgroup_index", "Pipeline", "TileSchedule", "pipeline"]
+from .cluster import arrive_remote, cluster_arrive, cluster_launch, cluster_sync, cluster_wait, fence_mbarrier_init
+
+__all__ += ["arrive_remote", "cluster_arrive", "cluster_launch", "cluster_sync", "cluster_wait", "fence_mbarrier_init"]

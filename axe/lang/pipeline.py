@@ -7,6 +7,11 @@ running iteration count ``i`` (``s = i % stages``, phase ``(i / stages) & 1``), 
 consumers need no shared mutable state: each counts its own iterations the same way.  The
 producer's first pass waits on parity 1 of fresh *empty* barriers, which completes at once.
 
+In a cluster (``pipeline(..., cluster=n)``) the CTAs' producers fill each other's slots (TMA
+multicast), so a slot is free only when the consumers of every CTA released it: *empty* expects
+``consumers * n`` arrivals and :meth:`Pipeline.release` arrives on the *empty* barrier of every
+CTA of the cluster; the producer's wait acquires at cluster scope.
+
 A :class:`TileSchedule` enumerates output tiles for a persistent grid (one CTA per SM, each
 looping over tiles ``cta, cta + grid, ...``) in grouped order: ``group`` block-rows at a time,
 column by column, so that concurrently running CTAs share A rows and B columns in L2.
@@ -29,6 +34,7 @@ class Pipeline:
     full: object        # MBarrier
     empty: object       # MBarrier
     stages: int
+    cluster: int = 1    # CTAs whose consumers release each slot (and whose producers fill it)
 
     def slot(self, i):
         """The slot of iteration ``i``."""
@@ -41,7 +47,8 @@ class Pipeline:
     def acquire(self, i):
         """Producer: wait until slot ``slot(i)`` is free (its consumers released it)."""
         from tvm.script import tirx as T
-        T.evaluate(T.cuda.mbarrier_wait(self.empty.ptr(self.slot(i)), 1 - self.phase(i)))
+        wait = T.cuda.mbarrier_wait if self.cluster == 1 else T.cuda.mbarrier_wait_acquire_cluster
+        T.evaluate(wait(self.empty.ptr(self.slot(i)), 1 - self.phase(i)))
 
     def wait(self, i):
         """Consumer: wait until slot ``slot(i)`` holds iteration ``i``'s data."""
@@ -49,29 +56,41 @@ class Pipeline:
         T.evaluate(T.cuda.mbarrier_wait(self.full.ptr(self.slot(i)), self.phase(i)))
 
     def release(self, i, pred=None):
-        """Consumer: mark slot ``slot(i)`` free (one arrival on *empty*; ``pred`` selects the
-        arriving thread, e.g. one per warpgroup)."""
+        """Consumer: mark slot ``slot(i)`` free (one arrival on *empty*, on every CTA's in a
+        cluster; ``pred`` selects the arriving thread, e.g. one per warpgroup)."""
         from tvm.script import tirx as T
         from tvm.script.ir_builder import tirx as IRB
-        op = T.ptx.mbarrier.arrive.shared.b64(self.empty.ptr(self.slot(i)), T.uint32(1))
+        from .cluster import arrive_remote
+
+        def arrive():
+            if self.cluster == 1:
+                T.evaluate(T.ptx.mbarrier.arrive.shared.b64(self.empty.ptr(self.slot(i)), T.uint32(1)))
+            else:
+                for r in range(self.cluster):
+                    arrive_remote(self.empty.ptr(self.slot(i)), r)
         if pred is None:
-            T.evaluate(op)
+            arrive()
             return
         with IRB.If(pred):
             with IRB.Then():
-                T.evaluate(op)
+                arrive()
 
 
-def pipeline(stages: int, producers: int = 1, consumers: int = 1, name: str = "pipe") -> Pipeline:
-    """Allocate and initialise a :class:`Pipeline` (in the CTA scope, before the roles split)."""
+def pipeline(stages: int, producers: int = 1, consumers: int = 1, name: str = "pipe", cluster: int = 1) -> Pipeline:
+    """Allocate and initialise a :class:`Pipeline` (in the CTA scope, before the roles split);
+    ``cluster=n``: shared by the n CTAs of a cluster (barriers published with a cluster sync)."""
     from axe.backends.cuda.sync import alloc_mbarrier
     from .scopes import scope_or_cta
     if stages < 1:
         raise ValueError(f"pipeline: {stages} stages")
     s = scope_or_cta()
     full = alloc_mbarrier(s, producers, stages, f"{name}_full")
-    empty = alloc_mbarrier(s, consumers, stages, f"{name}_empty")
-    return Pipeline(full, empty, stages)
+    empty = alloc_mbarrier(s, consumers * cluster, stages, f"{name}_empty")
+    if cluster > 1:
+        from .cluster import cluster_sync, fence_mbarrier_init
+        fence_mbarrier_init()
+        cluster_sync()
+    return Pipeline(full, empty, stages, cluster)
 
 
 @dataclass(frozen=True)

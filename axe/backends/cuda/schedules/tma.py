@@ -7,6 +7,11 @@ tensor map; the shared tile is a tiling ``C ⊗ atom`` (``tile_of``) of the TMA 
 box whose inner extent is the swizzle width (32/64/128 bytes, ``Swizzle(b, log2(16/elem), 3)``)
 or, unswizzled, the whole row.  One instruction per atom; C places the atoms in shared memory.
 
+A load with ``multicast=mask`` (an int CTA mask of the cluster) writes the tile to the same
+CTA-relative shared offset of every CTA in the mask and completes bytes on each one's barrier at
+the barrier's offset (``.multicast::cluster``); each CTA of the mask is expected to multicast an
+equal slice into the same barrier, so the issuing thread announces ``nbytes * popcount(mask)``.
+
 The store reads shared memory through the async proxy, so the threads that wrote the tile
 with ordinary stores (``st.shared``, ``stmatrix``) each run ``fence.proxy.async.shared::cta``
 before the barrier that precedes the issuing thread's copies; the issuing thread then commits
@@ -106,6 +111,9 @@ def tma_plan(call, ctx, store: bool = False):
         return "TMA completes on an mbarrier: pass barrier="
     if store and call.config.get("barrier") is not None:
         return "a TMA store completes through a bulk group, not an mbarrier: drop barrier="
+    mc = call.config.get("multicast")
+    if mc is not None and (store or not isinstance(mc, int) or not 0 < mc < 1 << 16):
+        return f"multicast= takes a CTA mask (int in 1..0xffff) on a TMA load, got {mc!r}"
     if dst.shape != src.shape or glob.rank != glob.origin.rank or glob.rank > 5:
         return f"dst shape {list(dst.shape)} and src region {list(src.shape)} must match the global rank (<= 5)"
     strides = _global_strides(glob)
@@ -166,12 +174,17 @@ class TmaCopy:
         ctx.add_tensormap(plan.spec)
         ptr = bar.ptr(stage) if hasattr(bar, "stages") else bar.ptr()
         chain = f"cp.async.bulk.tensor.{len(plan.box)}d.shared::cluster.global.mbarrier::complete_tx::bytes"
+        mask = call.config.get("multicast")
+        extra = ()
+        if mask is not None:
+            chain += ".multicast::cluster"
+            extra = (T.uint16(mask),)
         tmap = src.origin.tensormap
         with guard(call.scope.local_tx() == 0):
-            expect_tx(bar, plan.nbytes, stage)
+            expect_tx(bar, plan.nbytes * (bin(mask).count("1") if mask else 1), stage)
             for idx, off in plan.atoms:
                 T.evaluate(T.ptx[chain](dst.flat().ptr_to([_smem_offset(dst, off)]), T.address_of(tmap),
-                                        *plan.coords(src, idx), ptr))
+                                        *plan.coords(src, idx), ptr, *extra))
 
 
 def _scope_barrier(scope):
