@@ -25,6 +25,8 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(ROOT, ".carry", "gemm_bench"))
     ap.add_argument("--dtypes", nargs="*", default=["float16", "bfloat16"])
     ap.add_argument("--cluster", type=int, default=1)
+    ap.add_argument("--stages", type=int, default=kgemm.STAGES)
+    ap.add_argument("--epilogue", type=int, default=kgemm.BN, help="columns per epilogue store chunk")
     args = ap.parse_args(argv)
     total = 0
     for dtype in args.dtypes:
@@ -33,7 +35,8 @@ def main(argv=None):
             if os.path.exists(os.path.join(args.out, name, "launch.json")):
                 continue   # shapes repeat across models (4096x14336 ...)
             t = time.time()
-            art = kgemm.build(M, n, k, dtype=dtype, b_major="col", name=name, cluster=args.cluster)
+            art = kgemm.build(M, n, k, dtype=dtype, b_major="col", name=name, cluster=args.cluster,
+                               stages=args.stages, epilogue=args.epilogue)
             art.save(os.path.join(args.out, name))
             total += len(art.cubin)
             r = art.launch["resources"]

@@ -26,6 +26,9 @@ VARIANTS = {
     "c2_g32": {"cluster": 2, "group": 32},
     "c2_s120": {"cluster": 2, "sms": 120},      # fewer clusters: are 66 pairs co-resident?
     "c2_s66": {"cluster": 2, "sms": 66},
+    "s3e64": {"epilogue": 64},                  # the chunked epilogue alone
+    "s4e64": {"stages": 4, "epilogue": 64},     # ... and the 4th stage it makes room for
+    "c2s4e64": {"cluster": 2, "stages": 4, "epilogue": 64},
 }
 #: (N, K): the shapes furthest from cuBLAS in the first benchmark, and one near it
 SHAPES = [(4096, 14336), (25600, 5120), (14336, 3584), (12288, 4096)]

@@ -25,9 +25,11 @@ both producers, so it is free only when all four consumers of the pair released 
 counts the peer's releases too (remote ``mbarrier.arrive`` through ``mapa``), and cluster barriers
 publish the mbarriers at the start and keep both CTAs alive to the end.  With an odd number of
 block-rows the last pair's second CTA computes a block-row of zeros past M and stores nothing.
-Measured on H200 it is slower (about 0.67 of cuBLAS against 0.98 unclustered: with 3 stages a
-slot's refill, gated by the peer's releases and a multicast, no longer hides under the
-wgmmas), so it is not the default.
+Measured on H200 it is slower (about 0.67 of cuBLAS against 0.98 unclustered, with 3 or 4
+stages alike), so it is not the default.
+
+``epilogue=64`` stores each warpgroup's 64×256 tile as four 64×64 chunks through two 8 KiB
+buffers, so that ``stages=4`` fits (224 KiB); measured on H200 it is no faster than 3 stages.
 
 Shapes need not be multiples of the tile: TMA fills out-of-bounds loads with zeros (which add
 nothing to the products) and clips the stores at the matrix edge.
@@ -57,10 +59,12 @@ def reference(A, B, b_major="row"):
 
 
 def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=SMS, in_flight=1, group=GROUP,
-         cluster=1):
+         cluster=1, epilogue=BN):
     """The GEMM kernel (an :class:`axe.lang.Kernel`) for static sizes; ``b_major``: ``"row"``
     (B is K×N) or ``"col"`` (B is stored N×K, ``C = A·Bᵀ``); ``cluster``: 1, or 2 for CTA pairs
-    sharing B through TMA multicast."""
+    sharing B through TMA multicast; ``epilogue``: columns per store chunk (``BN``: one 64×256
+    tile per warpgroup; 64: four 64×64 chunks through two 8 KiB buffers, a quarter of the shared
+    memory, which leaves room for a 4th stage)."""
     if b_major not in ("row", "col"):
         raise ValueError(f"gemm: b_major must be 'row' or 'col', got {b_major!r}")
     if dtype not in ("float16", "bfloat16"):
@@ -81,6 +85,10 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=
     k_iters = -(-K // BK)
     a_at, b_at = 0, stages * BM * BK                       # element offsets in the shared pool
     c_at = b_at + stages * BK * BN
+    if BN % epilogue or epilogue % 64:
+        raise ValueError(f"gemm: epilogue chunk {epilogue} must be a multiple of 64 dividing {BN}")
+    chunks = BN // epilogue
+    bufs = 1 if chunks == 1 else 2          # chunk buffers per warpgroup (two: write one while the other stores)
     wait = in_flight if k_iters > 1 else 0                 # wgmma groups left running per k-block
 
     def tile(pool, at, shape):
@@ -98,24 +106,28 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=
                     b_region(B, n_blk * BN + rank * (BN // 2), kb * BK, BN // 2),
                     barrier=pipe.full, stage=s, multicast=0b11)
 
-    def epilogue(acc, out, Cw, C, wg, leader, m_blk, n_blk):
+    def epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk):
         Ax.cast(out, acc)
-        Ax.tma_store_wait(0, pred=leader)        # the previous tile's store has read Cw
-        Ax.named_barrier(1 + wg, 128)
-        Ax.copy(Cw, out)
-        Ax.fence_proxy_async()
-        Ax.named_barrier(1 + wg, 128)
-        Ax.copy(C[m_blk * BM + wg * HALF:m_blk * BM + (wg + 1) * HALF, n_blk * BN:(n_blk + 1) * BN], Cw,
-                fence=False, wait=False)
+        row = m_blk * BM + wg * HALF
+        for j in range(chunks):
+            # the store that last read this chunk's buffer (chunk j - 2, or the previous tile's) is done
+            Ax.tma_store_wait(bufs - 1, pred=leader)
+            Ax.named_barrier(1 + wg, 128)
+            Cw = tile(pool, c_at + (wg * bufs + j % bufs) * (HALF * epilogue), (HALF, epilogue))
+            Ax.copy(Cw, out if chunks == 1 else out[:, j * epilogue:(j + 1) * epilogue])
+            Ax.fence_proxy_async()
+            Ax.named_barrier(1 + wg, 128)
+            n0 = n_blk * BN + j * epilogue
+            Ax.copy(C[row:row + HALF, n0:n0 + epilogue], Cw, fence=False, wait=False)
 
-    def store(acc, out, Cw, C, wg, leader, m_blk, n_blk):
+    def store(acc, out, pool, C, wg, leader, m_blk, n_blk):
         if cluster == 1 or m_tiles % cluster == 0:
-            epilogue(acc, out, Cw, C, wg, leader, m_blk, n_blk)
+            epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk)
             return
         from tvm.script.ir_builder import tirx as IRB
         with IRB.If(m_blk < m_tiles):            # the odd last pair's second block-row lies past M
             with IRB.Then():
-                epilogue(acc, out, Cw, C, wg, leader, m_blk, n_blk)
+                epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk)
 
     def coords(cid, rank, it):
         pm, n_blk = sched.coords(sched.tile(cid, it))
@@ -151,7 +163,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=
             A = Ax.param(A_, tensormap=A_map)
             B = Ax.param(B_, tensormap=B_map)
             C = Ax.param(C_, tensormap=C_map)
-            pool = Ax.dynamic_shared(c_at + BM * BN, dtype)
+            pool = Ax.dynamic_shared(c_at + 2 * bufs * HALF * epilogue, dtype)
             pipe = Ax.pipeline(stages, producers=2, consumers=2, cluster=cluster)
             with Ax.role(0, 1, regs=PRODUCER_REGS):
                 with Ax.warps(0, 1):
@@ -169,7 +181,6 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=
                 leader = tx % 128 == 0
                 acc = Ax.registers((HALF, BN), "float32", acc_layout, name="acc")
                 out = Ax.registers((HALF, BN), dtype, acc_layout, name="out")
-                Cw = tile(pool, c_at + wg * (HALF * BN), (HALF, BN))
                 for it in T.serial(sched.count(cid)):
                     m_blk, n_blk = coords(cid, rank, it)
                     # k-blocks with `wait` groups in flight; the last one waits for all in straight-line
@@ -181,7 +192,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=
                         mma(pool, pipe, acc, wg, it * k_iters + k_iters - 1, True, leader, 0)
                         if wait > 0:    # the previous k-block's group completed at this wait
                             pipe.release(it * k_iters + k_iters - 2, pred=leader)
-                    store(acc, out, Cw, C, wg, leader, m_blk, n_blk)
+                    store(acc, out, pool, C, wg, leader, m_blk, n_blk)
                 Ax.tma_store_wait(0, pred=leader)
             if cluster > 1:
                 Ax.cluster_sync()                    # no CTA leaves while its peer may still arrive on it

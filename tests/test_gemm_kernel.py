@@ -123,3 +123,16 @@ def test_cluster_tile_schedule_pairs_block_rows():
         tiles = [(p * 2 + r, n) for t in range(s.tiles) for p, n in [s.coords(t)] for r in (0, 1)]
         assert len(set(tiles)) == len(tiles) == 2 * s.tiles
         assert {t for t in tiles if t[0] < mt} == {(m, n) for m in range(mt) for n in range(nt)}
+
+
+def test_gemm_chunked_epilogue_four_stages():
+    """epilogue=64: the 64×256 warpgroup tile is stored as four 64×64 chunks through two 8 KiB
+    buffers (wait_group.read 1 before reusing one), which leaves room for a 4th stage."""
+    art = gemm.build(1000, 1000, 1000, b_major="col", stages=4, epilogue=64)
+    assert art.launch["dynamic_smem"] == 4 * (128 * 64 + 64 * 256) * 2 + 2 * 2 * 64 * 64 * 2
+    assert [r.chosen for r in art.records][-8:] == ["stmatrix", "tma_store"] * 4
+    assert "cp.async.bulk.wait_group.read 1;" in art.ptx
+    r = art.launch["resources"]
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, r
+    with pytest.raises(ValueError, match="epilogue"):
+        gemm.make(1024, 1024, 1024, epilogue=96)

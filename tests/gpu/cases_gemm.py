@@ -1,7 +1,8 @@
 """GPU cases for the Hopper GEMM (``kernels/gemm.py``): square, tall, wide and ragged shapes
 (sizes that are not multiples of the 128×256×64 tile), one and two k-blocks, B row- and column-major, fp16 and bf16;
-and the 2-CTA cluster build (``cluster=2``: B multicast to CTA pairs) on square and ragged shapes,
-one with an odd number of block-rows (the last pair's second CTA lies past M).
+and the variants of :data:`VARIANTS` — the 2-CTA cluster build (``cluster=2``: B multicast to CTA
+pairs) and 4 stages with the chunked epilogue — on square and ragged shapes, some with an odd
+number of block-rows (the last pair's second CTA lies past M).
 
 Each check draws fresh random inputs, poisons C with NaN before every launch and compares with
 torch in fp32 by ‖C − ref‖ / ‖ref‖ (the output is rounded to 16 bits once: fp16 lands near
@@ -26,28 +27,31 @@ SHAPES = {
 #: (shape, dtype, B layout) cases: every shape in fp16 with both B layouts, bf16 on a subset
 CASES = [(s, "float16", b) for s in SHAPES for b in ("row", "col")] + \
         [(s, "bfloat16", b) for s in ("square", "ragged") for b in ("row", "col")]
-#: cluster=2 cases (shape, dtype, B layout); ragged2 has 7 block-rows
-CLUSTER_CASES = [(s, "float16", b) for s in ("square", "ragged", "ragged2", "k2") for b in ("row", "col")] + \
-                [(s, "bfloat16", b) for s in ("square", "ragged2") for b in ("row", "col")]
+#: make() variants: tag -> keywords (cluster pairs; 4 stages with the 64-column chunked epilogue)
+VARIANTS = {"c2": {"cluster": 2}, "s4": {"stages": 4, "epilogue": 64}, "c2s4": {"cluster": 2, "stages": 4, "epilogue": 64}}
+#: variant cases (shape, dtype, B layout, tag); ragged2 has 7 block-rows, k2 3
+CLUSTER_CASES = [(s, "float16", b, "c2") for s in ("square", "ragged", "ragged2", "k2") for b in ("row", "col")] + \
+                [(s, "bfloat16", b, "c2") for s in ("square", "ragged2") for b in ("row", "col")] + \
+                [(s, "float16", b, v) for v in ("s4", "c2s4") for s in ("square", "ragged2", "k2") for b in ("row", "col")] + \
+                [("ragged", "bfloat16", b, v) for v in ("s4", "c2s4") for b in ("row", "col")]
 TOL = {"float16": 2e-3, "bfloat16": 1e-2}
 
 
-def case_name(shape, dtype, b_major, cluster=1):
-    c = "" if cluster == 1 else f"c{cluster}_"
-    return f"gemm_{c}{shape}_{'f16' if dtype == 'float16' else 'bf16'}_{b_major}"
+def case_name(shape, dtype, b_major, variant=None):
+    v = f"{variant}_" if variant else ""
+    return f"gemm_{v}{shape}_{'f16' if dtype == 'float16' else 'bf16'}_{b_major}"
 
 
-def _builder(shape, dtype, b_major, cluster=1):
+def _builder(shape, dtype, b_major, variant=None):
     def build():
         sys.path.insert(0, ROOT)
         from kernels import gemm
-        return gemm.build(*SHAPES[shape], dtype=dtype, b_major=b_major, cluster=cluster,
-                          name=case_name(shape, dtype, b_major, cluster))
+        return gemm.build(*SHAPES[shape], dtype=dtype, b_major=b_major, name=case_name(shape, dtype, b_major, variant),
+                          **VARIANTS.get(variant, {}))
     return build
 
 
-BUILDS = {case_name(*c): _builder(*c) for c in CASES}
-BUILDS.update({case_name(*c, 2): _builder(*c, 2) for c in CLUSTER_CASES})
+BUILDS = {case_name(*c): _builder(*c) for c in CASES + CLUSTER_CASES}
 
 
 def run_check(kernel, torch, runs=3):
