@@ -382,7 +382,13 @@ def test_slice_agrees_where_tvm_is_right(case):
     theirs = slice_tvm(to_tirx(L), shape, region)
     if theirs is None or theirs == "error":
         return          # TVM declines; ours may still find one (see the pinned test)
-    t = from_tirx(theirs)
+    try:
+        t = from_tirx(theirs)
+    except TirxConversionError:
+        # TVM answered with a stride-0 shard iter (a one-wrap Δ of 0): no Axe iter has stride 0,
+        # so ours must have declined (a layout of ours was checked against the truth above)
+        assert ours is None or fmap(ours) == truth
+        return
     if fmap(t) == truth:
         assert ours is not None, (L, shape, region, theirs)
     else:
