@@ -11,7 +11,9 @@ shared memory through the ``shared::cluster`` window: a TMA load with ``multicas
 (``Ax.copy(..., barrier=..., multicast=0b11)``) writes the same CTA-relative offset of every CTA
 in the mask and completes bytes on each one's mbarrier at the barrier's offset, and
 :func:`arrive_remote` arrives on the mbarrier of CTA ``rank`` (``mapa`` +
-``mbarrier.arrive.release.cluster.shared::cluster``).  Barriers that other CTAs arrive on or
+``mbarrier.arrive.shared::cluster``, default ``.release.cta`` semantics as CUTLASS's cluster
+barrier uses: a ``.release.cluster`` arrive on every consumer release cost a third of the GEMM's
+throughput on an H200).  Barriers that other CTAs arrive on or
 write into must be initialised and published (:func:`fence_mbarrier_init`, :func:`cluster_sync`)
 before any CTA uses them, and no CTA may exit while a peer can still reach its shared memory
 (:func:`cluster_sync` at the end).
@@ -71,7 +73,7 @@ _REMOTE_SRC = """
 __forceinline__ __device__ void axe_mbarrier_arrive_remote(void* bar, int cta) {
   unsigned int a = (unsigned int)__cvta_generic_to_shared(bar);
   asm volatile("{\\n.reg .b32 ra;\\nmapa.shared::cluster.u32 ra, %0, %1;\\n"
-               "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\\n}"
+               "mbarrier.arrive.shared::cluster.b64 _, [ra];\\n}"
                :: "r"(a), "r"(cta) : "memory");
 }
 """

@@ -47,8 +47,7 @@ class Pipeline:
     def acquire(self, i):
         """Producer: wait until slot ``slot(i)`` is free (its consumers released it)."""
         from tvm.script import tirx as T
-        wait = T.cuda.mbarrier_wait if self.cluster == 1 else T.cuda.mbarrier_wait_acquire_cluster
-        T.evaluate(wait(self.empty.ptr(self.slot(i)), 1 - self.phase(i)))
+        T.evaluate(T.cuda.mbarrier_wait(self.empty.ptr(self.slot(i)), 1 - self.phase(i)))
 
     def wait(self, i):
         """Consumer: wait until slot ``slot(i)`` holds iteration ``i``'s data."""
