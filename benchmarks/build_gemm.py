@@ -3,8 +3,9 @@
 for the 16 MLP weight shapes of ``benchmarks/gemm.py``, fp16 and bf16, B column-major (an
 ``nn.Linear`` weight, N×K), into ``.carry/gemm_bench/<name>/``.
 
-Usage: ``.venv/bin/python benchmarks/build_gemm.py [--out DIR] [--dtypes float16 bfloat16] [--cluster 2]``
-(``--cluster 2``: CTA pairs sharing B through TMA multicast, ``kernels/gemm.py``'s ``cluster=2``).
+Usage: ``.venv/bin/python benchmarks/build_gemm.py [--out DIR] [--dtypes float16 bfloat16] [--cluster 2]
+[--schedule pingpong]`` (``--cluster 2``: CTA pairs sharing B through TMA multicast, ``kernels/gemm.py``'s
+``cluster=2``; ``--schedule pingpong``: its ping-pong consumer schedule).
 """
 
 import argparse
@@ -25,8 +26,9 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(ROOT, ".carry", "gemm_bench"))
     ap.add_argument("--dtypes", nargs="*", default=["float16", "bfloat16"])
     ap.add_argument("--cluster", type=int, default=1)
-    ap.add_argument("--stages", type=int, default=kgemm.STAGES)
     ap.add_argument("--epilogue", type=int, default=kgemm.BN, help="columns per epilogue store chunk")
+    ap.add_argument("--schedule", default="cooperative", choices=("cooperative", "pingpong"))
+    ap.add_argument("--stages", type=int, default=None)
     args = ap.parse_args(argv)
     total = 0
     for dtype in args.dtypes:
@@ -36,7 +38,7 @@ def main(argv=None):
                 continue   # shapes repeat across models (4096x14336 ...)
             t = time.time()
             art = kgemm.build(M, n, k, dtype=dtype, b_major="col", name=name, cluster=args.cluster,
-                               stages=args.stages, epilogue=args.epilogue)
+                               stages=args.stages, epilogue=args.epilogue, schedule=args.schedule)
             art.save(os.path.join(args.out, name))
             total += len(art.cubin)
             r = art.launch["resources"]

@@ -29,6 +29,7 @@ VARIANTS = {
     "s3e64": {"epilogue": 64},                  # the chunked epilogue alone
     "s4e64": {"stages": 4, "epilogue": 64},     # ... and the 4th stage it makes room for
     "c2s4e64": {"cluster": 2, "stages": 4, "epilogue": 64},
+    "pp": {"schedule": "pingpong"},             # consumers on their own 64x256 tiles, taking turns
 }
 #: (N, K): the shapes furthest from cuBLAS in the first benchmark, and one near it
 SHAPES = [(4096, 14336), (25600, 5120), (14336, 3584), (12288, 4096)]

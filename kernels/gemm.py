@@ -31,6 +31,14 @@ stages alike), so it is not the default.
 ``epilogue=64`` stores each warpgroup's 64×256 tile as four 64×64 chunks through two 8 KiB
 buffers, so that ``stages=4`` fits (224 KiB); measured on H200 it is no faster than 3 stages.
 
+``schedule="pingpong"`` gives each consumer warpgroup its own 64×256 tiles (the CTA's tiles
+alternate between the two) so that one's epilogue runs under the other's main loop: their main
+loops take turns through two named barriers (wait for the turn with ``bar.sync``, pass it with
+``bar.arrive`` once all but the last k-block are issued, which also keeps a consumer from waiting
+on a slot two fills ahead), one ring of 4 stages of 40 KiB feeds them in turn and one consumer
+releases each slot.  It is correct but measured slower on H200 (0.91 of cuBLAS against 0.98):
+64-row tiles fetch 40 KiB from L2 per 2·64·256·64 flops, 1.67× the cooperative tile's traffic.
+
 Shapes need not be multiples of the tile: TMA fills out-of-bounds loads with zeros (which add
 nothing to the products) and clips the stores at the matrix edge.
 """
@@ -43,6 +51,7 @@ from axe.layout import S, Swizzle, SwizzledLayout
 BM, BN, BK, STAGES, SMS, GROUP = 128, 256, 64, 3, 132, 16
 THREADS, PRODUCER_REGS, CONSUMER_REGS = 384, 40, 232
 HALF = BM // 2          # rows per consumer warpgroup
+ORDER = 3               # ping-pong: named barriers ORDER + w, "warpgroup w's turn" (1, 2: the epilogues')
 
 
 def swizzled(rows, cols):
@@ -58,13 +67,15 @@ def reference(A, B, b_major="row"):
     return {"C": A.float() @ (B if b_major == "row" else B.t()).float()}
 
 
-def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=SMS, in_flight=1, group=GROUP,
-         cluster=1, epilogue=BN):
+def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SMS, in_flight=1, group=GROUP,
+         cluster=1, epilogue=BN, schedule="cooperative"):
     """The GEMM kernel (an :class:`axe.lang.Kernel`) for static sizes; ``b_major``: ``"row"``
     (B is K×N) or ``"col"`` (B is stored N×K, ``C = A·Bᵀ``); ``cluster``: 1, or 2 for CTA pairs
     sharing B through TMA multicast; ``epilogue``: columns per store chunk (``BN``: one 64×256
     tile per warpgroup; 64: four 64×64 chunks through two 8 KiB buffers, a quarter of the shared
-    memory, which leaves room for a 4th stage)."""
+    memory, which leaves room for a 4th stage); ``schedule``: ``"cooperative"`` (both consumers
+    on one 128×256 tile) or ``"pingpong"`` (each consumer on its own 64×256 tiles, taking turns
+    in the main loop; 4 stages by default)."""
     if b_major not in ("row", "col"):
         raise ValueError(f"gemm: b_major must be 'row' or 'col', got {b_major!r}")
     if dtype not in ("float16", "bfloat16"):
@@ -77,13 +88,18 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=
         raise ValueError(f"gemm: {M}x{N}x{K} is smaller than one {BM}x{BN}x{BK} tile")
     if cluster not in (1, 2) or sms % cluster:
         raise ValueError(f"gemm: cluster must be 1 or 2 and divide sms={sms}, got {cluster!r}")
+    if schedule not in ("cooperative", "pingpong") or (schedule == "pingpong" and cluster > 1):
+        raise ValueError(f"gemm: schedule must be 'cooperative' or 'pingpong' (without clusters), got {schedule!r}")
+    pp = schedule == "pingpong"
+    bm = HALF if pp else BM                  # rows of one scheduled tile (ping-pong: one warpgroup's)
+    stages = stages or (4 if pp else STAGES)
     b_shape, b_tile = ((K, N), (BK, BN)) if b_major == "row" else ((N, K), (BN, BK))
     b_half = (BK, BN // 2) if b_major == "row" else (BN // 2, BK)      # one CTA's multicast share
-    m_tiles = -(-M // BM)
+    m_tiles = -(-M // bm)
     pairs = -(-m_tiles // cluster)           # the schedule's block-rows: one per cluster
-    sched = Ax.TileSchedule(pairs, -(-N // BN), sms // cluster, max(group // cluster, 1))
+    sched = Ax.TileSchedule(pairs, -(-N // BN), sms // cluster, max(group * (BM // bm) // cluster, 1))
     k_iters = -(-K // BK)
-    a_at, b_at = 0, stages * BM * BK                       # element offsets in the shared pool
+    a_at, b_at = 0, stages * bm * BK                       # element offsets in the shared pool
     c_at = b_at + stages * BK * BN
     if BN % epilogue or epilogue % 64:
         raise ValueError(f"gemm: epilogue chunk {epilogue} must be a multiple of 64 dividing {BN}")
@@ -108,7 +124,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=
 
     def epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk):
         Ax.cast(out, acc)
-        row = m_blk * BM + wg * HALF
+        row = m_blk * bm + (0 if pp else wg * HALF)
         for j in range(chunks):
             # the store that last read this chunk's buffer (chunk j - 2, or the previous tile's) is done
             Ax.tma_store_wait(bufs - 1, pred=leader)
@@ -124,10 +140,14 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=
         if cluster == 1 or m_tiles % cluster == 0:
             epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk)
             return
+        # the odd last pair's second block-row lies past M
+        when(m_blk < m_tiles, lambda: epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk))
+
+    def when(cond, body):
         from tvm.script.ir_builder import tirx as IRB
-        with IRB.If(m_blk < m_tiles):            # the odd last pair's second block-row lies past M
+        with IRB.If(cond):
             with IRB.Then():
-                epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk)
+                body()
 
     def coords(cid, rank, it):
         pm, n_blk = sched.coords(sched.tile(cid, it))
@@ -142,7 +162,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=
         flight, then release the slot whose group has completed: i - wait."""
         s = pipe.slot(i)
         pipe.wait(i)
-        a = tile(pool, a_at + s * (BM * BK) + wg * (HALF * BK), (HALF, BK))
+        a = tile(pool, a_at + s * (bm * BK) + (0 if pp else wg * (HALF * BK)), (HALF, BK))
         Ax.gemm(acc, a, b_operand(pool, s), accumulate=accumulate, wait=wait)
         if accumulate or not wait:
             pipe.release(i - wait, pred=leader)
@@ -164,7 +184,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=
             B = Ax.param(B_, tensormap=B_map)
             C = Ax.param(C_, tensormap=C_map)
             pool = Ax.dynamic_shared(c_at + 2 * bufs * HALF * epilogue, dtype)
-            pipe = Ax.pipeline(stages, producers=2, consumers=2, cluster=cluster)
+            pipe = Ax.pipeline(stages, producers=2, consumers=1 if pp else 2, cluster=cluster)
             with Ax.role(0, 1, regs=PRODUCER_REGS):
                 with Ax.warps(0, 1):
                     for it in T.serial(sched.count(cid)):
@@ -173,21 +193,28 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=STAGES, sms=
                             i = it * k_iters + kb
                             s = pipe.slot(i)
                             pipe.acquire(i)
-                            Ax.copy(tile(pool, a_at + s * (BM * BK), (BM, BK)),
-                                    A[m_blk * BM:(m_blk + 1) * BM, kb * BK:(kb + 1) * BK], barrier=pipe.full, stage=s)
+                            Ax.copy(tile(pool, a_at + s * (bm * BK), (bm, BK)),
+                                    A[m_blk * bm:(m_blk + 1) * bm, kb * BK:(kb + 1) * BK], barrier=pipe.full, stage=s)
                             load_b(pool, pipe, B, s, n_blk, kb, rank)
             with Ax.role(1, 3, regs=CONSUMER_REGS, each=True):
                 wg = Ax.warpgroup_index()
                 leader = tx % 128 == 0
                 acc = Ax.registers((HALF, BN), "float32", acc_layout, name="acc")
                 out = Ax.registers((HALF, BN), dtype, acc_layout, name="out")
-                for it in T.serial(sched.count(cid)):
+                count = sched.count(cid)
+                # ping-pong: warpgroup wg takes the CTA's tiles wg, wg + 2, ...
+                for j in T.serial((count - wg + 1) // 2 if pp else count):
+                    it = 2 * j + wg if pp else j
                     m_blk, n_blk = coords(cid, rank, it)
+                    if pp:      # my turn: the other warpgroup has issued the previous tile's main loop
+                        when(it > 0, lambda: Ax.named_barrier(ORDER + wg, 256))
                     # k-blocks with `wait` groups in flight; the last one waits for all in straight-line
                     # code (ptxas moved a read of the last registers above a wait_group 0 after the loop)
                     mma(pool, pipe, acc, wg, it * k_iters, False, leader, wait)
                     for kb in T.serial(1, k_iters - 1):
                         mma(pool, pipe, acc, wg, it * k_iters + kb, True, leader, wait)
+                    if pp:      # pass the turn once every k-block but the last has been waited for
+                        when(it + 1 < count, lambda: Ax.named_barrier_arrive(ORDER + 1 - wg, 256))
                     if k_iters > 1:
                         mma(pool, pipe, acc, wg, it * k_iters + k_iters - 1, True, leader, 0)
                         if wait > 0:    # the previous k-block's group completed at this wait

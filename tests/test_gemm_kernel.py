@@ -139,3 +139,36 @@ def test_gemm_chunked_epilogue_four_stages():
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, r
     with pytest.raises(ValueError, match="epilogue"):
         gemm.make(1024, 1024, 1024, epilogue=96)
+
+
+@pytest.mark.parametrize("dtype,b_major", [("float16", "row"), ("bfloat16", "col")])
+def test_gemm_pingpong_builds(dtype, b_major):
+    """schedule="pingpong": each consumer warpgroup computes its own 64×256 tiles (the CTA's tiles
+    alternate between them); their main loops take turns through two named barriers (ids 3, 4:
+    ``bar.sync`` to wait for its turn, ``bar.arrive`` to pass it on), one consumer releases each
+    slot, A is loaded 64 rows at a time into 4 stages of 40 KiB; no spills, setmaxnreg honoured."""
+    art = gemm.build(777, 1496, 328, dtype=dtype, b_major=b_major, schedule="pingpong")
+    t = "f16" if dtype == "float16" else "bf16"
+    for ins in PROMISED + [f"m64n256k16.f32.{t}.{t}", "bar.arrive"]:
+        assert ins in art.ptx, f"PTX lacks {ins}"
+    assert "C7508" not in art.log, "ptxas ignored setmaxnreg"
+    r = art.launch["resources"]
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, r
+    assert art.launch["dynamic_smem"] == 4 * (64 * 64 + 64 * 256) * 2 + 2 * 64 * 256 * 2
+    src = art.cuda_source
+    assert "bar_arrive_arrive(((uint)(4 - wg" in src and "bar_sync_count_sync(((uint)(wg_ptr[0] + 3)), (uint)256)" in src
+    assert "(uint)8192" in src and "(uint)32768" in src           # A 64×64 + B 256×64 per slot
+    specs = {s["param"]: s for s in art.launch["tensormaps"]}
+    assert specs["A_map"]["box"] == [64, 64]
+    # each slot is released by the one warpgroup that consumed it
+    inits = re.findall(r"mbarrier_init_init_shared_b64\(tvm_builtin.*\(uint\)(\d+)\);", src)
+    assert sorted(inits) == ["1"] * 4 + ["2"] * 4, inits        # full: A and B copies; empty: one consumer
+    # the accumulator is complete before the epilogue reads it (as in the cooperative schedule)
+    ptx = art.ptx
+    first_cvt = ptx.index(f"cvt.rn.{t}.f32")
+    wait0 = ptx.rindex("wgmma.wait_group.sync.aligned 0;", 0, first_cvt)
+    assert "$L__BB" not in ptx[ptx.rindex("wgmma.mma_async", 0, first_cvt):wait0]
+    with pytest.raises(ValueError, match="schedule"):
+        gemm.make(1024, 1024, 1024, schedule="pingpong", cluster=2)
+    with pytest.raises(ValueError, match="schedule"):
+        gemm.make(1024, 1024, 1024, schedule="zigzag")

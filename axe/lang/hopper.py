@@ -24,7 +24,7 @@ from axe.ops.scope import ExecScope, pop_scope, push_scope
 
 from .scopes import scope_or_cta
 
-__all__ = ["min_blocks_per_sm", "setmaxnreg", "role", "warpgroup_index", "named_barrier",
+__all__ = ["min_blocks_per_sm", "setmaxnreg", "role", "warpgroup_index", "named_barrier", "named_barrier_arrive",
            "fence_proxy_async", "elect_one", "entry_registers", "tma_store_wait", "dynamic_shared", "fence_registers"]
 
 REGISTER_FILE = 65536          # 32-bit registers per SM (sm_90)
@@ -96,6 +96,17 @@ def named_barrier(barrier_id, threads: int | None = None):
         raise ValueError(f"named_barrier: {n} threads is not a multiple of 32")
     T.evaluate(T.ptx.bar.sync(T.uint32(barrier_id) if isinstance(barrier_id, int) else T.Cast("uint32", barrier_id),
                               T.uint32(n)))
+
+
+def named_barrier_arrive(barrier_id, threads: int):
+    """``bar.arrive id, threads``: count this scope's threads on barrier ``id`` without waiting
+    (the other ``threads`` minus these wait on it with :func:`named_barrier`): a one-way signal,
+    e.g. the turn-passing of two warpgroups that take turns."""
+    from tvm.script import tirx as T
+    if threads % 32:
+        raise ValueError(f"named_barrier_arrive: {threads} threads is not a multiple of 32")
+    T.evaluate(T.ptx.bar.arrive(T.uint32(barrier_id) if isinstance(barrier_id, int) else T.Cast("uint32", barrier_id),
+                                T.uint32(threads)))
 
 
 def fence_proxy_async():

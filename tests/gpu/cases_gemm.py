@@ -1,7 +1,7 @@
 """GPU cases for the Hopper GEMM (``kernels/gemm.py``): square, tall, wide and ragged shapes
 (sizes that are not multiples of the 128×256×64 tile), one and two k-blocks, B row- and column-major, fp16 and bf16;
 and the variants of :data:`VARIANTS` — the 2-CTA cluster build (``cluster=2``: B multicast to CTA
-pairs) and 4 stages with the chunked epilogue — on square and ragged shapes, some with an odd
+pairs), 4 stages with the chunked epilogue and the ping-pong schedule (``pp``) — on square and ragged shapes, some with an odd
 number of block-rows (the last pair's second CTA lies past M).
 
 Each check draws fresh random inputs, poisons C with NaN before every launch and compares with
@@ -23,17 +23,21 @@ SHAPES = {
     "ragged2": (777, 1496, 328),
     "k1": (512, 512, 64),         # one k-block: no group left in flight
     "k2": (384, 768, 72),         # two k-blocks (the second one ragged), no main-loop iterations
+    "multi": (2560, 2048, 520),   # 320 ping-pong tiles: 2 or 3 per CTA (both warpgroups, odd counts), ragged K
 }
 #: (shape, dtype, B layout) cases: every shape in fp16 with both B layouts, bf16 on a subset
 CASES = [(s, "float16", b) for s in SHAPES for b in ("row", "col")] + \
         [(s, "bfloat16", b) for s in ("square", "ragged") for b in ("row", "col")]
 #: make() variants: tag -> keywords (cluster pairs; 4 stages with the 64-column chunked epilogue)
-VARIANTS = {"c2": {"cluster": 2}, "s4": {"stages": 4, "epilogue": 64}, "c2s4": {"cluster": 2, "stages": 4, "epilogue": 64}}
+VARIANTS = {"c2": {"cluster": 2}, "s4": {"stages": 4, "epilogue": 64}, "c2s4": {"cluster": 2, "stages": 4, "epilogue": 64},
+            "pp": {"schedule": "pingpong"}}
 #: variant cases (shape, dtype, B layout, tag); ragged2 has 7 block-rows, k2 3
 CLUSTER_CASES = [(s, "float16", b, "c2") for s in ("square", "ragged", "ragged2", "k2") for b in ("row", "col")] + \
                 [(s, "bfloat16", b, "c2") for s in ("square", "ragged2") for b in ("row", "col")] + \
                 [(s, "float16", b, v) for v in ("s4", "c2s4") for s in ("square", "ragged2", "k2") for b in ("row", "col")] + \
-                [("ragged", "bfloat16", b, v) for v in ("s4", "c2s4") for b in ("row", "col")]
+                [("ragged", "bfloat16", b, v) for v in ("s4", "c2s4") for b in ("row", "col")] + \
+                [(s, "float16", b, "pp") for s in ("square", "ragged2", "k1", "k2", "multi") for b in ("row", "col")] + \
+                [("ragged2", "bfloat16", "col", "pp"), ("multi", "bfloat16", "row", "pp")]
 TOL = {"float16": 2e-3, "bfloat16": 1e-2}
 
 
