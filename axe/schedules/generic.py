@@ -9,7 +9,7 @@ from axe.ops.scope import thread_axis_values
 from .emit import mem_offset
 from .plan import THREAD_AXES, pair_dims
 from .pointwise import distribute, iterate
-from .registry import register
+from .registry import add_schedule, register
 
 __all__ = ["PointwisePlan", "squeezed", "operand_shapes"]
 
@@ -64,37 +64,19 @@ def _pointwise_emit(call, plan, value_fn):
         IRB.buffer_store(dst.flat(), value_fn(*loads), [mem_offset(dst, plan.dims, 0, digits)])
 
 
-@register("copy", "per_thread", priority=0,
-          requires="any layouts whose shards refine to common dims; each element moved by its owner thread")
-class PerThreadCopy:
-    """Scalar owner-computes copy (the fallback): any pair of layouts with a common refinement."""
-
-    @staticmethod
-    def check(call, ctx):
-        return _pointwise_check(call)
-
-    @staticmethod
-    def emit(call, plan, ctx):
-        _pointwise_emit(call, plan, lambda x: x)
-
-
-@register("elementwise", "per_thread", priority=0,
-          requires="dst and sources pair dim by dim; register operands agree on thread placement")
-class PerThreadElementwise:
+def _elementwise_emit(call, plan, ctx):
     """Fused elementwise pass: one loop nest computes fn(src…) into dst per element."""
+    _pointwise_emit(call, plan, call.attrs["fn"])
 
-    @staticmethod
-    def check(call, ctx):
-        return _pointwise_check(call)
 
-    @staticmethod
-    def emit(call, plan, ctx):
-        t = _tir()
-        srcs = list(call.operands.values())[1:]
-
-        def value(*xs):
-            return call.attrs["fn"](*xs)
-        _pointwise_emit(call, plan, value)
+# the fallbacks: each element moved (or computed) by the thread that owns it
+add_schedule("copy", "per_thread", priority=0,
+             requires="any layouts whose shards refine to common dims; each element moved by its owner thread",
+             check=lambda call, ctx: _pointwise_check(call),
+             emit=lambda call, plan, ctx: _pointwise_emit(call, plan, lambda x: x))
+add_schedule("elementwise", "per_thread", priority=0,
+             requires="dst and sources pair dim by dim; register operands agree on thread placement",
+             check=lambda call, ctx: _pointwise_check(call), emit=_elementwise_emit)
 
 
 def reduce_init(kind, dtype):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Schedule", "register", "candidates", "all_schedules"]
+__all__ = ["Schedule", "register", "add_schedule", "candidates", "all_schedules"]
 
 
 @dataclass(frozen=True)
@@ -28,17 +28,25 @@ class Schedule:
 _REGISTRY: list[Schedule] = []
 
 
+def add_schedule(op: str, name: str, family: str = "*", priority: int = 0, requires: str = "", *,
+                 check: Callable, emit: Callable) -> Schedule:
+    """Register ``check``/``emit`` as schedule ``name`` of ``op`` (replacing one of that name)."""
+    sched = Schedule(op, name, family, priority, check, emit, requires)
+    for i, old in enumerate(_REGISTRY):
+        if (old.op, old.name, old.family) == (op, name, family):
+            _REGISTRY[i] = sched
+            break
+    else:
+        _REGISTRY.append(sched)
+    return sched
+
+
 def register(op: str, name: str, family: str = "*", priority: int = 0, requires: str = ""):
     """Decorate a class with static ``check`` and ``emit`` to register it as a schedule."""
     def deco(cls):
-        sched = Schedule(op, name, family, priority, cls.check, cls.emit, requires or (cls.__doc__ or "").strip().split("\n")[0])
-        for i, old in enumerate(_REGISTRY):
-            if (old.op, old.name, old.family) == (op, name, family):
-                _REGISTRY[i] = sched
-                break
-        else:
-            _REGISTRY.append(sched)
-        cls.schedule = sched
+        cls.schedule = add_schedule(op, name, family, priority,
+                                    requires or (cls.__doc__ or "").strip().split("\n")[0],
+                                    check=cls.check, emit=cls.emit)
         return cls
     return deco
 

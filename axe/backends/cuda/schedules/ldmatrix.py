@@ -29,7 +29,7 @@ from axe.ops.scope import thread_axis_values
 from axe.schedules.emit import guard, is_zero, mem_offset, thread_digits
 from axe.schedules.generic import operand_shapes
 from axe.schedules.plan import THREAD_AXES, inner_layout, pair_dims
-from axe.schedules.registry import register
+from axe.schedules.registry import add_schedule
 
 __all__ = ["LdMatrixPlan", "atom", "ldmatrix_plan", "lane_sources", "lane_address"]
 
@@ -277,29 +277,14 @@ def emit_matrix_copy(call, plan: LdMatrixPlan):
                 T.evaluate(T.ptx[plan.instruction(len(g))](*regs, addr))
 
 
-@register("copy", "ldmatrix", "cuda", priority=25,
-          requires="registers = C ⊗ ldmatrix atom S[(8,4,2):(4@lane,1@lane,1@reg)]; shared rows 16 contiguous aligned bytes")
-class LdMatrixCopy:
-    """ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.b16 shared→registers, one warp per atom group."""
-
-    @staticmethod
-    def check(call, ctx):
-        return ldmatrix_plan(call, ctx, store=False)
-
-    @staticmethod
-    def emit(call, plan, ctx):
-        emit_matrix_copy(call, plan)
+def _emit(call, plan, ctx):
+    emit_matrix_copy(call, plan)
 
 
-@register("copy", "stmatrix", "cuda", priority=25,
-          requires="sm_90+; registers = C ⊗ stmatrix atom; shared rows 16 contiguous aligned bytes")
-class StMatrixCopy:
-    """stmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.b16 registers→shared (sm_90+)."""
-
-    @staticmethod
-    def check(call, ctx):
-        return ldmatrix_plan(call, ctx, store=True)
-
-    @staticmethod
-    def emit(call, plan, ctx):
-        emit_matrix_copy(call, plan)
+# ldmatrix.sync.aligned.m8n8.x{1,2,4}{.trans}.b16 shared→registers and its sm_90 mirror stmatrix
+add_schedule("copy", "ldmatrix", "cuda", priority=25,
+             requires="registers = C ⊗ ldmatrix atom S[(8,4,2):(4@lane,1@lane,1@reg)]; shared rows 16 contiguous aligned bytes",
+             check=lambda call, ctx: ldmatrix_plan(call, ctx, store=False), emit=_emit)
+add_schedule("copy", "stmatrix", "cuda", priority=25,
+             requires="sm_90+; registers = C ⊗ stmatrix atom; shared rows 16 contiguous aligned bytes",
+             check=lambda call, ctx: ldmatrix_plan(call, ctx, store=True), emit=_emit)
