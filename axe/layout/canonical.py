@@ -21,14 +21,15 @@ def merge_chain(iters) -> list[Iter]:
     list for that map (Thm A.8); it is empty only for a map of size 1.
     """
     out: list[Iter] = []
+    make = tuple.__new__
     for it in iters:
-        e, s, a = it
+        e = it[0]
         if e == 1:
             continue
         if out:
-            pe, ps, pa = out[-1]
-            if pa == a and ps == e * s:
-                out[-1] = Iter._make(pe * e, s, a)
+            p = out[-1]
+            if p[2] == it[2] and p[1] == e * it[1]:
+                out[-1] = make(Iter, (p[0] * e, it[1], it[2]))
                 continue
         out.append(it)
     return out
