@@ -63,33 +63,26 @@ def warpgroups(lo: int, hi: int | None = None):
 
 
 @contextlib.contextmanager
+def _entered(kind: str, collective: bool):
+    """Enter a scope of ``kind`` over the enclosing scope's threads (no guard is emitted)."""
+    outer = scope_or_cta()
+    push_scope(ExecScope(kind, outer.tx, outer.cta_threads, 0, None, collective=collective))
+    try:
+        yield
+    finally:
+        pop_scope()
+
+
 def each_warp():
     """Every warp runs the operators on its own data (warp-level operators)."""
-    outer = scope_or_cta()
-    push_scope(ExecScope("warp", outer.tx, outer.cta_threads, 0, None, collective=False))
-    try:
-        yield
-    finally:
-        pop_scope()
+    return _entered("warp", collective=False)
 
 
-@contextlib.contextmanager
 def thread():
     """Each thread runs the operators on its own (per-thread tensors, example 7's form)."""
-    outer = scope_or_cta()
-    push_scope(ExecScope("thread", outer.tx, outer.cta_threads, 0, None, collective=False))
-    try:
-        yield
-    finally:
-        pop_scope()
+    return _entered("thread", collective=False)
 
 
-@contextlib.contextmanager
 def cta():
     """Back to the whole CTA (inside a slice this is still guarded by the slice's condition)."""
-    outer = scope_or_cta()
-    push_scope(ExecScope("cta", outer.tx, outer.cta_threads))
-    try:
-        yield
-    finally:
-        pop_scope()
+    return _entered("cta", collective=True)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from axe.layout import Layout
 from axe.layout.iters import Iter
 from axe.schedules.emit import is_zero
-from axe.schedules.registry import register
+from axe.schedules.registry import add_schedule
 
 from .wgmma import _register_outer
 
@@ -128,15 +128,7 @@ def _emit(call, plan: MmaPlan, ctx):
                 T.evaluate(op(*d, *a, *b, *c))
 
 
-@register("gemm", "mma_sync", "cuda", priority=20,
-          requires="one warp; A, B, C registers = C_out ⊗ the m16n8k16 A/B/C fragments (tile_of)")
-class MmaSyncGemm:
-    """mma.sync.aligned.m16n8k16.row.col f32 += f16/bf16, all operands in registers."""
-
-    @staticmethod
-    def check(call, ctx):
-        return mma_plan(call, ctx)
-
-    @staticmethod
-    def emit(call, plan, ctx):
-        _emit(call, plan, ctx)
+# mma.sync.aligned.m16n8k16.row.col f32 += f16/bf16, all operands in registers.
+add_schedule("gemm", "mma_sync", "cuda", priority=20,
+             requires="one warp; A, B, C registers = C_out ⊗ the m16n8k16 A/B/C fragments (tile_of)",
+             check=mma_plan, emit=_emit)

@@ -40,7 +40,7 @@ from axe.layout.coord import ZERO
 from axe.layout.iters import Iter
 from axe.layout.layout import unflatten_index
 from axe.schedules.emit import is_zero
-from axe.schedules.registry import register
+from axe.schedules.registry import add_schedule
 
 __all__ = ["d_fragment", "a_fragment", "core_atom", "SmemOperand", "smem_operand", "WgmmaPlan",
            "wgmma_plan", "emit_wait", "descriptor_bits", "SWIZZLE_CODE"]
@@ -415,16 +415,8 @@ def fence_registers(regs):
         T.evaluate(T.cuda.func_call("axe_fence_f32", r, source_code=_FENCE))
 
 
-@register("gemm", "wgmma", "cuda", priority=40,
-          requires="sm_90a warpgroup; C = C_out ⊗ wgmma D fragment; B (and A in ss) = C ⊗ core-matrix atom "
-                   "(K- or MN-major, 32/64/128B swizzle or none); register A = C ⊗ A fragment")
-class WgmmaGemm:
-    """wgmma.mma_async m64nNk16 (ss or rs) with descriptors derived from the shared layouts."""
-
-    @staticmethod
-    def check(call, ctx):
-        return wgmma_plan(call, ctx)
-
-    @staticmethod
-    def emit(call, plan, ctx):
-        _emit(call, plan, ctx)
+# wgmma.mma_async m64nNk16 (ss or rs) with descriptors derived from the shared layouts.
+add_schedule("gemm", "wgmma", "cuda", priority=40,
+             requires="sm_90a warpgroup; C = C_out ⊗ wgmma D fragment; B (and A in ss) = C ⊗ core-matrix atom "
+                      "(K- or MN-major, 32/64/128B swizzle or none); register A = C ⊗ A fragment",
+             check=wgmma_plan, emit=_emit)
