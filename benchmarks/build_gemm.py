@@ -26,7 +26,8 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(ROOT, ".carry", "gemm_bench"))
     ap.add_argument("--dtypes", nargs="*", default=["float16", "bfloat16"])
     ap.add_argument("--cluster", type=int, default=1)
-    ap.add_argument("--epilogue", type=int, default=kgemm.BN, help="columns per epilogue store chunk")
+    ap.add_argument("--epilogue", type=int, default=None, help="columns per epilogue store chunk (default: the kernel's)")
+    ap.add_argument("--in-flight", type=int, default=None, help="wgmma groups left in flight (default: the kernel's)")
     ap.add_argument("--schedule", default="cooperative", choices=("cooperative", "pingpong"))
     ap.add_argument("--stages", type=int, default=None)
     args = ap.parse_args(argv)
@@ -38,7 +39,8 @@ def main(argv=None):
                 continue   # shapes repeat across models (4096x14336 ...)
             t = time.time()
             art = kgemm.build(M, n, k, dtype=dtype, b_major="col", name=name, cluster=args.cluster,
-                               stages=args.stages, epilogue=args.epilogue, schedule=args.schedule)
+                               stages=args.stages, epilogue=args.epilogue, schedule=args.schedule,
+                               in_flight=args.in_flight)
             art.save(os.path.join(args.out, name))
             total += len(art.cubin)
             r = art.launch["resources"]

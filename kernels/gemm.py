@@ -48,7 +48,8 @@ from tvm.script import tirx as T
 import axe.lang as Ax
 from axe.layout import S, Swizzle, SwizzledLayout
 
-BM, BN, BK, STAGES, SMS, GROUP = 128, 256, 64, 3, 132, 16
+BM, BN, BK, STAGES, SMS, GROUP = 128, 256, 64, 4, 132, 16
+IN_FLIGHT, EPILOGUE = 0, 128   # cooperative defaults: wgmma groups left in flight, columns per store chunk
 THREADS, PRODUCER_REGS, CONSUMER_REGS = 384, 40, 232
 HALF = BM // 2          # rows per consumer warpgroup
 ORDER = 3               # ping-pong: named barriers ORDER + w, "warpgroup w's turn" (1, 2: the epilogues')
@@ -67,8 +68,8 @@ def reference(A, B, b_major="row"):
     return {"C": A.float() @ (B if b_major == "row" else B.t()).float()}
 
 
-def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SMS, in_flight=1, group=GROUP,
-         cluster=1, epilogue=BN, schedule="cooperative"):
+def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SMS, in_flight=None, group=GROUP,
+         cluster=1, epilogue=None, schedule="cooperative", epilogue_bufs=None):
     """The GEMM kernel (an :class:`axe.lang.Kernel`) for static sizes; ``b_major``: ``"row"``
     (B is K×N) or ``"col"`` (B is stored N×K, ``C = A·Bᵀ``); ``cluster``: 1, or 2 for CTA pairs
     sharing B through TMA multicast; ``epilogue``: columns per store chunk (``BN``: one 64×256
@@ -92,7 +93,9 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         raise ValueError(f"gemm: schedule must be 'cooperative' or 'pingpong' (without clusters), got {schedule!r}")
     pp = schedule == "pingpong"
     bm = HALF if pp else BM                  # rows of one scheduled tile (ping-pong: one warpgroup's)
-    stages = stages or (4 if pp else STAGES)
+    stages = stages or STAGES
+    in_flight = (1 if pp else IN_FLIGHT) if in_flight is None else in_flight
+    epilogue = epilogue or (BN if pp else EPILOGUE)
     b_shape, b_tile = ((K, N), (BK, BN)) if b_major == "row" else ((N, K), (BN, BK))
     b_half = (BK, BN // 2) if b_major == "row" else (BN // 2, BK)      # one CTA's multicast share
     m_tiles = -(-M // bm)
@@ -104,7 +107,11 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
     if BN % epilogue or epilogue % 64:
         raise ValueError(f"gemm: epilogue chunk {epilogue} must be a multiple of 64 dividing {BN}")
     chunks = BN // epilogue
-    bufs = 1 if chunks == 1 else 2          # chunk buffers per warpgroup (two: write one while the other stores)
+    # chunk buffers per warpgroup: two (write one while the other stores) for 64-column chunks, else
+    # one (wait until the previous chunk's store has read it): 128-column chunks fit 4 stages that way
+    bufs = epilogue_bufs or (2 if chunks > 2 else 1)
+    if bufs not in (1, 2) or bufs > chunks:
+        raise ValueError(f"gemm: epilogue_bufs must be 1 or 2 and at most the {chunks} chunks, got {epilogue_bufs!r}")
     wait = in_flight if k_iters > 1 else 0                 # wgmma groups left running per k-block
 
     def tile(pool, at, shape):
@@ -126,7 +133,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         Ax.cast(out, acc)
         row = m_blk * bm + (0 if pp else wg * HALF)
         for j in range(chunks):
-            # the store that last read this chunk's buffer (chunk j - 2, or the previous tile's) is done
+            # the store that last read this chunk's buffer (chunk j - bufs, or the previous tile's) is done
             Ax.tma_store_wait(bufs - 1, pred=leader)
             Ax.named_barrier(1 + wg, 128)
             Cw = tile(pool, c_at + (wg * bufs + j % bufs) * (HALF * epilogue), (HALF, epilogue))

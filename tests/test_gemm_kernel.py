@@ -31,8 +31,9 @@ def test_gemm_builds(dtype, b_major):
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, r
     assert art.launch["grid"] == [gemm.SMS, 1, 1] and art.launch["block"] == [384, 1, 1]
     assert art.launch["dynamic_smem"] >= gemm.STAGES * (128 * 64 + 64 * 256) * 2
-    assert [r.chosen for r in art.records] == ["tma", "tma", "wgmma", "wgmma", "wgmma", "per_thread", "stmatrix",
-                                                  "tma_store"]
+    # the epilogue stores each warpgroup's 64x256 tile as two 64x128 chunks through one buffer
+    assert [r.chosen for r in art.records] == ["tma", "tma", "wgmma", "wgmma", "wgmma", "per_thread"] + \
+        ["stmatrix", "tma_store"] * 2
     # the layouts decide B's transpose bit: MN-major (row-major B) sets imm-trans-b
     trans_b = re.findall(r"wgmma_f16_ss_mma_async_sync_aligned_m64n256k16_f32_\w+?_1_1_0_(\d)", art.cuda_source) or \
         re.findall(r"wgmma_bf16_ss_mma_async_sync_aligned_m64n256k16_f32_\w+?_1_1_0_(\d)", art.cuda_source)
@@ -53,12 +54,13 @@ def test_accumulator_pinned_after_wait():
     assert fence < first_cast
 
 
-def test_accumulator_complete_before_epilogue():
-    """One wgmma group stays in flight in the main loop (wait_group 1), and the last k-block's
-    wait_group 0 sits in the same basic block as the epilogue's first read of the accumulator
-    (ptxas hoisted that read above a wait_group 0 placed after the loop)."""
-    ptx = gemm.build(1024, 1024, 1024).ptx
-    assert "wgmma.wait_group.sync.aligned 1;" in ptx
+@pytest.mark.parametrize("in_flight", [0, 1])
+def test_accumulator_complete_before_epilogue(in_flight):
+    """``in_flight`` wgmma groups stay in flight in the main loop (wait_group 1 or 0), and the last
+    k-block's wait_group 0 sits in the same basic block as the epilogue's first read of the
+    accumulator (ptxas hoisted that read above a wait_group 0 placed after the loop)."""
+    ptx = gemm.build(1024, 1024, 1024, in_flight=in_flight).ptx
+    assert ("wgmma.wait_group.sync.aligned 1;" in ptx) == (in_flight == 1)
     first_cvt = ptx.index("cvt.rn.f16.f32")
     wait0 = ptx.rindex("wgmma.wait_group.sync.aligned 0;", 0, first_cvt)
     assert wait0 > ptx.rindex("wgmma.mma_async", 0, first_cvt)
@@ -126,6 +128,19 @@ def test_cluster_tile_schedule_pairs_block_rows():
         tiles = [(p * 2 + r, n) for t in range(s.tiles) for p, n in [s.coords(t)] for r in (0, 1)]
         assert len(set(tiles)) == len(tiles) == 2 * s.tiles
         assert {t for t in tiles if t[0] < mt} == {(m, n) for m in range(mt) for n in range(nt)}
+
+
+def test_gemm_default_epilogue_fits_four_stages():
+    """The default: 4 stages of 48 KiB and one 16 KiB buffer per warpgroup (224 KiB); the second
+    64x128 chunk waits until the first chunk's store has read the buffer (wait_group.read 0)."""
+    art = gemm.build(1000, 1000, 1000, b_major="col")
+    assert gemm.STAGES == 4 and gemm.EPILOGUE == 128 and gemm.IN_FLIGHT == 0
+    assert art.launch["dynamic_smem"] == 4 * (128 * 64 + 64 * 256) * 2 + 2 * 64 * 128 * 2
+    ptx = art.ptx
+    first_store = ptx.index("cp.async.bulk.tensor.2d.global.shared::cta")
+    assert "cp.async.bulk.wait_group.read 0;" in ptx[first_store:]
+    with pytest.raises(ValueError, match="epilogue_bufs"):
+        gemm.make(1024, 1024, 1024, epilogue_bufs=3)
 
 
 def test_gemm_chunked_epilogue_four_stages():

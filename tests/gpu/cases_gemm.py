@@ -29,13 +29,14 @@ SHAPES = {
 CASES = [(s, "float16", b) for s in SHAPES for b in ("row", "col")] + \
         [(s, "bfloat16", b) for s in ("square", "ragged") for b in ("row", "col")]
 #: make() variants: tag -> keywords (cluster pairs; 4 stages with the 64-column chunked epilogue)
-VARIANTS = {"c2": {"cluster": 2}, "s4": {"stages": 4, "epilogue": 64}, "c2s4": {"cluster": 2, "stages": 4, "epilogue": 64},
+VARIANTS = {"c2": {"cluster": 2}, "s3": {"stages": 3, "in_flight": 1, "epilogue": 256},
+            "e64": {"epilogue": 64, "epilogue_bufs": 2}, "c2s3": {"cluster": 2, "stages": 3, "in_flight": 1, "epilogue": 256},
             "pp": {"schedule": "pingpong"}}
 #: variant cases (shape, dtype, B layout, tag); ragged2 has 7 block-rows, k2 3
 CLUSTER_CASES = [(s, "float16", b, "c2") for s in ("square", "ragged", "ragged2", "k2") for b in ("row", "col")] + \
                 [(s, "bfloat16", b, "c2") for s in ("square", "ragged2") for b in ("row", "col")] + \
-                [(s, "float16", b, v) for v in ("s4", "c2s4") for s in ("square", "ragged2", "k2") for b in ("row", "col")] + \
-                [("ragged", "bfloat16", b, v) for v in ("s4", "c2s4") for b in ("row", "col")] + \
+                [(s, "float16", b, v) for v in ("s3", "e64", "c2s3") for s in ("square", "ragged2", "k2") for b in ("row", "col")] + \
+                [("ragged", "bfloat16", b, v) for v in ("s3", "e64") for b in ("row", "col")] + \
                 [(s, "float16", b, "pp") for s in ("square", "ragged2", "k1", "k2", "multi") for b in ("row", "col")] + \
                 [("ragged2", "bfloat16", "col", "pp"), ("multi", "bfloat16", "row", "pp")]
 TOL = {"float16": 2e-3, "bfloat16": 1e-2}

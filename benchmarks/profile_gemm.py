@@ -1,0 +1,138 @@
+#!/usr/bin/env python3
+"""What cuBLAS runs for the benchmark's shapes, and one launch of each side for a profiler (GPU, no TVM).
+
+``python3 benchmarks/profile_gemm.py names`` prints, for every M = 8192 MLP shape and dtype of
+``benchmarks/gemm.py``, the kernel(s) torch.matmul launches with their grid, block, registers and
+shared memory (from a torch.profiler trace): the tile, cluster and split strategy cuBLAS picked.
+
+``python3 benchmarks/profile_gemm.py once N K [--dtype float16] [--artifacts DIR]`` launches the axe
+artifact for (N, K) once and torch.matmul once on the same data, checked against each other, for
+``ncu`` to profile (each kernel alone, caches flushed by ncu).
+
+``python3 benchmarks/profile_gemm.py sustain N K [--seconds 4]`` runs each side back to back for a
+few seconds while NVML samples the SM clock and the power draw: is the GEMM power-limited, and
+does one side run at a lower clock than the other?
+"""
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+
+def names(dtypes):
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from gemm import M, SHAPES
+    seen = {}
+    for dtype in dtypes:
+        tdt = getattr(torch, dtype)
+        for model, proj, n, k in SHAPES:
+            if (n, k, dtype) in seen:
+                continue
+            a = torch.randn(M, k, device="cuda", dtype=tdt)
+            w = torch.randn(n, k, device="cuda", dtype=tdt)
+            torch.matmul(a, w.t())
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                torch.matmul(a, w.t())
+                torch.cuda.synchronize()
+            path = os.path.join(tempfile.mkdtemp(), "t.json")
+            prof.export_chrome_trace(path)
+            kernels = [e for e in json.load(open(path))["traceEvents"] if e.get("cat") == "kernel"]
+            seen[(n, k, dtype)] = [(e["name"], e["args"].get("grid"), e["args"].get("block"),
+                                    e["args"].get("registers per thread"), e["args"].get("shared memory"),
+                                    e.get("dur")) for e in kernels]
+            for name, grid, block, regs, smem, dur in seen[(n, k, dtype)]:
+                print(f"{dtype:8s} {n:6d}x{k:<6d} {name[:110]:110s} grid {grid} block {block} regs {regs} "
+                      f"smem {smem} {dur} us", flush=True)
+            del a, w
+
+
+def once(n, k, dtype, artifacts):
+    import torch
+    kern, a, w, c = _setup(n, k, dtype, artifacts)
+    kern(a, w, c)
+    ref = torch.matmul(a, w.t())
+    torch.cuda.synchronize()
+    err = ((c.float() - ref.float()).norm() / ref.float().norm()).item()
+    print(f"axe vs cuBLAS rel err {err:.2e}")
+    return 0 if err < 1e-2 else 1
+
+
+def _setup(n, k, dtype, artifacts):
+    import torch
+
+    import axe.runtime as rt
+    from gemm import M, artifact_name
+    tdt = getattr(torch, dtype)
+    kern = rt.load(os.path.join(artifacts, artifact_name(dtype, n, k)))
+    a = torch.randn(M, k, device="cuda", dtype=tdt)
+    w = torch.randn(n, k, device="cuda", dtype=tdt)
+    return kern, a, w, torch.empty(M, n, device="cuda", dtype=tdt)
+
+
+def sustain(n, k, dtype, artifacts, seconds):
+    import threading
+    import time
+
+    import pynvml
+    import torch
+    kern, a, w, c = _setup(n, k, dtype, artifacts)
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(0)
+    for side, fn in (("axe", lambda: kern(a, w, c)), ("cublas", lambda: torch.matmul(a, w.t(), out=c))) * 2:
+        samples, stop = [], threading.Event()
+
+        def poll():
+            while not stop.is_set():
+                samples.append((pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                                pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0))
+                time.sleep(0.05)
+        fn()
+        torch.cuda.synchronize()
+        th = threading.Thread(target=poll)
+        t0, calls = time.time(), 0
+        th.start()
+        while time.time() - t0 < seconds:
+            for _ in range(20):
+                fn()
+            calls += 20
+            torch.cuda.synchronize()
+        dt = time.time() - t0
+        stop.set()
+        th.join()
+        late = samples[len(samples) // 2:]          # after the clock settled
+        print(f"{side:7s} {n}x{k} {dtype}: {2.0 * a.shape[0] * n * k * calls / dt / 1e12:6.0f} TFLOP/s  "
+              f"SM clock {sum(x for x, _ in late) / len(late):6.0f} MHz  power {sum(p for _, p in late) / len(late):5.0f} W  "
+              f"(min clock {min(x for x, _ in late)})", flush=True)
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("names")
+    p.add_argument("--dtypes", nargs="*", default=["float16", "bfloat16"])
+    p = sub.add_parser("once")
+    p.add_argument("n", type=int)
+    p.add_argument("k", type=int)
+    p.add_argument("--dtype", default="float16")
+    p.add_argument("--artifacts", default=os.path.join(ROOT, ".carry", "gemm_bench"))
+    p = sub.add_parser("sustain")
+    p.add_argument("n", type=int)
+    p.add_argument("k", type=int)
+    p.add_argument("--dtype", default="float16")
+    p.add_argument("--seconds", type=float, default=4.0)
+    p.add_argument("--artifacts", default=os.path.join(ROOT, ".carry", "gemm_bench"))
+    args = ap.parse_args()
+    if args.cmd == "names":
+        sys.exit(names(args.dtypes))
+    if args.cmd == "sustain":
+        sys.exit(sustain(args.n, args.k, args.dtype, args.artifacts, args.seconds))
+    sys.exit(once(args.n, args.k, args.dtype, args.artifacts))
