@@ -19,6 +19,7 @@ sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 #: variant name -> make() keywords
 VARIANTS = {
     "default": {},                                  # 4 stages, no wgmma group in flight, two 64x128 store chunks
+    "sk": {"stream_k": True},                       # stream-K tail: the last whole wave and the partial one split evenly
     "w1": {"in_flight": 1},                         # one wgmma group in flight (holds two slots)
     "s3": {"stages": 3, "in_flight": 1, "epilogue": 256},   # the first default: 3 stages, one 64x256 store
     "e64": {"epilogue": 64},                        # four 64x64 store chunks through two buffers

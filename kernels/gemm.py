@@ -6,16 +6,24 @@ computes 128×256 tiles of C with three warpgroups:
 
 - warpgroup 0, the producer (``setmaxnreg`` down to 40): one thread issues TMA loads of the
   A tile (128×64) and the B tile (64×256 or 256×64) into 128-byte-swizzled shared slots of a
-  ``STAGES``-deep :class:`~axe.lang.pipeline.Pipeline` (full barriers count bytes, empty
+  ``STAGES``-deep (4) :class:`~axe.lang.pipeline.Pipeline` (full barriers count bytes, empty
   barriers count the two consumers' releases);
 - warpgroups 1 and 2, the consumers (``setmaxnreg`` up to 232): each owns 64 rows of the tile
   and runs ``Ax.gemm`` per slot.  The wgmma schedule is chosen from the layouts: B's shared
   layout (MN- or K-major) sets the instruction's transpose bit, so both B variants are this
-  one kernel.  One wgmma group stays in flight (``in_flight=1``): after issuing k-block i a
-  consumer waits for group i-1 and only then releases i-1's slot; a tile's last k-block waits
-  for every group in straight-line code (``wait=0``), so the accumulator is complete before the
-  epilogue reads it.  The epilogue casts the accumulator, writes it with ``stmatrix`` into a
-  swizzled shared tile and one thread stores it with TMA, overlapping the next tile's loads.
+  one kernel.  By default no wgmma group is left in flight (``in_flight=0``): a consumer waits
+  for its k-block's group and releases the slot at once, so it holds one slot and the producer
+  runs three ahead; the tensor cores stay busy with the other consumer's group meanwhile.  A
+  tile's last k-block waits in straight-line code, so the accumulator is complete before the
+  epilogue reads it.  The epilogue casts the accumulator and stores each warpgroup's 64×256 tile
+  as two 64×128 chunks (``stmatrix`` into one swizzled 16 KiB buffer per warpgroup, then one
+  thread's TMA store; the second chunk waits until the first store has read the buffer), which
+  leaves room for the 4th stage (224 KiB in all).
+
+Why 4 stages and no group in flight (H200, ncu, Llama-3.1-8B down 8192×4096×14336): with 3
+stages and one group in flight a consumer holds two slots, the producer runs one ahead, and the
+consumers slept on full barriers in a third of the stall samples: 2.12 M cycles against cuBLAS's
+1.88 M.  With 4 stages: 1.89 M, cuBLAS's cycle count.
 
 ``cluster=2`` runs the CTAs in clusters of two that compute vertically neighbouring tiles
 (block-rows 2p and 2p+1 of one block-column, the tile schedule walking those pairs): they need
@@ -25,11 +33,19 @@ both producers, so it is free only when all four consumers of the pair released 
 counts the peer's releases too (remote ``mbarrier.arrive`` through ``mapa``), and cluster barriers
 publish the mbarriers at the start and keep both CTAs alive to the end.  With an odd number of
 block-rows the last pair's second CTA computes a block-row of zeros past M and stores nothing.
-Measured on H200 it is slower (about 0.67 of cuBLAS against 0.98 unclustered, with 3 or 4
-stages alike), so it is not the default.
+Measured on H200 it is 1–4% slower than unclustered, so it is not the default.
 
-``epilogue=64`` stores each warpgroup's 64×256 tile as four 64×64 chunks through two 8 KiB
-buffers, so that ``stages=4`` fits (224 KiB); measured on H200 it is no faster than 3 stages.
+``stream_k=True`` splits the last whole wave of tiles and the partial one evenly over the CTAs
+in k-iterations (:func:`stream_k_bound`), so no CTA idles in a partial last wave: a tile is then
+computed in at most two pieces, the CTA with its last k-blocks writes the fp32 partial sum to a
+scratch workspace and sets a flag (``Ax.flag_set``), the CTA with its first k-blocks waits for the
+flag (``Ax.flag_take``), adds the partial sum and stores the tile.  It is correct but not the
+default: on H200 it gains 3–4% where K is short (8192×12288×4096) and loses up to 17% where K
+is long (8192×3584×14336), because CTAs at different k-offsets of different tiles no longer share
+A and B slabs in L2, and the stream-K phase waits on DRAM.
+
+``epilogue=64`` stores each warpgroup's tile as four 64×64 chunks through two 8 KiB buffers;
+``stages=3, in_flight=1, epilogue=256`` is the first version (one 64×256 store, 3 stages).
 
 ``schedule="pingpong"`` gives each consumer warpgroup its own 64×256 tiles (the CTA's tiles
 alternate between the two) so that one's epilogue runs under the other's main loop: their main
@@ -68,13 +84,27 @@ def reference(A, B, b_major="row"):
     return {"C": A.float() @ (B if b_major == "row" else B.t()).float()}
 
 
+def stream_k_bound(p, units, ctas, k_iters, select=lambda c, a, b: a if c else b):
+    """The first stream-K k-iteration of CTA ``p``: ``units`` k-iterations (whole tiles of
+    ``k_iters``) split evenly over ``ctas`` CTAs, each boundary moved off a tile's second and last
+    k-iteration so that every piece of a tile holds at least two (``select``: ``T.if_then_else`` for
+    TIR values).  With ``units >= ctas * k_iters`` and ``k_iters >= 4`` each tile falls into at most
+    two CTAs' ranges: a CTA's range is at least ``k_iters - 2`` long and starts and ends at least
+    two k-iterations into a tile, so no range lies inside one tile."""
+    b = p * units // ctas
+    r = b % k_iters
+    return b - select(r == 1, 1, 0) + select(r == k_iters - 1, 1, 0)
+
+
 def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SMS, in_flight=None, group=GROUP,
-         cluster=1, epilogue=None, schedule="cooperative", epilogue_bufs=None):
+         cluster=1, epilogue=None, schedule="cooperative", epilogue_bufs=None, stream_k=False):
     """The GEMM kernel (an :class:`axe.lang.Kernel`) for static sizes; ``b_major``: ``"row"``
     (B is K×N) or ``"col"`` (B is stored N×K, ``C = A·Bᵀ``); ``cluster``: 1, or 2 for CTA pairs
     sharing B through TMA multicast; ``epilogue``: columns per store chunk (``BN``: one 64×256
-    tile per warpgroup; 64: four 64×64 chunks through two 8 KiB buffers, a quarter of the shared
-    memory, which leaves room for a 4th stage); ``schedule``: ``"cooperative"`` (both consumers
+    tile per warpgroup; 128, the default: two 64×128 chunks through one 16 KiB buffer; 64: four 64×64
+    chunks through two 8 KiB buffers); ``epilogue_bufs``: buffers per warpgroup for the chunks;
+    ``stream_k``: split the last waves' tiles in k over all CTAs (see the module docstring);
+    ``schedule``: ``"cooperative"`` (both consumers
     on one 128×256 tile) or ``"pingpong"`` (each consumer on its own 64×256 tiles, taking turns
     in the main loop; 4 stages by default)."""
     if b_major not in ("row", "col"):
@@ -113,6 +143,16 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
     if bufs not in (1, 2) or bufs > chunks:
         raise ValueError(f"gemm: epilogue_bufs must be 1 or 2 and at most the {chunks} chunks, got {epilogue_bufs!r}")
     wait = in_flight if k_iters > 1 else 0                 # wgmma groups left running per k-block
+    # stream-K tail: the last full wave and the partial one are split in k-iterations evenly over the CTAs
+    tiles = sched.tiles
+    fits_sk = cluster == 1 and not pp and k_iters >= 4 and tiles >= 2 * sms
+    if stream_k and not fits_sk:
+        raise ValueError(f"gemm: stream_k needs the cooperative schedule without clusters, K >= {4 * BK} and at "
+                         f"least {2 * sms} tiles (got {tiles})")
+    dp_waves = tiles // sms - 1 if stream_k else 0        # whole waves of data-parallel tiles first
+    dp_tiles = dp_waves * sms
+    sk_units = (tiles - dp_tiles) * k_iters                # the rest, in k-iterations
+    ws_rows = sms * 2 * HALF if stream_k else 1            # fp32 partial tiles: one per CTA and warpgroup
 
     def tile(pool, at, shape):
         return Ax.view(pool, swizzled(*shape), shape, base=at)
@@ -129,8 +169,11 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                     b_region(B, n_blk * BN + rank * (BN // 2), kb * BK, BN // 2),
                     barrier=pipe.full, stage=s, multicast=0b11)
 
-    def epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk):
-        Ax.cast(out, acc)
+    def epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk, partial=None):
+        if partial is None:
+            Ax.cast(out, acc)
+        else:       # a stream-K tile's first k-iterations: add the partial sum of the rest
+            Ax.elementwise(out, lambda a, p: T.cast(a + p, dtype), acc, partial)
         row = m_blk * bm + (0 if pp else wg * HALF)
         for j in range(chunks):
             # the store that last read this chunk's buffer (chunk j - bufs, or the previous tile's) is done
@@ -156,9 +199,56 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             with IRB.Then():
                 body()
 
+    def sk_bound(p):
+        return stream_k_bound(p, sk_units, sms, k_iters, T.if_then_else)
+
+    def tile_loop(pool, pipe, acc, wg, leader, base, k0, k1, before_last=None):
+        """k-blocks k0 .. k1-1 of a tile (``base`` is the pipeline iteration of k-block 0; at least
+        two k-blocks unless the tile has one): ``wait`` groups in flight, the last one waited for in
+        straight-line code (ptxas moved a read of the last registers above a wait_group 0 placed
+        after the loop); ``before_last`` runs before the last k-block is issued."""
+        mma(pool, pipe, acc, wg, base + k0, False, leader, wait)
+        with T.serial(k0 + 1, k1 - 1) as kb:
+            mma(pool, pipe, acc, wg, base + kb, True, leader, wait)
+        if before_last:
+            before_last()
+        if k_iters == 1:        # that first k-block was the last (wait is 0 then)
+            return
+        mma(pool, pipe, acc, wg, base + k1 - 1, True, leader, 0)
+        if wait > 0:    # the previous k-block's group completed at this wait
+            pipe.release(base + k1 - 2, pred=leader)
+
+    def sk_finish(acc, out, pool, C, W, F, cid, wg, leader, m_blk, n_blk, k0, k1):
+        """A stream-K piece [k0, k1) of a tile: the whole tile is stored as usual; the last
+        k-iterations (the CTA's first piece) go to workspace row block ``cid``, published by a flag;
+        the first k-iterations (the CTA's last piece) wait for CTA ``cid + 1``'s flag, add its
+        partial sum and store the tile."""
+        from tvm.script.ir_builder import tirx as IRB
+        with IRB.If(k1 < k_iters):
+            with IRB.Then():
+                nxt = (cid + 1) * 2 + wg
+                Ax.flag_take(F, nxt, leader, 1 + wg, 128)
+                epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk, partial=W[nxt * HALF:(nxt + 1) * HALF, :])
+            with IRB.Else():
+                with IRB.If(k0 > 0):
+                    with IRB.Then():
+                        me = cid * 2 + wg
+                        Ax.copy(W[me * HALF:(me + 1) * HALF, :], acc)
+                        Ax.flag_set(F, me, leader, 1 + wg, 128)
+                    with IRB.Else():
+                        epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk)
+
     def coords(cid, rank, it):
         pm, n_blk = sched.coords(sched.tile(cid, it))
         return (pm, n_blk) if cluster == 1 else (pm * cluster + rank, n_blk)
+
+    def load(pool, pipe, A, B, i, m_blk, n_blk, kb, rank):
+        """Producer: iteration i loads k-block kb of tile (m_blk, n_blk) into its slot."""
+        s = pipe.slot(i)
+        pipe.acquire(i)
+        Ax.copy(tile(pool, a_at + s * (bm * BK), (bm, BK)),
+                A[m_blk * bm:(m_blk + 1) * bm, kb * BK:(kb + 1) * BK], barrier=pipe.full, stage=s)
+        load_b(pool, pipe, B, s, n_blk, kb, rank)
 
     def b_operand(pool, s):
         Bs = tile(pool, b_at + s * (BK * BN), b_tile)
@@ -180,7 +270,8 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
 
         @T.prim_func
         def gemm(A_: T.Buffer((M, K), dtype), B_: T.Buffer(b_shape, dtype), C_: T.Buffer((M, N), dtype),
-                 A_map: T.handle("tensormap"), B_map: T.handle("tensormap"), C_map: T.handle("tensormap")):
+                 A_map: T.handle("tensormap"), B_map: T.handle("tensormap"), C_map: T.handle("tensormap"),
+                 W_: T.Buffer((ws_rows, BN if stream_k else 1), "float32"), F_: T.Buffer((2 * sms,), "int32")):
             Ax.min_blocks_per_sm(1)
             if cluster == 1:
                 bx, tx = Ax.launch(sms, THREADS)
@@ -190,19 +281,21 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             A = Ax.param(A_, tensormap=A_map)
             B = Ax.param(B_, tensormap=B_map)
             C = Ax.param(C_, tensormap=C_map)
+            W = Ax.param(W_, scratch=True)          # stream-K partial sums (fp32)
+            F = Ax.param(F_, scratch=True)          # stream-K flags, one per CTA and warpgroup
             pool = Ax.dynamic_shared(c_at + 2 * bufs * HALF * epilogue, dtype)
             pipe = Ax.pipeline(stages, producers=2, consumers=1 if pp else 2, cluster=cluster)
             with Ax.role(0, 1, regs=PRODUCER_REGS):
                 with Ax.warps(0, 1):
-                    for it in T.serial(sched.count(cid)):
+                    for it in T.serial(dp_waves if stream_k else sched.count(cid)):
                         m_blk, n_blk = coords(cid, rank, it)
                         for kb in T.serial(k_iters):
-                            i = it * k_iters + kb
-                            s = pipe.slot(i)
-                            pipe.acquire(i)
-                            Ax.copy(tile(pool, a_at + s * (bm * BK), (bm, BK)),
-                                    A[m_blk * bm:(m_blk + 1) * bm, kb * BK:(kb + 1) * BK], barrier=pipe.full, stage=s)
-                            load_b(pool, pipe, B, s, n_blk, kb, rank)
+                            load(pool, pipe, A, B, it * k_iters + kb, m_blk, n_blk, kb, rank)
+                    if stream_k:    # k-iterations u of the stream-K tiles, continuing the iteration count
+                        for u in T.serial(sk_bound(cid), sk_bound(cid + 1)):
+                            m_blk, n_blk = sched.coords(dp_tiles + u // k_iters)
+                            load(pool, pipe, A, B, dp_waves * k_iters + u - sk_bound(cid), m_blk, n_blk,
+                                 u % k_iters, rank)
             with Ax.role(1, 3, regs=CONSUMER_REGS, each=True):
                 wg = Ax.warpgroup_index()
                 leader = tx % 128 == 0
@@ -210,23 +303,24 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                 out = Ax.registers((HALF, BN), dtype, acc_layout, name="out")
                 count = sched.count(cid)
                 # ping-pong: warpgroup wg takes the CTA's tiles wg, wg + 2, ...
-                for j in T.serial((count - wg + 1) // 2 if pp else count):
+                for j in T.serial((count - wg + 1) // 2 if pp else (dp_waves if stream_k else count)):
                     it = 2 * j + wg if pp else j
                     m_blk, n_blk = coords(cid, rank, it)
                     if pp:      # my turn: the other warpgroup has issued the previous tile's main loop
                         when(it > 0, lambda: Ax.named_barrier(ORDER + wg, 256))
-                    # k-blocks with `wait` groups in flight; the last one waits for all in straight-line
-                    # code (ptxas moved a read of the last registers above a wait_group 0 after the loop)
-                    mma(pool, pipe, acc, wg, it * k_iters, False, leader, wait)
-                    for kb in T.serial(1, k_iters - 1):
-                        mma(pool, pipe, acc, wg, it * k_iters + kb, True, leader, wait)
-                    if pp:      # pass the turn once every k-block but the last has been waited for
-                        when(it + 1 < count, lambda: Ax.named_barrier_arrive(ORDER + 1 - wg, 256))
-                    if k_iters > 1:
-                        mma(pool, pipe, acc, wg, it * k_iters + k_iters - 1, True, leader, 0)
-                        if wait > 0:    # the previous k-block's group completed at this wait
-                            pipe.release(it * k_iters + k_iters - 2, pred=leader)
+                    # ping-pong: pass the turn once every k-block but the last has been waited for
+                    tile_loop(pool, pipe, acc, wg, leader, it * k_iters, 0, k_iters, before_last=(
+                        lambda: when(it + 1 < count, lambda: Ax.named_barrier_arrive(ORDER + 1 - wg, 256))) if pp else None)
                     store(acc, out, pool, C, wg, leader, m_blk, n_blk)
+                if stream_k:    # this CTA's k-iterations of the stream-K tiles: at most three pieces
+                    b0 = sk_bound(cid)
+                    b1 = sk_bound(cid + 1)
+                    for t in T.serial(b0 // k_iters, (b1 - 1) // k_iters + 1):
+                        k0 = T.max(b0, t * k_iters) - t * k_iters
+                        k1 = T.min(b1, t * k_iters + k_iters) - t * k_iters
+                        m_blk, n_blk = sched.coords(dp_tiles + t)
+                        tile_loop(pool, pipe, acc, wg, leader, dp_waves * k_iters + t * k_iters - b0, k0, k1)
+                        sk_finish(acc, out, pool, C, W, F, cid, wg, leader, m_blk, n_blk, k0, k1)
                 Ax.tma_store_wait(0, pred=leader)
             if cluster > 1:
                 Ax.cluster_sync()                    # no CTA leaves while its peer may still arrive on it

@@ -187,3 +187,49 @@ def test_gemm_pingpong_builds(dtype, b_major):
         gemm.make(1024, 1024, 1024, schedule="pingpong", cluster=2)
     with pytest.raises(ValueError, match="schedule"):
         gemm.make(1024, 1024, 1024, schedule="zigzag")
+
+
+@pytest.mark.parametrize("tiles,ctas,k_iters", [(20, 8, 16), (48, 10, 4), (304, 132, 9), (1024, 132, 224),
+                                                (3072, 132, 64), (17, 8, 5), (264, 132, 4)])
+def test_stream_k_split(tiles, ctas, k_iters):
+    """The stream-K tail (the last whole wave and the partial one) is covered exactly once; each
+    tile falls into at most two CTAs' ranges, every piece holds at least two k-iterations, and a
+    tile split in two has its first piece at the end of CTA p's range and the rest at the start of
+    CTA p + 1's (the CTA that adds the partial sum is the one that waits for it)."""
+    dp = (tiles // ctas - 1) * ctas
+    units = (tiles - dp) * k_iters
+    b = [gemm.stream_k_bound(p, units, ctas, k_iters) for p in range(ctas + 1)]
+    assert b[0] == 0 and b[-1] == units and all(x < y for x, y in zip(b, b[1:]))
+    owners = {}
+    for p in range(ctas):
+        for u in range(b[p], b[p + 1]):
+            owners.setdefault(u // k_iters, []).append((p, u % k_iters))
+    assert sorted(owners) == list(range(tiles - dp))
+    for t, units_of in owners.items():
+        ctas_of = sorted({p for p, _ in units_of})
+        assert len(ctas_of) <= 2, (t, ctas_of)
+        for p in ctas_of:
+            assert sum(1 for q, _ in units_of if q == p) >= 2
+        if len(ctas_of) == 2:
+            head, tail = ctas_of
+            assert tail == head + 1
+            assert min(k for q, k in units_of if q == head) == 0 and max(k for q, k in units_of if q == tail) == k_iters - 1
+
+
+def test_stream_k_builds():
+    """``stream_k=True``: scratch workspace and flags are the last (runtime-supplied) parameters;
+    the partial sum goes out with vector stores, the flags use release/acquire at GPU scope; off
+    by default, and refused with clusters."""
+    art = gemm.build(2048, 4864, 520, b_major="col", stream_k=True)   # 16 x 19 = 304 tiles on 132 CTAs
+    args = {a["name"]: a for a in art.launch["args"]}
+    assert args["W_"]["scratch"] and args["F_"]["scratch"] and not args["C_"].get("scratch")
+    assert args["W_"]["shape"] == [132 * 2 * 64, 256] and args["F_"]["shape"] == [264]
+    assert "st.release.gpu.global.b32" in art.ptx and "ld.acquire.gpu.global.b32" in art.ptx
+    assert "st.global.v2" in art.ptx or "st.global.v4" in art.ptx
+    assert "vector" in [r.chosen for r in art.records]
+    r = art.launch["resources"]
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, r
+    off = gemm.build(2048, 4864, 520)
+    assert "ld.acquire.gpu" not in off.ptx and {a["name"]: a for a in off.launch["args"]}["W_"]["shape"] == [1, 1]
+    with pytest.raises(ValueError, match="stream_k"):
+        gemm.make(2048, 4864, 520, cluster=2, stream_k=True)

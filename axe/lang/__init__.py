@@ -40,3 +40,6 @@ __all__ += ["dynamic_shared", "elect_one", "entry_registers", "fence_proxy_async
 from .cluster import arrive_remote, cluster_arrive, cluster_launch, cluster_sync, cluster_wait, fence_mbarrier_init
 
 __all__ += ["arrive_remote", "cluster_arrive", "cluster_launch", "cluster_sync", "cluster_wait", "fence_mbarrier_init"]
+from .flags import fence_gpu, flag_set, flag_take
+
+__all__ += ["fence_gpu", "flag_set", "flag_take"]

@@ -56,7 +56,7 @@ def compile_kernel(k: Kernel, target: str = "sm_90a"):
     from axe.backends.cuda.build import build
     func, ctx = build_func(k, target)
     art = build(func, target=target, name=k.name, tensormaps=tuple(ctx.tensormaps),
-                dynamic_smem=ctx.dynamic_smem)
+                dynamic_smem=ctx.dynamic_smem, scratch=tuple(ctx.scratch))
     art.records = ctx.records
     return art
 

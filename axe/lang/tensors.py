@@ -34,12 +34,18 @@ def _storage(L) -> int:
     return n
 
 
-def param(buf, layout=None, tensormap=None, name=None) -> Tensor:
+def param(buf, layout=None, tensormap=None, name=None, scratch=False) -> Tensor:
     """A kernel parameter buffer seen through ``layout`` (default row-major over its shape).
 
     ``tensormap``: the kernel's CUtensorMap parameter (``T.handle("tensormap")``) for TMA.
+    ``scratch``: the runtime supplies this buffer (zero-filled once per device, then reused): a
+    workspace or flags the kernel leaves zero again.  Scratch parameters come last and callers
+    leave them out.
     """
     shape = tuple(int(s) for s in buf.shape)
+    if scratch:
+        from axe.schedules.context import current_context
+        current_context().scratch.append(str(buf.name))
     L = as_layout(layout, shape)
     t = Tensor(buf, L, shape, str(buf.dtype), "global", tensormap=tensormap, name=name or buf.name)
     return register_tensor(t)

@@ -326,6 +326,7 @@ class Kernel:
         self.launch = artifact.launch
         self._driver = driver
         self._key = hashlib.sha256(artifact.cubin).hexdigest()
+        self._scratch = {}      # device index -> the scratch tensors (zero-filled at allocation)
 
     @property
     def driver(self):
@@ -339,6 +340,22 @@ class Kernel:
             f"{a['name']}: {a['dtype']}{list(a['shape']) if a['kind'] == 'tensor' else ''}" for a in self.launch["args"]
         )
         return f"Kernel {self.launch['name']}({sig}) [{self.launch['arch']}, {self.launch['kernel']}]"
+
+    def _with_scratch(self, args):
+        """``args`` followed by the scratch tensors the caller left out (allocated zero-filled on
+        the first tensor argument's device, once per device; the kernel keeps them zero-filled)."""
+        import torch
+
+        sig = self.launch["args"]
+        missing = sig[len(args):]
+        if not missing or not all(a.get("scratch") for a in missing):
+            return args
+        dev = next((v.device for v in args if hasattr(v, "device")), None)
+        index = dev.index if dev is not None and dev.index is not None else torch.cuda.current_device()
+        if index not in self._scratch:
+            self._scratch[index] = [torch.zeros(a["shape"], dtype=getattr(torch, a["dtype"]),
+                                                device=torch.device("cuda", index)) for a in missing]
+        return tuple(args) + tuple(self._scratch[index])
 
     def bind(self, *args, device_type="cuda") -> Bound:
         """Check the arguments and compute the launch configuration without launching."""
@@ -376,7 +393,7 @@ class Kernel:
         import torch
 
         d = self.driver
-        b = self.bind(*args)
+        b = self.bind(*self._with_scratch(args))
         if b.device is None:
             b.device = torch.device("cuda", torch.cuda.current_device())
         if 0 in b.grid:

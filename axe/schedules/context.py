@@ -35,6 +35,7 @@ class BuildContext:
     target: str = "sm_90a"
     records: list = field(default_factory=list)
     tensormaps: list = field(default_factory=list)
+    scratch: list = field(default_factory=list)     # parameters the runtime supplies (zero-filled)
     dynamic_smem: int | None = None
     counter: int = 0
 

@@ -24,6 +24,11 @@ SHAPES = {
     "k1": (512, 512, 64),         # one k-block: no group left in flight
     "k2": (384, 768, 72),         # two k-blocks (the second one ragged), no main-loop iterations
     "multi": (2560, 2048, 520),   # 320 ping-pong tiles: 2 or 3 per CTA (both warpgroups, odd counts), ragged K
+    # stream-K tails (a partial wave): 304 tiles on 132 CTAs, 9 k-blocks; 20 tiles on 8 CTAs, 16 k-blocks;
+    # 48 tiles on 10 CTAs, 4 k-blocks (range boundaries moved off a tile's second and last k-block)
+    "sk": (2048, 4864, 520),
+    "sk_a": (640, 1000, 1000),
+    "sk_b": (1000, 1496, 256),
 }
 #: (shape, dtype, B layout) cases: every shape in fp16 with both B layouts, bf16 on a subset
 CASES = [(s, "float16", b) for s in SHAPES for b in ("row", "col")] + \
@@ -31,14 +36,18 @@ CASES = [(s, "float16", b) for s in SHAPES for b in ("row", "col")] + \
 #: make() variants: tag -> keywords (cluster pairs; 4 stages with the 64-column chunked epilogue)
 VARIANTS = {"c2": {"cluster": 2}, "s3": {"stages": 3, "in_flight": 1, "epilogue": 256},
             "e64": {"epilogue": 64, "epilogue_bufs": 2}, "c2s3": {"cluster": 2, "stages": 3, "in_flight": 1, "epilogue": 256},
-            "pp": {"schedule": "pingpong"}}
+            "pp": {"schedule": "pingpong"}, "sk": {"stream_k": True},
+            "sk8": {"sms": 8, "stream_k": True}, "sk10": {"sms": 10, "stream_k": True}}
 #: variant cases (shape, dtype, B layout, tag); ragged2 has 7 block-rows, k2 3
 CLUSTER_CASES = [(s, "float16", b, "c2") for s in ("square", "ragged", "ragged2", "k2") for b in ("row", "col")] + \
                 [(s, "bfloat16", b, "c2") for s in ("square", "ragged2") for b in ("row", "col")] + \
                 [(s, "float16", b, v) for v in ("s3", "e64", "c2s3") for s in ("square", "ragged2", "k2") for b in ("row", "col")] + \
                 [("ragged", "bfloat16", b, v) for v in ("s3", "e64") for b in ("row", "col")] + \
                 [(s, "float16", b, "pp") for s in ("square", "ragged2", "k1", "k2", "multi") for b in ("row", "col")] + \
-                [("ragged2", "bfloat16", "col", "pp"), ("multi", "bfloat16", "row", "pp")]
+                [("ragged2", "bfloat16", "col", "pp"), ("multi", "bfloat16", "row", "pp")] + \
+                [("sk_a", dt, b, "sk8") for dt in ("float16", "bfloat16") for b in ("row", "col")] + \
+                [("sk_b", "float16", b, "sk10") for b in ("row", "col")] + \
+                [("sk", dt, b, "sk") for dt in ("float16", "bfloat16") for b in ("row", "col")]
 TOL = {"float16": 2e-3, "bfloat16": 1e-2}
 
 

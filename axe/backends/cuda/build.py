@@ -64,6 +64,7 @@ def build(
     name: str | None = None,
     tensormaps=(),
     dynamic_smem: int | None = None,
+    scratch=(),
     *,
     fast_math: bool = True,
     nvcc_options=(),
@@ -77,7 +78,10 @@ def build(
     kind cuda, or its dict form.  ``tensormaps`` holds one spec dict per ``T.handle("tensormap")``
     parameter (fields in the artifact module's docstring; ``param``, ``tensor`` and ``box`` are
     required).  ``dynamic_smem`` overrides the dynamic shared memory TVM computed (it may only
-    grow it).  ``fast_math`` passes ``--use_fast_math`` to nvcc as TVM does.
+    grow it).  ``scratch`` names tensor parameters the runtime supplies itself: trailing
+    parameters of static shape that it allocates zero-filled once per device and passes when the
+    caller leaves them out (the kernel must leave them zero-filled, or use them as workspace it
+    overwrites before reading).  ``fast_math`` passes ``--use_fast_math`` to nvcc as TVM does.
     """
     import tvm
     from tvm.target import Target
@@ -87,6 +91,7 @@ def build(
     func = func.with_attr("global_symbol", fname)  # the kernel symbol becomes f"{fname}_kernel"
     arch = _arch_of(target)
     args, symbols, shape_vars = _describe_args(tvm, func, fname)
+    _mark_scratch(args, scratch, fname)
     specs = _check_tensormap_specs(_merge_attr_specs(func, tensormaps, fname), args, fname)
 
     tvm_target = Target({"kind": "cuda", "arch": arch})
@@ -201,6 +206,22 @@ def build(
         "shape_vars": shape_vars,
     }
     return Artifact(cuda_source=cuda_source, ptx=ptx, cubin=cubin, launch=launch, log=log)
+
+
+def _mark_scratch(args, scratch, fname):
+    """Mark the ``scratch`` parameters in ``args`` (``"scratch": true``); they must be tensors of
+    static shape after every caller-supplied argument."""
+    names = [a["name"] for a in args]
+    for s in scratch:
+        if s not in names:
+            raise BuildError(f"build({fname}): scratch parameter {s!r} is not a parameter ({', '.join(names)})")
+        a = args[names.index(s)]
+        if a["kind"] != "tensor" or not all(isinstance(d, int) for d in a["shape"]):
+            raise BuildError(f"build({fname}): scratch parameter {s!r} must be a tensor of static shape")
+        a["scratch"] = True
+    flags = [bool(a.get("scratch")) for a in args]
+    if flags != sorted(flags):
+        raise BuildError(f"build({fname}): scratch parameters {list(scratch)} must come after every other parameter")
 
 
 # --- inputs -------------------------------------------------------------------------------------

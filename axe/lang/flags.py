@@ -1,0 +1,78 @@
+"""Flags in global memory that hand data from one CTA to another within a launch.
+
+A producer CTA writes a workspace, then sets a flag (:func:`flag_set`: every thread fences at GPU
+scope, the threads meet at a barrier, one thread stores 1 with release semantics); a consumer CTA
+takes it (:func:`flag_take`: one thread spins with acquire loads until it reads 1, stores 0 back
+so the flag is ready for the next launch, then the threads meet at a barrier and fence) and may
+then read the workspace.  Both sides name the group of threads that meets at the barrier (a
+named barrier of ``threads`` threads).  The CTAs must be co-resident (a persistent grid of at
+most one CTA per SM), or the consumer's spin never ends; the flags live in a zero-filled
+``Ax.param(..., scratch=True)`` buffer that every launch leaves zero-filled again.
+"""
+
+from __future__ import annotations
+
+__all__ = ["flag_set", "flag_take", "fence_gpu"]
+
+# one source per function: the code generator includes each function's source once, by name
+_FENCE_SRC = r"""
+__forceinline__ __device__ void axe_fence_gpu() { asm volatile("fence.acq_rel.gpu;" ::: "memory"); }
+"""
+_SET_SRC = r"""
+__forceinline__ __device__ void axe_flag_set(int* flag) {
+  asm volatile("st.release.gpu.global.b32 [%0], 1;" :: "l"(flag) : "memory");
+}
+"""
+_TAKE_SRC = r"""
+__forceinline__ __device__ void axe_flag_take(int* flag) {
+  int v = 0;
+  do {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+  } while (v == 0);
+  asm volatile("st.relaxed.gpu.global.b32 [%0], 0;" :: "l"(flag) : "memory");
+}
+"""
+
+
+def fence_gpu():
+    """``fence.acq_rel.gpu``: this thread's memory accesses before it are ordered, at GPU scope,
+    before those after it."""
+    from tvm.script import tirx as T
+    T.evaluate(T.cuda.func_call("axe_fence_gpu", source_code=_FENCE_SRC))
+
+
+def _flag_ptr(flags, index):
+    from tvm.script import tirx as T
+    if flags.mem != "global" or flags.dtype != "int32":
+        raise ValueError(f"flags: {flags.describe()} is not a global int32 tensor")
+    return T.address_of(flags.flat()[index])
+
+
+def _one(pred, body):
+    from tvm.script.ir_builder import tirx as IRB
+    with IRB.If(pred):
+        with IRB.Then():
+            body()
+
+
+def flag_set(flags, index, pred, barrier: int, threads: int):
+    """Publish what the calling threads wrote before this call: each fences at GPU scope, they
+    meet at named barrier ``barrier`` (``threads`` threads), then the thread where ``pred`` holds
+    sets ``flags[index]`` to 1 with a release store."""
+    from tvm.script import tirx as T
+    from .hopper import named_barrier
+    fence_gpu()
+    named_barrier(barrier, threads)
+    _one(pred, lambda: T.evaluate(T.cuda.func_call("axe_flag_set", _flag_ptr(flags, index), source_code=_SET_SRC)))
+
+
+def flag_take(flags, index, pred, barrier: int, threads: int):
+    """Wait for ``flags[index]`` to be set: the thread where ``pred`` holds spins on acquire loads
+    until it reads 1 and stores 0 back; then the ``threads`` threads meet at named barrier
+    ``barrier`` and each fences at GPU scope, so their reads that follow see what the setter
+    published."""
+    from tvm.script import tirx as T
+    from .hopper import named_barrier
+    _one(pred, lambda: T.evaluate(T.cuda.func_call("axe_flag_take", _flag_ptr(flags, index), source_code=_TAKE_SRC)))
+    named_barrier(barrier, threads)
+    fence_gpu()
