@@ -233,3 +233,22 @@ def test_stream_k_builds():
     assert "ld.acquire.gpu" not in off.ptx and {a["name"]: a for a in off.launch["args"]}["W_"]["shape"] == [1, 1]
     with pytest.raises(ValueError, match="stream_k"):
         gemm.make(2048, 4864, 520, cluster=2, stream_k=True)
+
+
+def test_scratch_parameters_are_marked_and_checked():
+    """``build(..., scratch=...)`` marks runtime-supplied parameters; it refuses an unknown name,
+    a non-trailing scratch parameter and a scratch parameter without a static shape."""
+    from axe.backends.cuda.build import BuildError, _mark_scratch
+
+    def args():
+        return [{"name": "A_", "kind": "tensor", "shape": [4, 4]}, {"name": "W_", "kind": "tensor", "shape": [8]},
+                {"name": "n", "kind": "scalar"}]
+    with pytest.raises(BuildError, match="must come after"):
+        _mark_scratch(args(), ("W_",), "k")
+    a = args()[:2]
+    _mark_scratch(a, ("W_",), "k")
+    assert a[1]["scratch"] and "scratch" not in a[0]
+    with pytest.raises(BuildError, match="is not a parameter"):
+        _mark_scratch(args(), ("X_",), "k")
+    with pytest.raises(BuildError, match="static shape"):
+        _mark_scratch([{"name": "W_", "kind": "tensor", "shape": ["M"]}], ("W_",), "k")
