@@ -12,6 +12,8 @@ most one CTA per SM), or the consumer's spin never ends; the flags live in a zer
 
 from __future__ import annotations
 
+from axe.schedules.emit import guard
+
 __all__ = ["flag_set", "flag_take", "fence_gpu"]
 
 # one source per function: the code generator includes each function's source once, by name
@@ -48,13 +50,6 @@ def _flag_ptr(flags, index):
     return T.address_of(flags.flat()[index])
 
 
-def _one(pred, body):
-    from tvm.script.ir_builder import tirx as IRB
-    with IRB.If(pred):
-        with IRB.Then():
-            body()
-
-
 def flag_set(flags, index, pred, barrier: int, threads: int):
     """Publish what the calling threads wrote before this call: each fences at GPU scope, they
     meet at named barrier ``barrier`` (``threads`` threads), then the thread where ``pred`` holds
@@ -63,7 +58,8 @@ def flag_set(flags, index, pred, barrier: int, threads: int):
     from .hopper import named_barrier
     fence_gpu()
     named_barrier(barrier, threads)
-    _one(pred, lambda: T.evaluate(T.cuda.func_call("axe_flag_set", _flag_ptr(flags, index), source_code=_SET_SRC)))
+    with guard(pred):
+        T.evaluate(T.cuda.func_call("axe_flag_set", _flag_ptr(flags, index), source_code=_SET_SRC))
 
 
 def flag_take(flags, index, pred, barrier: int, threads: int):
@@ -73,6 +69,7 @@ def flag_take(flags, index, pred, barrier: int, threads: int):
     published."""
     from tvm.script import tirx as T
     from .hopper import named_barrier
-    _one(pred, lambda: T.evaluate(T.cuda.func_call("axe_flag_take", _flag_ptr(flags, index), source_code=_TAKE_SRC)))
+    with guard(pred):
+        T.evaluate(T.cuda.func_call("axe_flag_take", _flag_ptr(flags, index), source_code=_TAKE_SRC))
     named_barrier(barrier, threads)
     fence_gpu()

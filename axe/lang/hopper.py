@@ -21,6 +21,7 @@ import contextlib
 
 from axe.layout import S
 from axe.ops.scope import ExecScope, pop_scope, push_scope
+from axe.schedules.emit import guard
 
 from .scopes import scope_or_cta
 
@@ -136,14 +137,8 @@ def tma_store_wait(pending: int = 0, pred=None):
     shared memory (all but ``pending`` bulk groups), so their source tiles may be rewritten.
     ``pred`` selects the thread that issued them."""
     from tvm.script import tirx as T
-    from tvm.script.ir_builder import tirx as IRB
-    op = T.ptx["cp.async.bulk.wait_group.read"](pending)
-    if pred is None:
-        T.evaluate(op)
-        return
-    with IRB.If(pred):
-        with IRB.Then():
-            T.evaluate(op)
+    with guard(pred):
+        T.evaluate(T.ptx["cp.async.bulk.wait_group.read"](pending))
 
 
 def dynamic_shared(elements: int, dtype, name="pool", align: int = 1024):

@@ -58,21 +58,14 @@ class Pipeline:
         """Consumer: mark slot ``slot(i)`` free (one arrival on *empty*, on every CTA's in a
         cluster; ``pred`` selects the arriving thread, e.g. one per warpgroup)."""
         from tvm.script import tirx as T
-        from tvm.script.ir_builder import tirx as IRB
+        from axe.schedules.emit import guard
         from .cluster import arrive_remote
-
-        def arrive():
+        with guard(pred):
             if self.cluster == 1:
                 T.evaluate(T.ptx.mbarrier.arrive.shared.b64(self.empty.ptr(self.slot(i)), T.uint32(1)))
             else:
                 for r in range(self.cluster):
                     arrive_remote(self.empty.ptr(self.slot(i)), r)
-        if pred is None:
-            arrive()
-            return
-        with IRB.If(pred):
-            with IRB.Then():
-                arrive()
 
 
 def pipeline(stages: int, producers: int = 1, consumers: int = 1, name: str = "pipe", cluster: int = 1) -> Pipeline:
