@@ -72,11 +72,12 @@ HALF = BM // 2          # rows per consumer warpgroup
 ORDER = 3               # ping-pong: named barriers ORDER + w, "warpgroup w's turn" (1, 2: the epilogues')
 
 
-def swizzled(rows, cols):
+def swizzled(rows, cols, lead=()):
     """A (rows, cols) tile as column blocks of 64 elements (128 bytes of 16-bit data), each
-    row-major under TMA's 128-byte swizzle: a tiling of both the TMA box and the wgmma atom."""
+    row-major under TMA's 128-byte swizzle: a tiling of both the TMA box and the wgmma atom.
+    ``lead``: extent-1 dims in front (the tile seen as a box of a higher-rank tensor)."""
     if cols <= 64:
-        return SwizzledLayout(S[(rows, cols)], Swizzle(3, 3, 3))
+        return SwizzledLayout(S[tuple(lead) + (rows, cols)], Swizzle(3, 3, 3))
     return SwizzledLayout(S[(rows, cols // 64, 64):(64, rows * 64, 1)], Swizzle(3, 3, 3))
 
 
@@ -98,7 +99,7 @@ def stream_k_bound(p, units, ctas, k_iters, select=lambda c, a, b: a if c else b
 
 
 def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SMS, in_flight=None, group=GROUP,
-         cluster=1, epilogue=None, schedule="cooperative", epilogue_bufs=None, stream_k=False):
+         cluster=1, epilogue=None, schedule="cooperative", epilogue_bufs=None, stream_k=False, world=1):
     """The GEMM kernel (an :class:`axe.lang.Kernel`) for static sizes; ``b_major``: ``"row"``
     (B is K×N) or ``"col"`` (B is stored N×K, ``C = A·Bᵀ``); ``cluster``: 1, or 2 for CTA pairs
     sharing B through TMA multicast; ``epilogue``: columns per store chunk (``BN``: one 64×256
@@ -107,7 +108,9 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
     ``stream_k``: split the last waves' tiles in k over all CTAs (see the module docstring);
     ``schedule``: ``"cooperative"`` (both consumers
     on one 128×256 tile) or ``"pingpong"`` (each consumer on its own 64×256 tiles, taking turns
-    in the main loop; 4 stages by default)."""
+    in the main loop; 4 stages by default); ``world > 1``: the fused GEMM + reduce-scatter of
+    ``kernels/gemm_rs.py`` (A, B sharded over K on ``world`` GPUs, C's rows scattered)."""
+    rs = world > 1
     if b_major not in ("row", "col"):
         raise ValueError(f"gemm: b_major must be 'row' or 'col', got {b_major!r}")
     if dtype not in ("float16", "bfloat16"):
@@ -116,13 +119,23 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         raise ValueError(f"gemm: empty problem {M}x{N}x{K}")
     if N % 8 or K % 8:
         raise ValueError(f"gemm: N={N} and K={K} must be multiples of 8 (TMA needs 16-byte row pitches)")
-    if M < BM or N < BN or K < BK:
+    if (M < BM and not rs) or N < BN or K < BK:
         raise ValueError(f"gemm: {M}x{N}x{K} is smaller than one {BM}x{BN}x{BK} tile")
     if cluster not in (1, 2) or sms % cluster:
         raise ValueError(f"gemm: cluster must be 1 or 2 and divide sms={sms}, got {cluster!r}")
     if schedule not in ("cooperative", "pingpong") or (schedule == "pingpong" and cluster > 1):
         raise ValueError(f"gemm: schedule must be 'cooperative' or 'pingpong' (without clusters), got {schedule!r}")
     pp = schedule == "pingpong"
+    if rs:
+        if M % world or K % world:
+            raise ValueError(f"gemm_rs: M={M} and K={K} must be multiples of world={world} (unequal shards are "
+                             "not supported)")
+        if cluster != 1 or pp or stream_k:
+            raise ValueError("gemm_rs: the reduce-scatter epilogue needs the cooperative schedule without clusters "
+                             "or stream-K")
+        M, K = M // world, K // world        # each rank: its K slice of every owner's M/world rows
+        if (K % 8) or K < BK:
+            raise ValueError(f"gemm_rs: the local K={K} must be a multiple of 8 and at least {BK}")
     bm = HALF if pp else BM                  # rows of one scheduled tile (ping-pong: one warpgroup's)
     stages = stages or STAGES
     in_flight = (1 if pp else IN_FLIGHT) if in_flight is None else in_flight
@@ -130,7 +143,9 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
     b_shape, b_tile = ((K, N), (BK, BN)) if b_major == "row" else ((N, K), (BN, BK))
     b_half = (BK, BN // 2) if b_major == "row" else (BN // 2, BK)      # one CTA's multicast share
     m_tiles = -(-M // bm)
-    pairs = -(-m_tiles // cluster)           # the schedule's block-rows: one per cluster
+    # the schedule's block-rows: one per cluster; reduce-scatter: world segments of m_tiles, one
+    # per owner of the output rows, this rank's own last (the peers' partial tiles arrive meanwhile)
+    pairs = -(-m_tiles // cluster) * world
     sched = Ax.TileSchedule(pairs, -(-N // BN), sms // cluster, max(group * (BM // bm) // cluster, 1))
     k_iters = -(-K // BK)
     a_at, b_at = 0, stages * bm * BK                       # element offsets in the shared pool
@@ -170,11 +185,13 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                     b_region(B, n_blk * BN + rank * (BN // 2), kb * BK, BN // 2),
                     barrier=pipe.full, stage=s, multicast=0b11)
 
-    def epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk, partial=None):
-        if partial is None:
+    def epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk, partials=(), push=None):
+        """Cast (adding ``partials``: stream-K's fp32 rest, or the peers' reduce-scatter partial
+        tiles) and store the tile chunk by chunk: TMA stores into C, or ``push(Cw, row, n0)``."""
+        if not partials:
             Ax.cast(out, acc)
-        else:       # a stream-K tile's first k-iterations: add the partial sum of the rest
-            Ax.elementwise(out, lambda a, p: T.cast(a + p, dtype), acc, partial)
+        else:
+            Ax.elementwise(out, lambda a, *ps: T.cast(a + _sum_f32(ps), dtype), acc, *partials)
         row = m_blk * bm + (0 if pp else wg * HALF)
         for j in range(chunks):
             # the store that last read this chunk's buffer (chunk j - bufs, or the previous tile's) is done
@@ -182,10 +199,65 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             Ax.named_barrier(1 + wg, 128)
             Cw = tile(pool, c_at + (wg * bufs + j % bufs) * (HALF * epilogue), (HALF, epilogue))
             Ax.copy(Cw, out if chunks == 1 else out[:, j * epilogue:(j + 1) * epilogue])
+            n0 = n_blk * BN + j * epilogue
+            if push is not None:        # SM stores read the chunk: no async proxy involved
+                Ax.named_barrier(1 + wg, 128)
+                push(Cw, row, n0)
+                continue
             Ax.fence_proxy_async()
             Ax.named_barrier(1 + wg, 128)
-            n0 = n_blk * BN + j * epilogue
             Ax.copy(C[row:row + HALF, n0:n0 + epilogue], Cw, fence=False, wait=False)
+
+    def rs_flag(src, j, n_blk, wg):
+        """The signal on the owner that ``src``'s half-tile ``wg`` of (j, n_blk) has arrived."""
+        return ((src * m_tiles + j) * n_tiles + n_blk) * 2 + wg
+
+    def distributed(A_, B_, C_, P_, peers, sig, err, rank_, epoch, timeout_ns):
+        """Reduce-scatter: declare the mesh and the distributed signature (A and B sharded over K,
+        C's rows scattered, P the symmetric staging the runtime supplies)."""
+        if not rs:
+            return _Distributed()
+        from axe.layout.interop.dtensor import Shard
+        mesh = Ax.mesh(world, peers, sig, err, rank_, epoch, timeout_ns)
+        Ax.dtensor(A_, (M * world, K * world), placements=[Shard(1)])
+        b_dim = 1 if b_major == "col" else 0          # K is B's dim 1 when B is stored N×K
+        b_global = tuple(e * (world if d == b_dim else 1) for d, e in enumerate(b_shape))
+        Ax.dtensor(B_, b_global, placements=[Shard(b_dim)])
+        Ax.dtensor(C_, (M * world, N), placements=[Shard(0)])
+        P = Ax.dtensor(P_, (world,) + p_shape, f"S[({world},{world},{p_shape[1]},{p_shape[2]}):"
+                       f"(1@gpuid,{p_shape[1] * p_shape[2]},{p_shape[2]},1)]", scratch=True)
+        # Pl: this rank's slots as one (world·rows, cols) matrix, read locally
+        rows = world * p_shape[1]
+        return _Distributed(mesh, P, Ax.view(Ax.param(P_), S[(rows, p_shape[2])], (rows, p_shape[2])))
+
+    def rs_store(acc, out, pool, C, dist, wg, leader, p, n_blk):
+        """Reduce-scatter epilogue of block-row p: a peer's tile is pushed as a partial into the
+        owner's staging slot of this rank (SM stores over NVLink), then signalled; an own tile
+        waits for every peer's partial, adds them and is stored."""
+        from tvm.script.ir_builder import tirx as IRB
+        mesh, P, Pl = dist.mesh, dist.P, dist.Pl
+        seg, j = p // m_tiles, p % m_tiles
+        me = mesh.rank
+        owner = (me + 1 + seg) % world
+        with IRB.If(seg < world - 1):
+            with IRB.Then():
+                epilogue_tile(acc, out, pool, C, wg, leader, j, n_blk, push=lambda Cw, row, n0: Ax.copy(
+                    P[owner, me, row:row + HALF, n0:n0 + epilogue], Cw))
+                Ax.fence_system()                   # the chunks' stores, before the signal
+                Ax.named_barrier(1 + wg, 128)
+                with guard(leader):
+                    Ax.signal(rs_flag(me, j, n_blk, wg), owner)
+            with IRB.Else():
+                with guard(leader):
+                    for s in range(1, world):
+                        src = (me + s) % world
+                        Ax.wait(rs_flag(src, j, n_blk, wg), src)
+                Ax.named_barrier(1 + wg, 128)
+                Ax.fence_gpu()
+                row = j * BM + wg * HALF
+                epilogue_tile(acc, out, pool, C, wg, leader, j, n_blk, partials=[
+                    Pl[(me + s) % world * p_shape[1] + row:(me + s) % world * p_shape[1] + row + HALF,
+                       n_blk * BN:(n_blk + 1) * BN] for s in range(1, world)])
 
     def store(acc, out, pool, C, wg, leader, m_blk, n_blk):
         if cluster == 1 or m_tiles % cluster == 0:
@@ -227,7 +299,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             with IRB.Then():
                 nxt = (cid + 1) * 2 + wg
                 Ax.flag_take(F, nxt, leader, 1 + wg, 128)
-                epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk, partial=W[nxt * HALF:(nxt + 1) * HALF, :])
+                epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk, partials=[W[nxt * HALF:(nxt + 1) * HALF, :]])
             with IRB.Else():
                 with IRB.If(k0 > 0):
                     with IRB.Then():
@@ -241,12 +313,20 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         pm, n_blk = sched.coords(sched.tile(cid, it))
         return (pm, n_blk) if cluster == 1 else (pm * cluster + rank, n_blk)
 
-    def load(pool, pipe, A, B, i, m_blk, n_blk, kb, rank):
+    def a_region(A, mesh, m_blk, kb):
+        """A's k-block kb of block-row m_blk (reduce-scatter: of the owner's rows of segment m_blk)."""
+        if not rs:
+            return A[m_blk * bm:(m_blk + 1) * bm, kb * BK:(kb + 1) * BK]
+        owner = (mesh.rank + 1 + m_blk // m_tiles) % world
+        j = m_blk % m_tiles
+        return A[owner, j * bm:(j + 1) * bm, kb * BK:(kb + 1) * BK]
+
+    def load(pool, pipe, A, B, i, m_blk, n_blk, kb, rank, mesh=None):
         """Producer: iteration i loads k-block kb of tile (m_blk, n_blk) into its slot."""
         s = pipe.slot(i)
         pipe.acquire(i)
-        Ax.copy(tile(pool, a_at + s * (bm * BK), (bm, BK)),
-                A[m_blk * bm:(m_blk + 1) * bm, kb * BK:(kb + 1) * BK], barrier=pipe.full, stage=s)
+        a_tile = Ax.view(pool, swizzled(bm, BK, (1,) * rs), (1,) * rs + (bm, BK), base=a_at + s * (bm * BK))
+        Ax.copy(a_tile, a_region(A, mesh, m_blk, kb), barrier=pipe.full, stage=s)
         load_b(pool, pipe, B, s, n_blk, kb, rank)
 
     def b_operand(pool, s):
@@ -263,13 +343,21 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         if accumulate or not wait:
             pipe.release(i - wait, pred=leader)
 
+    n_tiles = -(-N // BN)
+    a_shape = (world, M, K) if rs else (M, K)
+    p_shape = (world, m_tiles * BM, n_tiles * BN) if rs else (1,)     # staging: one padded slot per source
+    nsig = world * m_tiles * n_tiles * 2
+
     def factory():
         from axe.backends.cuda.schedules.wgmma import d_fragment
         acc_layout = d_fragment(BN, "tx")
 
+        # the reduce-scatter parameters (P_ ... timeout_ns) are unused, so dropped, when world == 1
         @T.prim_func
-        def gemm(A_: T.Buffer((M, K), dtype), B_: T.Buffer(b_shape, dtype), C_: T.Buffer((M, N), dtype),
+        def gemm(A_: T.Buffer(a_shape, dtype), B_: T.Buffer(b_shape, dtype), C_: T.Buffer((M, N), dtype),
                  A_map: T.handle("tensormap"), B_map: T.handle("tensormap"), C_map: T.handle("tensormap"),
+                 P_: T.Buffer(p_shape, dtype), peers: T.Buffer((world,), "int64"), sig: T.Buffer((nsig,), "int32"),
+                 err: T.Buffer((8,), "int32"), rank_: T.int32, epoch: T.int32, timeout_ns: T.int64,
                  W_: T.Buffer((ws_rows, BN if stream_k else 1), "float32"), F_: T.Buffer((2 * sms,), "int32")):
             Ax.min_blocks_per_sm(1)
             if cluster == 1:
@@ -282,6 +370,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             C = Ax.param(C_, tensormap=C_map)
             W = Ax.param(W_, scratch=True)          # stream-K partial sums (fp32)
             F = Ax.param(F_, scratch=True)          # stream-K flags, one per CTA and warpgroup
+            dist = distributed(A_, B_, C_, P_, peers, sig, err, rank_, epoch, timeout_ns)
             pool = Ax.dynamic_shared(c_at + 2 * bufs * HALF * epilogue, dtype)
             pipe = Ax.pipeline(stages, producers=2, consumers=1 if pp else 2, cluster=cluster)
             with Ax.role(0, 1, regs=PRODUCER_REGS):
@@ -289,7 +378,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                     for it in T.serial(dp_waves if stream_k else sched.count(cid)):
                         m_blk, n_blk = coords(cid, rank, it)
                         for kb in T.serial(k_iters):
-                            load(pool, pipe, A, B, it * k_iters + kb, m_blk, n_blk, kb, rank)
+                            load(pool, pipe, A, B, it * k_iters + kb, m_blk, n_blk, kb, rank, dist.mesh)
                     if stream_k:    # k-iterations u of the stream-K tiles, continuing the iteration count
                         b0 = sk_bound(cid)
                         for u in T.serial(b0, sk_bound(cid + 1)):
@@ -310,7 +399,10 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                     # ping-pong: pass the turn once every k-block but the last has been waited for
                     tile_loop(pool, pipe, acc, wg, leader, it * k_iters, 0, k_iters, before_last=(
                         lambda: when(it + 1 < count, lambda: Ax.named_barrier_arrive(ORDER + 1 - wg, 256))) if pp else None)
-                    store(acc, out, pool, C, wg, leader, m_blk, n_blk)
+                    if rs:
+                        rs_store(acc, out, pool, C, dist, wg, leader, m_blk, n_blk)
+                    else:
+                        store(acc, out, pool, C, wg, leader, m_blk, n_blk)
                 if stream_k:    # this CTA's k-iterations of the stream-K tiles: at most three pieces
                     b0 = sk_bound(cid)
                     b1 = sk_bound(cid + 1)
@@ -323,11 +415,32 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                 Ax.tma_store_wait(0, pred=leader)
             if cluster > 1:
                 Ax.cluster_sync()                    # no CTA leaves while its peer may still arrive on it
-        return gemm
+        # one GPU: the reduce-scatter parameters leave the call signature
+        return gemm if rs else Ax.without_params(gemm, ("P_", "peers", "sig", "err", "rank_", "epoch", "timeout_ns"))
 
     return Ax.Kernel(name or f"gemm_{dtype}_{b_major}", factory, reference=reference, outputs=("C",),
                      meta={"M": M, "N": N, "K": K, "dtype": dtype, "b_major": b_major, "grid": (sms,),
                            "threads": THREADS, "cluster": cluster})
+
+
+class _Distributed:
+    """What a reduce-scatter build declared (the mesh, the staging P as a distributed tensor and
+    as this rank's local slots); all None for one GPU."""
+
+    _is_meta_class = True
+
+    def __init__(self, mesh=None, P=None, Pl=None):
+        self.mesh, self.P, self.Pl = mesh, P, Pl
+
+
+def _sum_f32(values):
+    """The fp32 sum of TIR values (cast where they are narrower)."""
+    total = None
+    for v in values:
+        dt = v.dtype if hasattr(v, "dtype") else v.ty      # a TensorLoad (buffer element) names it .ty
+        v = v if str(dt) == "float32" else T.cast(v, "float32")
+        total = v if total is None else total + v
+    return total
 
 
 def build(M, N, K, dtype="float16", b_major="row", name=None, target="sm_90a", **kw):

@@ -18,7 +18,7 @@ Write a kernel body in TVMScript and call these at parse time::
 """
 
 from axe.layout import R, S, Swizzle, SwizzledLayout, parse
-from .kernel import Kernel, build_func, compile_kernel, explain, kernel, kernels_of
+from .kernel import Kernel, build_func, compile_kernel, explain, kernel, kernels_of, without_params
 from .operators import binary, cast, copy, elementwise, reduce, sync, unary
 from .scopes import cta, each_warp, launch, thread, warpgroups, warps
 from .barriers import mbarrier, mbarrier_wait
@@ -26,7 +26,7 @@ from .tensors import param, permute, registers, shared, view
 from .operators import gemm, wgmma_wait
 
 __all__ = ["S", "R", "Swizzle", "SwizzledLayout", "parse", "Kernel", "kernel", "build_func",
-           "compile_kernel", "explain", "kernels_of", "copy", "reduce", "elementwise", "unary",
+           "compile_kernel", "explain", "kernels_of", "without_params", "copy", "reduce", "elementwise", "unary",
            "binary", "cast", "sync", "launch", "warps", "warpgroups", "each_warp", "thread", "cta",
            "mbarrier", "mbarrier_wait", "param", "permute", "registers", "shared", "view",
            "gemm", "wgmma_wait"]
@@ -43,3 +43,6 @@ __all__ += ["arrive_remote", "cluster_arrive", "cluster_launch", "cluster_sync",
 from .flags import fence_gpu, flag_set, flag_take
 
 __all__ += ["fence_gpu", "flag_set", "flag_take"]
+from .mesh import Mesh, current_mesh, device_rank, devices, dtensor, fence_system, mesh, signal, wait
+
+__all__ += ["Mesh", "current_mesh", "device_rank", "devices", "dtensor", "fence_system", "mesh", "signal", "wait"]

@@ -14,7 +14,7 @@ from axe.ops.scope import reset_scopes
 from axe.ops.tensor import reset_tensors
 from axe.schedules import building, format_records
 
-__all__ = ["Kernel", "kernel", "build_func", "compile_kernel", "explain", "kernels_of"]
+__all__ = ["Kernel", "kernel", "build_func", "compile_kernel", "explain", "kernels_of", "without_params"]
 
 
 @dataclass
@@ -38,9 +38,10 @@ def kernel(name=None, reference=None, inputs=None, outputs=(), **meta):
     return deco
 
 
-def build_func(k: Kernel, target: str = "sm_90a"):
-    """Parse the kernel for ``target``: ``(PrimFunc, BuildContext)`` (records, tensormaps)."""
-    with building(target) as ctx:
+def build_func(k: Kernel, target: str = "sm_90a", features=()):
+    """Parse the kernel for ``target`` (declaring ``features``, e.g. ``("multicast",)``):
+    ``(PrimFunc, BuildContext)`` (records, tensormaps, the distributed signature)."""
+    with building(target, features) as ctx:
         reset_scopes()
         reset_tensors()
         try:
@@ -51,14 +52,42 @@ def build_func(k: Kernel, target: str = "sm_90a"):
     return func.with_attr("global_symbol", k.name), ctx
 
 
-def compile_kernel(k: Kernel, target: str = "sm_90a"):
+def compile_kernel(k: Kernel, target: str = "sm_90a", features=()):
     """Build the artifact (CUDA source, PTX, cubin, launch metadata) through the CUDA backend."""
     from axe.backends.cuda.build import build
-    func, ctx = build_func(k, target)
+    func, ctx = build_func(k, target, features)
     art = build(func, target=target, name=k.name, tensormaps=tuple(ctx.tensormaps),
-                dynamic_smem=ctx.dynamic_smem, scratch=tuple(ctx.scratch))
+                dynamic_smem=ctx.dynamic_smem, scratch=tuple(ctx.scratch),
+                distributed=_signature(ctx))
     art.records = ctx.records
     return art
+
+
+def _signature(ctx):
+    """The distributed signature gathered while parsing (None for a one-GPU kernel), with the
+    signals the kernel's operators reserved."""
+    if not ctx.distributed:
+        return None
+    sig = dict(ctx.distributed)
+    if ctx.mesh is not None:
+        sig["signals_used"] = ctx.mesh.used
+        sig["signal_owners"] = [[base, what] for base, what in sorted(ctx.mesh.names_of.items())]
+    sig["features"] = list(ctx.features)
+    return sig
+
+
+def without_params(func, names):
+    """``func`` without the parameters ``names`` (a kernel written once for several
+    configurations declares every configuration's parameters; those a build does not use leave
+    its call signature).  Raises ``ValueError`` if the body uses one of them."""
+    import tvm
+    names = set(names)
+    used = {v.name for v in tvm.tirx.analysis.undefined_vars(func.body)}   # the body's free variables
+    for p in func.params:
+        if p.name in names and p.name in used:
+            raise ValueError(f"without_params: {p.name} is used by the kernel")
+    keep = [p for p in func.params if p.name not in names]
+    return tvm.tirx.PrimFunc(keep, func.body, func.ret_type, func.attrs)
 
 
 def explain(k: Kernel, target: str = "sm_90a") -> str:

@@ -20,6 +20,8 @@ def launch(grid, threads: int):
     grid = [grid] if isinstance(grid, int) else list(grid)
     bx = T.cta_id(grid)
     tx = T.thread_id([threads])
+    from axe.schedules.context import current_context
+    current_context().grid = (bx, tuple(grid))
     reset_scopes()
     push_scope(ExecScope("cta", tx, threads))
     return bx, tx

@@ -38,3 +38,6 @@ __all__ = [
     "group", "tile", "tile_of", "direct_sum", "interleave", "slice", "slice_layout", "intersect",
     "span", "flatten_index", "unflatten_index",
 ]
+
+from .devices import DeviceBox, DeviceSharding, device_sharding  # noqa: E402  (which rank holds what)
+__all__ += ["DeviceBox", "DeviceSharding", "device_sharding"]

@@ -1,4 +1,6 @@
-"""Execution scopes: who runs an operator (kernel, cluster, cta, warpgroup, warp, thread).
+"""Execution scopes: who runs an operator (devices, kernel, cluster, cta, warpgroup, warp, thread).
+
+``devices`` is the multi-device scope: every CTA of the kernel on every GPU of the mesh.
 
 A scope is a kind plus the slice of its parent it covers, e.g. warps [4, 8) of a CTA.  The
 threads of a scope see the thread axes (``tx``, ``lane``, ``warp``, ``warpgroup``) relative to
@@ -12,7 +14,8 @@ from dataclasses import dataclass, field
 __all__ = ["ExecScope", "KINDS", "THREADS_PER", "current_scope", "push_scope", "pop_scope",
            "thread_axis_values"]
 
-KINDS = ("kernel", "cluster", "cta", "warpgroup", "warp", "thread")
+KINDS = ("devices", "kernel", "cluster", "cta", "warpgroup", "warp", "thread")
+WHOLE_CTA = ("devices", "kernel", "cluster", "cta")   # scopes whose threads are the whole CTA
 THREADS_PER = {"thread": 1, "warp": 32, "warpgroup": 128}
 THREAD_AXES = ("tx", "lane", "warp", "warpgroup")
 
@@ -46,25 +49,25 @@ class ExecScope:
     @property
     def threads(self) -> int:
         """Threads that run the operator together."""
-        if self.kind in ("kernel", "cluster", "cta"):
+        if self.kind in WHOLE_CTA:
             return self.cta_threads
         n = (self.hi - self.lo) if (self.hi is not None and self.collective) else 1
         return n * self.unit_threads
 
     @property
     def first_thread(self) -> int:
-        return self.lo * self.unit_threads if self.kind not in ("kernel", "cluster", "cta") else 0
+        return self.lo * self.unit_threads if self.kind not in WHOLE_CTA else 0
 
     def local_tx(self):
         """The thread index relative to the group of threads running the operator."""
-        if self.kind in ("kernel", "cluster", "cta"):
+        if self.kind in WHOLE_CTA:
             return self.tx
         if self.collective and self.hi is not None:
             return self.tx - self.first_thread
         return self.tx % self.unit_threads
 
     def describe(self) -> str:
-        if self.kind in ("kernel", "cluster", "cta"):
+        if self.kind in WHOLE_CTA:
             return f"{self.kind} ({self.cta_threads} threads)"
         rng = f"[{self.lo}, {self.hi})" if self.hi is not None else "each"
         return f"{self.kind}s {rng} ({self.threads} threads{' together' if self.collective else ' each'})"

@@ -37,6 +37,8 @@ class Tensor:
 
     ``starts`` are the region's start coordinates in ``root``'s logical shape (TMA uses them);
     ``tensormap`` the CUtensorMap kernel parameter describing ``root`` (global tensors only).
+    ``gpu``: for a view sliced out of a distributed tensor at a symbolic device index, the device
+    (a TIR expression; its ``gpuid`` is ``gpu`` plus the layout's own ``gpuid`` part), else None.
     """
 
     _is_meta_class = True   # TVMScript binds it by name instead of making a TIR value
@@ -51,6 +53,7 @@ class Tensor:
     root: "Tensor | None" = None
     tensormap: object = None
     name: str = ""
+    gpu: object = None
 
     def __post_init__(self):
         if self.mem not in MEMORY_SCOPES:
@@ -74,6 +77,26 @@ class Tensor:
         import tvm
         import tvm.sym
         return tvm.DataType(self.dtype).bits // 8
+
+    @property
+    def on_devices(self) -> bool:
+        """Whether the tensor names GPUs: ``gpuid`` in its layout, or a device index of its own."""
+        return self.gpu is not None or "gpuid" in _inner(self.layout).axes()
+
+    def device(self):
+        """``(gpu, layout)`` for a tensor held whole by one GPU: the device (an int or a TIR
+        expression) and the layout with the ``gpuid`` offset removed; None when the layout has
+        ``gpuid`` iters (its elements live on several GPUs) or the tensor names no GPU."""
+        L = _inner(self.layout)
+        if not self.on_devices or any(it[2] == "gpuid" and it[0] > 1 for it in tuple(L.shard) + tuple(L.replica)):
+            return None
+        g = L.offset["gpuid"]
+        if self.gpu is not None:
+            g = self.gpu + g if g else self.gpu
+        off = {a: v for a, v in L.offset.items() if a != "gpuid"}
+        keep = lambda its: tuple(it for it in its if it[2] != "gpuid")   # noqa: E731 - extent-1 device iters
+        inner = Layout(keep(L.shard) or ((1, 1, "m"),), keep(L.replica), off)
+        return g, replace_inner(self.layout, inner)
 
     def thread_axes(self) -> tuple:
         """The non-memory axes of the layout (who holds the elements)."""
@@ -125,11 +148,15 @@ class Tensor:
         L = slice_layout(self.layout, self.shape, region)
         if L is None:
             raise LayoutError(f"slice of {self.describe()} to region {region}: no Axe layout has that map")
-        base = self.base
+        base, gpu = self.base, self.gpu
         if sym_terms:
             blocks = group(_inner(self.layout), self.shape).blocks
             for d, lo in sym_terms:
-                base = base + _block_value_expr(blocks[d], lo, self.name)
+                moves = _block_value_expr(blocks[d], lo, self.name)
+                if "m" in moves:
+                    base = base + moves["m"]
+                if "gpuid" in moves:     # a symbolic device index: the view lives on that GPU
+                    gpu = moves["gpuid"] if gpu is None else gpu + moves["gpuid"]
                 # the start is some multiple k·T: every such block must slice to the same iters,
                 # checked for each k (exact, not a probe), so one layout serves all of them
                 first = slice_block(blocks[d], 0, exts[d])
@@ -139,7 +166,7 @@ class Tensor:
                                           f"do not all have one layout (block {k} differs); use a constant start")
         base = ana.simplify(base) if not _is_int(base) else base
         starts = tuple(s + l for s, l in zip(self.starts, lows))
-        return replace(self, layout=L, shape=tuple(exts), base=base, starts=starts, root=self.origin)
+        return replace(self, layout=L, shape=tuple(exts), base=base, starts=starts, root=self.origin, gpu=gpu)
 
     def with_layout(self, layout, shape=None, base=None) -> "Tensor":
         """The same storage seen through another layout (e.g. a per-thread view)."""
@@ -155,16 +182,23 @@ class Tensor:
 
 
 def _block_value_expr(block, lo, name):
-    """``f_blk(lo)[m]`` for a symbolic start: digits by floordiv/floormod, innermost last."""
+    """``f_blk(lo)`` on the memory and device axes for a symbolic start: ``{axis: expr}``,
+    digits by floordiv/floormod, innermost last."""
     import tvm
     import tvm.sym
-    acc, w = 0, 1
+    acc, w = {}, 1
     for e, s, a in reversed(block):
-        if a != "m":
+        if a not in ("m", "gpuid"):
             raise LayoutError(f"slice of {name}: a symbolic start moves along thread axis {a}")
-        acc = acc + tvm.tirx.floormod(tvm.tirx.floordiv(lo, w), e) * s if w > 1 else acc + tvm.tirx.floormod(lo, e) * s
+        digit = tvm.tirx.floormod(tvm.tirx.floordiv(lo, w), e) if w > 1 else tvm.tirx.floormod(lo, e)
+        acc[a] = acc.get(a, 0) + digit * s
         w *= e
     return acc
+
+
+def replace_inner(L, inner):
+    """``L`` with its unswizzled layout replaced by ``inner`` (the swizzle kept)."""
+    return L.with_inner(inner) if isinstance(L, SwizzledLayout) else inner
 
 
 _TABLE: list = []

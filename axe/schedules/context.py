@@ -38,6 +38,10 @@ class BuildContext:
     scratch: list = field(default_factory=list)     # parameters the runtime supplies (zero-filled)
     dynamic_smem: int | None = None
     counter: int = 0
+    grid: tuple = ()                # the launch: CTA index expression and grid extents (Ax.launch)
+    mesh: object = None             # the device mesh a distributed kernel declared (Ax.mesh)
+    distributed: dict = field(default_factory=dict)   # its signature, for launch.json
+    features: tuple = ()            # what the target declares beyond its arch ("multicast", "nvshmem")
 
     @property
     def family(self) -> str:
@@ -73,9 +77,9 @@ def current_context() -> BuildContext:
 
 
 @contextlib.contextmanager
-def building(target: str = "sm_90a"):
-    """Open a build context for ``target``; operator dispatch inside uses it."""
-    ctx = BuildContext(target=target)
+def building(target: str = "sm_90a", features=()):
+    """Open a build context for ``target`` (declaring ``features``); operator dispatch inside uses it."""
+    ctx = BuildContext(target=target, features=tuple(features))
     _STACK.append(ctx)
     try:
         yield ctx

@@ -43,6 +43,12 @@ def format_records(records) -> str:
     return "\n\n".join(r.format() for r in records)
 
 
+def _remote_operands(call) -> str:
+    """The operands that name other GPUs, as text ("" when every operand is this GPU's)."""
+    names = [f"{k} {t.name}" for k, t in call.operands.items() if t.on_devices]
+    return ", ".join(names)
+
+
 def dispatch(call, ctx: BuildContext | None = None) -> DispatchRecord:
     """Choose and emit a schedule for ``call``; raises :class:`DispatchError` when none fits."""
     ctx = ctx or current_context()
@@ -55,6 +61,11 @@ def dispatch(call, ctx: BuildContext | None = None) -> DispatchRecord:
     for s in cands:
         if forced is not None and s.name != forced:
             record.verdicts.append((s.name, f"not tried (schedule={forced!r} forced)"))
+            continue
+        remote = _remote_operands(call)
+        if remote and not s.devices:
+            record.verdicts.append((s.name, f"{remote} on other GPUs (gpuid in its layout, or a peer's memory): "
+                                            "only schedules that address peer memory apply"))
             continue
         try:
             plan = s.check(call, ctx)

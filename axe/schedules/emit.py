@@ -120,3 +120,26 @@ def guard(cond):
     with IRB.If(cond):
         with IRB.Then():
             yield
+
+
+def point_exprs(layout, shape, coords) -> dict:
+    """``f(coords)`` of a plain layout as TIR expressions, one per axis (replicas at index 0):
+    each coordinate split into the digits of its dimension's block (outer iters first), plus
+    the offset.  Law: for integer coords this is the replica-0 point of ``layout.map(coords)``."""
+    t = _tir()
+    from axe.layout import group
+    out = dict(layout.offset.items())
+    for block, c in zip(group(layout, shape).blocks, coords):
+        w = 1
+        for e, s, a in reversed(block):
+            digit = c if (w == 1 and e == _block_size(block)) else t.floormod(t.floordiv(c, w), e) if w > 1 else t.floormod(c, e)
+            out[a] = out.get(a, 0) + digit * s
+            w *= e
+    return out
+
+
+def _block_size(block) -> int:
+    n = 1
+    for e, _s, _a in block:
+        n *= e
+    return n

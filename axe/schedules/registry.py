@@ -13,7 +13,9 @@ class Schedule:
     """``check(call, ctx) -> plan | str`` (a str is the reason it declines); ``emit(call, plan, ctx)``.
 
     ``requires`` is a one-line statement of what the schedule needs of the layouts (for docs
-    and explain); ``priority``: higher is tried first.
+    and explain); ``priority``: higher is tried first.  ``devices``: the schedule addresses memory
+    of other GPUs (operands whose layouts name ``gpuid``, or views of a peer's memory); dispatch
+    offers such operands to these schedules only.
     """
 
     op: str
@@ -23,15 +25,16 @@ class Schedule:
     check: Callable
     emit: Callable
     requires: str = ""
+    devices: bool = False
 
 
 _REGISTRY: list[Schedule] = []
 
 
 def add_schedule(op: str, name: str, family: str = "*", priority: int = 0, requires: str = "", *,
-                 check: Callable, emit: Callable) -> Schedule:
+                 check: Callable, emit: Callable, devices: bool = False) -> Schedule:
     """Register ``check``/``emit`` as schedule ``name`` of ``op`` (replacing one of that name)."""
-    sched = Schedule(op, name, family, priority, check, emit, requires)
+    sched = Schedule(op, name, family, priority, check, emit, requires, devices)
     for i, old in enumerate(_REGISTRY):
         if (old.op, old.name, old.family) == (op, name, family):
             _REGISTRY[i] = sched
@@ -41,12 +44,13 @@ def add_schedule(op: str, name: str, family: str = "*", priority: int = 0, requi
     return sched
 
 
-def register(op: str, name: str, family: str = "*", priority: int = 0, requires: str = ""):
+def register(op: str, name: str, family: str = "*", priority: int = 0, requires: str = "",
+             devices: bool = False):
     """Decorate a class with static ``check`` and ``emit`` to register it as a schedule."""
     def deco(cls):
         cls.schedule = add_schedule(op, name, family, priority,
                                     requires or (cls.__doc__ or "").strip().split("\n")[0],
-                                    check=cls.check, emit=cls.emit)
+                                    check=cls.check, emit=cls.emit, devices=devices)
         return cls
     return deco
 

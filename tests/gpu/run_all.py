@@ -21,7 +21,8 @@ sys.path.insert(0, ROOT)
 
 
 def load_checks():
-    """{artifact name: (case module name, check function)} from tests/gpu/cases_*.py."""
+    """{artifact name: (case module name, check function)} from tests/gpu/cases_*.py (multi-GPU
+    cases, ``DIST_CHECKS``, map to None: ``tests/gpu/run_dist.py`` runs them under torchrun)."""
     checks = {}
     for path in sorted(glob.glob(os.path.join(ROOT, "tests", "gpu", "cases_*.py"))):
         name = os.path.splitext(os.path.basename(path))[0]
@@ -30,6 +31,8 @@ def load_checks():
         spec.loader.exec_module(mod)
         for art, fn in getattr(mod, "CHECKS", {}).items():
             checks[art] = (name, fn)
+        for art in getattr(mod, "DIST_CHECKS", {}):
+            checks[art] = None
     return checks
 
 
@@ -48,7 +51,8 @@ def main(argv=None):
     print(f"{datetime.datetime.now().isoformat(timespec='seconds')}  {dev}  torch {torch.__version__}")
     checks = load_checks()
     found = sorted(os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path.join(args.artifacts, "*", "launch.json")))
-    names = sorted(set(found) | set(checks))
+    dist_only = {n for n, c in checks.items() if c is None}
+    names = sorted((set(found) | set(checks)) - dist_only)
     if args.only:
         names = [n for n in names if n in args.only]
     rows = []

@@ -66,6 +66,7 @@ def build(
     dynamic_smem: int | None = None,
     scratch=(),
     *,
+    distributed: dict | None = None,
     fast_math: bool = True,
     nvcc_options=(),
     emit_ptx: bool = True,
@@ -82,6 +83,9 @@ def build(
     parameters of static shape that it allocates zero-filled once per device and passes when the
     caller leaves them out (the kernel must leave them zero-filled, or use them as workspace it
     overwrites before reading).  ``fast_math`` passes ``--use_fast_math`` to nvcc as TVM does.
+    ``distributed``: a distributed kernel's signature (mesh, per-parameter global shapes and
+    layouts, the parameters the runtime fills), stored as ``launch["distributed"]``; every name
+    in it must be a parameter.
     """
     import tvm
     from tvm.target import Target
@@ -205,6 +209,8 @@ def build(
         "resources": resources,
         "shape_vars": shape_vars,
     }
+    if distributed:
+        launch["distributed"] = _check_distributed(distributed, args, fname)
     return Artifact(cuda_source=cuda_source, ptx=ptx, cubin=cubin, launch=launch, log=log)
 
 
@@ -222,6 +228,22 @@ def _mark_scratch(args, scratch, fname):
     flags = [bool(a.get("scratch")) for a in args]
     if flags != sorted(flags):
         raise BuildError(f"build({fname}): scratch parameters {list(scratch)} must come after every other parameter")
+
+
+def _check_distributed(dist, args, fname):
+    """The distributed signature, checked against the call signature (every runtime-filled name
+    and every declared parameter is an argument; the multi-device runtime fills the former)."""
+    import copy
+    dist = copy.deepcopy(dist)
+    names = {a["name"]: a for a in args}
+    for role, n in dist.get("runtime", {}).items():
+        if n not in names:
+            raise BuildError(f"build({fname}): the mesh's {role} {n!r} is not a kernel argument "
+                             f"(TVM drops unused parameters: use it, or leave it out of Ax.mesh)")
+    for n in dist.get("params", {}):
+        if n not in names:
+            raise BuildError(f"build({fname}): distributed parameter {n!r} is not a kernel argument")
+    return dist
 
 
 # --- inputs -------------------------------------------------------------------------------------

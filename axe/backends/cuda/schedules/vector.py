@@ -8,7 +8,7 @@ Coalescing comes from the distribution: lanes on the fastest thread dim, or roun
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 from axe.ops.scope import thread_axis_values
 from axe.schedules.emit import is_zero, mem_offset
@@ -28,11 +28,13 @@ class VectorPlan:
     vec: int            # elements per vector
     nbytes: int
     lane_stride: object = None
+    remote: dict = field(default_factory=dict)    # operand name -> the GPU whose memory it is
 
     def describe(self) -> str:
         co = "" if self.lane_stride is None else f"; lane stride {self.lane_stride} elements on memory"
+        peer = "".join(f"; {k} in the memory of GPU {g} (peer address over NVLink)" for k, g in self.remote.items())
         return (f"{self.nbytes}-byte vectors ({self.vec} elements), dims {[d.extent for d in self.dims]}; "
-                f"{self.dist.describe(self.dims)}{co}")
+                f"{self.dist.describe(self.dims)}{co}{peer}")
 
 
 def _aligned(t, dims, k, vec, skip) -> str | None:
@@ -109,9 +111,36 @@ def _reg_words(t, off, n):
     return [words[first + i] for i in range(n)]
 
 
-def emit_vector_copy(call, plan: VectorPlan, async_copy: bool = False):
+def on_this_gpu(call):
+    """``(call, {operand: gpu})``: the call with each operand held whole by one (maybe peer) GPU
+    rewritten to its local layout, or a reason when an operand spans several GPUs."""
+    remote, ops = {}, {}
+    for k, t in call.operands.items():
+        if not t.on_devices:
+            ops[k] = t
+            continue
+        dev = t.device()
+        if dev is None:
+            return (f"{k} {t.name} spans several GPUs ({t.layout}): multi-device copies run at the "
+                    "devices scope (with Ax.devices())"), None
+        remote[k] = dev[0]
+        ops[k] = replace(t, layout=dev[1], gpu=None)
+    return replace(call, operands=ops), remote
+
+
+def _ptr(t, off, gpu, ctx):
+    """The address of element ``off`` of ``t``: local, or on GPU ``gpu`` through the peer table."""
+    ptr = t.flat().ptr_to([off])
+    if gpu is None:
+        return ptr
+    from ..peer import remote_ptr
+    return remote_ptr(ptr, gpu, ctx.mesh)
+
+
+def emit_vector_copy(call, plan: VectorPlan, async_copy: bool = False, ctx=None):
     from tvm.script import tirx as T
     dst, src = call.operands["dst"], call.operands["src"]
+    gd, gs = plan.remote.get("dst"), plan.remote.get("src")
     av = thread_axis_values(call.scope)
     last = len(plan.dims) - 1
     nwords = plan.nbytes // 4
@@ -123,35 +152,47 @@ def emit_vector_copy(call, plan: VectorPlan, async_copy: bool = False):
                 dst.flat().ptr_to([d_off]), src.flat().ptr_to([s_off]), plan.nbytes))
         elif dst.mem == "local":
             T.evaluate(T.ptx[f"ld.{_space(src)}.{_tail(plan.nbytes)}"](
-                *_reg_words(dst, d_off, nwords), src.flat().ptr_to([s_off])))
+                *_reg_words(dst, d_off, nwords), _ptr(src, s_off, gs, ctx)))
         elif src.mem == "local":
             T.evaluate(T.ptx[f"st.{_space(dst)}.{_tail(plan.nbytes)}"](
-                dst.flat().ptr_to([d_off]), *_reg_words(src, s_off, nwords)))
+                _ptr(dst, d_off, gd, ctx), *_reg_words(src, s_off, nwords)))
         else:
             tmp = T.alloc_buffer((nwords,), "uint32", scope="local")
             regs = [tmp[i] for i in range(nwords)]
-            T.evaluate(T.ptx[f"ld.{_space(src)}.{_tail(plan.nbytes)}"](*regs, src.flat().ptr_to([s_off])))
-            T.evaluate(T.ptx[f"st.{_space(dst)}.{_tail(plan.nbytes)}"](dst.flat().ptr_to([d_off]), *regs))
+            T.evaluate(T.ptx[f"ld.{_space(src)}.{_tail(plan.nbytes)}"](*regs, _ptr(src, s_off, gs, ctx)))
+            T.evaluate(T.ptx[f"st.{_space(dst)}.{_tail(plan.nbytes)}"](_ptr(dst, d_off, gd, ctx), *regs))
     if async_copy and call.config.get("wait", True):
         T.evaluate(T.ptx["cp.async.commit_group"]())
         T.evaluate(T.ptx["cp.async.wait_group"](0))
 
 
-@register("copy", "vector", "cuda", priority=10,
-          requires="a per-thread contiguous run >= 4 bytes on memory in both operands, aligned")
+@register("copy", "vector", "cuda", priority=10, devices=True,
+          requires="a per-thread contiguous run >= 4 bytes on memory in both operands, aligned; "
+                   "a global operand may be a peer GPU's symmetric memory")
 class VectorCopy:
-    """ld/st.{global,shared}.v4 (16-byte) copies; register side or through a temporary."""
+    """ld/st.{global,shared}.v4 (16-byte) copies; register side or through a temporary.  An
+    operand held by one peer GPU (a distributed tensor sliced at a device index) is addressed
+    through the mesh's peer table: a put (dst on a peer) or a get (src on a peer)."""
 
     @staticmethod
     def check(call, ctx):
         dst, src = call.operands["dst"], call.operands["src"]
         if dst.mem == "local" and src.mem == "local":
             return "register-to-register copy needs no memory instruction"
-        return vector_plan(call)
+        local, remote = on_this_gpu(call)
+        if remote is None:
+            return local
+        if remote and ctx.mesh is None:
+            return "an operand is on a peer GPU but the kernel declares no mesh (Ax.mesh)"
+        plan = vector_plan(local)
+        if not isinstance(plan, str):
+            plan.remote = remote
+        return plan
 
     @staticmethod
     def emit(call, plan, ctx):
-        emit_vector_copy(call, plan)
+        local, _ = on_this_gpu(call)
+        emit_vector_copy(local, plan, ctx=ctx)
 
 
 @register("copy", "cp_async", "cuda", priority=20,

@@ -1,0 +1,209 @@
+"""Launch a distributed artifact on every rank of a process group.
+
+A distributed kernel (built with ``Ax.mesh`` / ``Ax.dtensor``) carries its signature in
+``launch["distributed"]``: the mesh, each distributed parameter's global shape and Axe layout
+(or DTensor placements), which parameters are symmetric, and which parameters the runtime fills
+(the peer delta table, the signal flags, the error record, rank, epoch, timeout).
+:class:`DistKernel` checks the caller's arguments against that signature **before** launching —
+a mismatch names the parameter, the mesh dimension and both layouts — fills the runtime
+parameters, counts launches (the epoch every signal carries; all ranks must launch the same
+kernel the same number of times), and turns a wait that timed out on the GPU into a
+:class:`PeerTimeoutError` naming the rank that did not arrive and the signal.
+
+Only torch and ``cuda.bindings`` are imported, lazily; TVM never is.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from .launcher import Kernel, LaunchError
+
+__all__ = ["DistKernel", "PeerTimeoutError", "DistributedSignatureError", "check_argument"]
+
+_ERROR_WORDS = 8
+
+
+class PeerTimeoutError(RuntimeError):
+    """A wait on another GPU passed its timeout: a peer died, or launched something else."""
+
+
+class DistributedSignatureError(LaunchError):
+    """An argument does not fit the kernel's distributed signature (layout, mesh, world size)."""
+
+
+def _is_dtensor(v) -> bool:
+    return type(v).__name__ == "DTensor" and hasattr(v, "placements") and hasattr(v, "to_local")
+
+
+def check_argument(kname: str, name: str, decl: dict, value, mesh: dict):
+    """Check one distributed argument against its declaration; return the local torch tensor.
+
+    ``value``: a torch DTensor (its mesh, placements and global shape are compared with the
+    declared layout through :func:`axe.layout.interop.dtensor.check_layout`; a
+    ``Partial("sum")`` DTensor matches a declaration with ``partial_dim``), a
+    :class:`~axe.runtime.symmetric.SymmetricTensor`, or a plain per-rank tensor (its shape must be
+    the declared local shard).  Raises :class:`DistributedSignatureError` naming the parameter.
+    """
+    from axe.layout import parse
+    local_shape = tuple(decl["local_shape"])
+    if _is_dtensor(value):
+        from axe.layout.interop.dtensor import LayoutMismatch, check_layout, mesh_of
+        shape = tuple(decl["shape"])
+        L = parse(decl["layout"])
+        got = mesh_of(value.device_mesh)
+        if tuple(got.shape) != tuple(mesh["shape"]):
+            raise DistributedSignatureError(
+                f"{kname}: argument {name!r} is a DTensor on a mesh of shape {tuple(got.shape)}; the "
+                f"kernel was built for mesh {tuple(mesh['shape'])} {tuple(mesh['names'])}")
+        pdim = decl.get("partial_dim")
+        try:
+            if pdim is not None and tuple(value.shape) == shape[:pdim] + shape[pdim + 1:]:
+                _check_partial(kname, name, value, decl)
+            else:
+                check_layout(value, L)
+        except LayoutMismatch as err:
+            raise DistributedSignatureError(f"{kname}: argument {name!r}: {err}") from None
+        value = value.to_local()
+    elif hasattr(value, "local") and hasattr(value, "heap"):
+        value = value.local
+    buffer_shape = tuple(decl.get("buffer_shape", local_shape))
+    if tuple(value.shape) not in (local_shape, buffer_shape):
+        raise DistributedSignatureError(
+            f"{kname}: argument {name!r} has local shape {tuple(value.shape)}, expected the shard "
+            f"{local_shape} of global {tuple(decl['shape'])} under {decl['layout']}"
+            + (f" (or its view {buffer_shape})" if buffer_shape != local_shape else "")
+            + (" (unequal shards are not supported)" if prod(value.shape) != prod(local_shape) else ""))
+    if tuple(value.shape) != buffer_shape:      # the kernel reads the shard through another row-major shape
+        if not value.is_contiguous():
+            raise DistributedSignatureError(f"{kname}: argument {name!r} must be contiguous (call .contiguous())")
+        value = value.view(buffer_shape)
+    return value
+
+
+def _check_partial(kname, name, value, decl):
+    from axe.layout.interop.dtensor import as_placement, format_placements
+    places = [as_placement(p) for p in value.placements]
+    if len(places) != 1 or type(places[0]).__name__ != "Partial" or places[0].reduce_op not in ("sum", "RedOpType.SUM"):
+        raise DistributedSignatureError(
+            f"{kname}: argument {name!r} has placements {format_placements(places)}; the kernel sums dim "
+            f"{decl['partial_dim']} of {decl['layout']}, which takes a DTensor placed [Partial('sum')]")
+
+
+class DistKernel:
+    """A distributed artifact bound to a :class:`~axe.runtime.symmetric.SymmetricHeap`.
+
+    ``k(*args)`` takes the kernel's own arguments in order (everything but the parameters the
+    runtime fills and scratch parameters), as torch DTensors, SymmetricTensors or per-rank
+    tensors; checks them; launches on the current stream.  ``k.synchronize()`` waits for the
+    GPU and raises :class:`PeerTimeoutError` if any wait timed out.  ``timeout`` (seconds)
+    bounds every wait on another GPU.
+    """
+
+    def __init__(self, artifact, heap, timeout: float = 10.0):
+        import torch
+        self.kernel = artifact if isinstance(artifact, Kernel) else Kernel(artifact)
+        self.launch = self.kernel.launch
+        self.name = self.launch["name"]
+        dist = self.launch.get("distributed")
+        if not dist or "runtime" not in dist:
+            raise DistributedSignatureError(f"{self.name}: not a distributed kernel (no mesh in launch.json)")
+        if dist.get("multicast"):
+            _refuse_multicast(self.name)
+        self.dist, self.heap, self.timeout = dist, heap, float(timeout)
+        if heap.world != dist["world"]:
+            raise DistributedSignatureError(
+                f"{self.name}: built for a mesh of {dist['world']} GPUs {tuple(dist['mesh']['shape'])}, but the "
+                f"process group has {heap.world}; rebuild it for world={heap.world}")
+        self.device = heap.device
+        sig = {a["name"]: a for a in self.launch["args"]}
+        rt = dist["runtime"]
+        self._fill = {rt["peers"]: heap.deltas(),
+                      rt["signals"]: heap.zeros(tuple(sig[rt["signals"]]["shape"]), torch.int32).local,
+                      rt["errors"]: torch.zeros(_ERROR_WORDS, dtype=torch.int32, device=self.device)}
+        for n, d in dist.get("params", {}).items():
+            if d.get("scratch"):
+                self._fill[n] = heap.zeros(tuple(sig[n]["shape"]), getattr(torch, sig[n]["dtype"])).local
+        self._scalars = {rt["rank"]: "rank", rt["epoch"]: "epoch", rt["timeout"]: "timeout"}
+        self.user_args = [a for a in self.launch["args"] if a["name"] not in self._fill
+                          and a["name"] not in self._scalars and not a.get("scratch")]
+        self.epoch = 0
+        self.failed = None
+
+    def __repr__(self):
+        return (f"DistKernel {self.name}({', '.join(a['name'] for a in self.user_args)}) on "
+                f"{self.heap.world} GPUs, rank {self.heap.rank}")
+
+    def arguments(self, *args) -> tuple:
+        """The full argument tuple for the launch (checks the distributed signature)."""
+        if len(args) != len(self.user_args):
+            raise DistributedSignatureError(
+                f"{self.name}({', '.join(a['name'] for a in self.user_args)}): expected {len(self.user_args)} "
+                f"arguments, got {len(args)}")
+        params = self.dist.get("params", {})
+        given = {}
+        for a, v in zip(self.user_args, args):
+            n = a["name"]
+            if n in params:
+                decl = params[n]
+                if decl.get("symmetric"):
+                    if not (hasattr(v, "heap") and hasattr(v, "local")):
+                        raise DistributedSignatureError(
+                            f"{self.name}: argument {n!r} must be a SymmetricTensor of this heap (peers read "
+                            f"it over NVLink); got {type(v).__name__} — allocate it with heap.empty(...)")
+                    if v.heap is not self.heap:
+                        raise DistributedSignatureError(f"{self.name}: argument {n!r} comes from another heap")
+                v = check_argument(self.name, n, decl, v, self.dist["mesh"])
+            given[n] = v
+        values = {"rank": self.heap.rank, "epoch": self.epoch + 1, "timeout": int(self.timeout * 1e9)}
+        out = []
+        for a in self.launch["args"]:
+            n = a["name"]
+            if n in given:
+                out.append(given[n])
+            elif n in self._fill:
+                out.append(self._fill[n])
+            elif n in self._scalars:
+                out.append(values[self._scalars[n]])
+        return tuple(out)
+
+    def __call__(self, *args, stream=None, check: bool = False):
+        """Check and launch; ``check=True`` also synchronizes and raises on a timed-out wait."""
+        if self.failed:
+            raise PeerTimeoutError(f"{self.name}: an earlier launch failed ({self.failed}); the ranks' launch "
+                                   "counts no longer agree — recreate the kernel on every rank")
+        full = self.arguments(*args)
+        if self.epoch + 1 >= 2**31 - 1:
+            raise LaunchError(f"{self.name}: launch count overflows the int32 epoch")
+        bound = self.kernel(*full, stream=stream)
+        self.epoch += 1
+        if check:
+            self.synchronize()
+        return bound
+
+    def synchronize(self):
+        """Wait for this device, then raise :class:`PeerTimeoutError` if a wait timed out."""
+        import torch
+        torch.cuda.synchronize(self.device)
+        rec = self._fill[self.dist["runtime"]["errors"]].tolist()
+        if rec[0] == 0:
+            return
+        me, src, index, want, seen, cta = rec[1:7]
+        owner = "?"
+        for base, what in self.dist.get("signal_owners", []):
+            if base <= index:
+                owner = what
+        self.failed = (f"rank {me} waited {self.timeout:g} s for signal {index} ({owner}) from rank {src} "
+                       f"in CTA {cta}: wanted launch {want}, saw {seen}")
+        raise PeerTimeoutError(f"{self.name}: {self.failed}; rank {src} did not arrive (it died, or did not "
+                               f"launch {self.name} as often as rank {me})")
+
+
+def _refuse_multicast(name):
+    """Artifacts that execute NVLink multicast never run where multicast is switched off."""
+    import os
+    off = (os.environ.get("NCCL_NVLS_ENABLE") == "0" or os.environ.get("TORCH_SYMM_MEM_DISABLE_MULTICAST") == "1"
+           or os.environ.get("NVSHMEM_DISABLE_NVLS") == "1")
+    raise DistributedSignatureError(
+        f"{name} executes NVLink multicast (multimem); axe does not launch multicast kernels"
+        + (" and this machine keeps multicast off" if off else "") + ": it is verified by compilation only")

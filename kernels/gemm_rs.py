@@ -1,0 +1,62 @@
+"""Fused GEMM + reduce-scatter for tensor-parallel down projections, on a mesh of ``world`` GPUs.
+
+Each rank holds ``A_r`` (M × K/w, its K slice of the activations) and ``B_r`` (its K slice of the
+weight: N × K/w stored as an ``nn.Linear`` weight, ``b_major="col"``, or K/w × N); the result
+``C = Σ_r A_r·B_r`` is scattered by rows: rank r receives rows ``r·M/w … (r+1)·M/w − 1``.  The
+signature is declared with DTensor placements — A and B ``Shard(1)`` (over K), C ``Shard(0)`` —
+and travels in ``launch.json``; the runtime checks every argument (torch DTensors or per-rank
+tensors) against it before launching.
+
+This is the Hopper GEMM of ``kernels/gemm.py`` (``world > 1``): the same warp-specialized TMA +
+wgmma pipeline, persistent 128×256 tiles, 4 stages.  What changes is the tile order and the
+epilogue, so the communication runs inside the kernel, tile by tile:
+
+- the output rows are cut by owner, and each rank walks the owners in order ``r+1, r+2, …, r``
+  — its own rows last (the virtual grid of ``world · ⌈(M/w)/128⌉`` block-rows is the GEMM's
+  grouped persistent schedule);
+- a tile owned by a peer is cast to the output type and pushed, chunk by chunk, from shared
+  memory into this rank's slot of the owner's symmetric staging buffer (``Ax.copy`` of a
+  distributed tensor sliced at the owner's device index: 16-byte SM stores over NVLink), then
+  the warpgroup fences at system scope and signals the owner (one flag per tile half);
+- a tile the rank owns is computed last: its epilogue waits for the flags of every peer
+  (bounded by the mesh timeout), adds the peers' partial tiles from the local staging slots to
+  the fp32 accumulator and stores the sum with TMA.
+
+Because peers compute a rank's rows before their own, the partials arrive while the owner still
+computes other tiles, and the only work left after the last tile is its own epilogue.  The
+partial sums travel in the output type (bf16/fp16), as with ``torch.mm`` followed by
+``reduce_scatter_tensor``; the owner adds in fp32.  Staging holds ``world · M/w · N`` elements
+per rank (padded to whole tiles), allocated once from the symmetric heap by the runtime.
+
+Shapes: M and K multiples of ``world``; N and K/w multiples of 8 (TMA row pitch); M/w and N need
+not be multiples of the tile (TMA zero-fills and clips).
+"""
+
+from kernels import gemm as _gemm
+
+__all__ = ["make", "build", "reference"]
+
+
+def reference(A_parts, B_parts, world, b_major="col"):
+    """The fp32 result each rank should hold: ``Σ_r A_r·B_r`` split into ``world`` row blocks."""
+    total = sum(a.float() @ (b.float().t() if b_major == "col" else b.float()) for a, b in zip(A_parts, B_parts))
+    return total.chunk(world)
+
+
+def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, **kw):
+    """The fused kernel (an :class:`axe.lang.Kernel`) for global M × N × K on ``world`` GPUs."""
+    if world < 2:
+        raise ValueError(f"gemm_rs: world must be at least 2, got {world} (use kernels/gemm.py on one GPU)")
+    short = "bf16" if dtype == "bfloat16" else "f16"
+    return _gemm.make(M, N, K, dtype, b_major, name=name or f"gemm_rs_{short}_w{world}", world=world, **kw)
+
+
+def build(M, N, K, world, dtype="bfloat16", b_major="col", name=None, target="sm_90a", **kw):
+    """Build :func:`make`'s kernel into an artifact."""
+    import axe.lang as Ax
+    return Ax.compile_kernel(make(M, N, K, world, dtype, b_major, name, **kw), target)
+
+
+#: the example ``axe build kernels/gemm_rs.py`` and ``axe demo`` build: Llama-3.1-8B's down
+#: projection at M = 8192 on 2 GPUs
+gemm_rs_llama8b_down_w2 = make(8192, 4096, 14336, 2, name="gemm_rs_llama8b_down_w2")

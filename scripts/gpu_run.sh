@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# On the GPU machine (no TVM there): install the carried wheels, then run GPU checks and benchmarks
+# on the artifacts built here by scripts/gpu_build.py and benchmarks/*build*.  Logs and JSON go
+# to $OUT (the device tool brings them back).
+#   bash scripts/gpu_run.sh single        one-GPU checks (tests/gpu/run_all.py)
+#   bash scripts/gpu_run.sh dist          multi-GPU checks under torchrun, one process per GPU
+#   bash scripts/gpu_run.sh bench-rs      benchmarks/gemm_rs.py (side by side with torch, NCCL, symm_mem)
+#   bash scripts/gpu_run.sh all           all three
+# Device tool: command "bash scripts/gpu_run.sh dist", carry [".carry", ".whl"].
+set -uo pipefail
+# NVLink multicast stays off on the shared machines: these are only ever set to their safe values
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/axe-out}; mkdir -p "$OUT"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
+    && export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+NGPU=$(nvidia-smi -L | wc -l)
+echo "== $(date -Is) $NGPU GPU(s): $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1)"
+rc=0
+run() {   # run LOGNAME CMD...: the command's output to the terminal and $OUT/LOGNAME; failures set rc
+  local log=$1; shift; echo "== $*"
+  "$@" 2>&1 | tee "$OUT/$log"; [[ ${PIPESTATUS[0]} -eq 0 ]] || rc=1
+}
+what=${1:-all}
+if [[ $what == single || $what == all ]]; then
+  run run_all.log timeout 540 python3 tests/gpu/run_all.py
+fi
+if [[ ($what == dist || $what == all) && $NGPU -ge 2 ]]; then
+  run run_dist.log timeout 400 torchrun --nproc-per-node "$NGPU" tests/gpu/run_dist.py ${DIST_ARGS:-}
+fi
+if [[ ($what == bench-rs || $what == all) && $NGPU -ge 2 ]]; then
+  run gemm_rs.log timeout 500 torchrun --nproc-per-node "$NGPU" benchmarks/gemm_rs.py run --json "$OUT/gemm_rs.json" ${BENCH_ARGS:-}
+fi
+exit $rc

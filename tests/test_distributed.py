@@ -1,0 +1,244 @@
+"""Distributed kernels on the CPU: signatures, dispatch decisions and declines, PTX contents,
+and the runtime's argument checks (GPU runs: tests/gpu/cases_dist.py)."""
+
+import os
+import re
+
+import pytest
+from tvm.script import tirx as T
+
+import axe.lang as Ax
+from axe.layout import parse
+from axe.layout.interop.dtensor import Shard
+
+os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
+
+
+@pytest.fixture(scope="module")
+def coll():
+    from kernels import collectives
+    return collectives
+
+
+def _records(k, target="sm_90a", features=()):
+    _, ctx = Ax.build_func(k, target, features)
+    return ctx
+
+
+def test_reduce_scatter_signature_is_the_papers(coll):
+    ctx = _records(coll.make("reduce_scatter", 256, 64, 4))
+    p = ctx.distributed["params"]
+    assert p["X_"]["shape"] == [4, 256, 64] and p["X_"]["partial_dim"] == 0 and p["X_"]["symmetric"]
+    assert parse(p["X_"]["layout"]) == parse("S[(4,256,64):(1@gpuid,64,1)]")
+    assert p["Y_"]["shape"] == [256, 64] and p["Y_"]["local_shape"] == [64, 64]
+    assert ctx.distributed["world"] == 4 and ctx.distributed["runtime"]["rank"] == "rank"
+
+
+@pytest.mark.parametrize("kind,what", [("reduce_scatter", "reduce"), ("all_reduce", "reduce"), ("all_gather", "copy")])
+def test_collective_dispatch_and_explain(coll, kind, what):
+    ctx = _records(coll.make(kind, 256, 64, 2))
+    (rec,) = ctx.records
+    assert rec.call.op == what and rec.chosen == "peer_pull"
+    text = rec.format()
+    if what == "reduce":
+        assert "multimem" in text and "does not declare NVLink multicast" in text
+    boxes = {0: [((0, 0), (128, 64))], 1: [((128, 0), (128, 64))]} if kind == "reduce_scatter" \
+        else {0: [((0, 0), (256, 64))], 1: [((0, 0), (256, 64))]}
+    assert str(boxes) in rec.plan
+
+
+def test_multimem_only_for_a_multicast_target(coll):
+    k = coll.make("reduce_scatter", 256, 64, 2)
+    assert _records(k, "sm_100a", ("multicast",)).records[0].chosen == "multimem"
+    assert _records(k, "sm_100a").records[0].chosen == "peer_pull"
+
+
+def test_peer_pull_declines_name_the_condition():
+    """A non-symmetric source and a call outside the devices scope are declined with reasons."""
+
+    def factory(symmetric, scope):
+        @T.prim_func
+        def k(X_: T.Buffer((128, 64), "bfloat16"), Y_: T.Buffer((64, 64), "bfloat16"),
+              peers: T.Buffer((2,), "int64"), sig: T.Buffer((1024,), "int32"), err: T.Buffer((8,), "int32"),
+              rank: T.int32, epoch: T.int32, timeout_ns: T.int64):
+            bx, tx = Ax.launch(4, 128)
+            mesh = Ax.mesh(2, peers, sig, err, rank, epoch, timeout_ns)
+            X = Ax.dtensor(X_, (2, 128, 64), "S[(2,128,64):(1@gpuid,64,1)]", symmetric=symmetric)
+            Y = Ax.dtensor(Y_, (128, 64), placements=[Shard(0)])
+            if scope:
+                with Ax.devices():
+                    Ax.reduce(Y, X, "sum", dims=0)
+            else:
+                Ax.reduce(Y, X, "sum", dims=0)
+        return k
+
+    for symmetric, scope, why in ((False, True, "is not symmetric"), (True, False, "multi-device scope")):
+        with pytest.raises(Exception) as e:
+            Ax.build_func(Ax.Kernel("k", lambda: factory(symmetric, scope)))
+        assert why in str(e.value), str(e.value)[-600:]
+
+
+def test_dtensor_refuses_a_buffer_that_is_not_the_shard():
+    def factory():
+        @T.prim_func
+        def k(X_: T.Buffer((100, 64), "bfloat16"), peers: T.Buffer((2,), "int64"), sig: T.Buffer((8,), "int32"),
+              err: T.Buffer((8,), "int32"), rank: T.int32, epoch: T.int32, timeout_ns: T.int64):
+            bx, tx = Ax.launch(1, 32)
+            mesh = Ax.mesh(2, peers, sig, err, rank, epoch, timeout_ns)
+            Ax.dtensor(X_, (256, 64), placements=[Shard(0)])
+        return k
+
+    with pytest.raises(Exception, match=r"X_.*does not hold one shard \[128, 64\]"):
+        Ax.build_func(Ax.Kernel("k", factory))
+
+
+@pytest.fixture(scope="module")
+def rs_art(coll):
+    return coll.build("reduce_scatter", 256, 64, 2)
+
+
+def test_collective_ptx_has_system_scope_acquire_release(rs_art):
+    ptx = rs_art.ptx
+    assert "ld.acquire.sys.global.b32" in ptx and "st.release.sys.global.b32" in ptx
+    assert "fence.acq_rel.sys" in ptx and "%globaltimer" in ptx
+    assert "multimem" not in ptx
+    assert rs_art.launch["distributed"]["signals_used"] == 4 * 132 * 2
+    assert not rs_art.launch.get("distributed", {}).get("multicast")
+
+
+def test_multimem_builds_for_sm_100a(coll):
+    art = coll.build("all_reduce", 256, 64, 2, target="sm_100a", features=("multicast",))
+    assert re.search(r"multimem\.ld_reduce\.relaxed\.sys\.global\.add\.v4\.bf16x2", art.ptx)
+    assert art.launch["distributed"]["multicast"] is True
+    assert art.launch["distributed"]["runtime"]["multicast"] == "mc"
+
+
+def test_exchange_puts_and_gets_through_the_peer_table(coll):
+    ctx = _records(coll.make("exchange", 264, 64, 2))
+    put, get = ctx.records
+    assert put.chosen == get.chosen == "vector"
+    assert "dst in the memory of GPU" in put.plan and "src in the memory of GPU" in get.plan
+    tma = dict(put.verdicts)["tma_store"]
+    assert "on other GPUs" in tma
+
+
+@pytest.fixture(scope="module")
+def gemm_rs_art():
+    from kernels import gemm_rs
+    return gemm_rs.build(2 * 1000, 1000, 2 * 512, 2, "bfloat16", "col", name="gemm_rs_test")
+
+
+def test_gemm_rs_signature_and_ptx(gemm_rs_art):
+    d = gemm_rs_art.launch["distributed"]
+    assert d["params"]["A_"]["placements"] == "(Shard(1))" and d["params"]["A_"]["local_shape"] == [2000, 512]
+    assert d["params"]["A_"]["buffer_shape"] == [2, 1000, 512]
+    assert d["params"]["C_"]["placements"] == "(Shard(0))" and d["params"]["C_"]["local_shape"] == [1000, 1000]
+    assert d["params"]["P_"]["scratch"] and d["params"]["P_"]["symmetric"]
+    ptx = gemm_rs_art.ptx
+    assert "st.release.sys.global.b32" in ptx and "ld.acquire.sys.global.b32" in ptx
+    assert "wgmma.mma_async" in ptx and "st.global.v4" in ptx
+    res = gemm_rs_art.launch["resources"]
+    assert res["spill_stores"] == 0 and res["spill_loads"] == 0
+
+
+def test_gemm_rs_pushes_peer_tiles_and_stores_own_tiles(gemm_rs_art):
+    recs = [r for r in gemm_rs_art.records if r.call.op == "copy" and "P_" in r.call.operands["dst"].name]
+    assert recs and all(r.chosen == "vector" and "memory of GPU" in r.plan for r in recs)
+    stores = [r for r in gemm_rs_art.records if r.chosen == "tma_store"]
+    assert stores and all(r.call.operands["dst"].name == "C_" for r in stores)
+
+
+def test_gemm_rs_refuses_unequal_shards():
+    from kernels import gemm_rs
+    with pytest.raises(ValueError, match="multiples of world"):
+        gemm_rs.make(1001, 1024, 1024, 2)
+    with pytest.raises(ValueError, match="world must be at least 2"):
+        gemm_rs.make(1024, 1024, 1024, 1)
+
+
+# --- the runtime's checks, without a GPU ---------------------------------------------------------
+
+class _FakeHeap:
+    """Stands in for SymmetricHeap: CPU tensors, world/rank given."""
+
+    def __init__(self, world, rank=0):
+        import torch
+        self.world, self.rank, self.device = world, rank, torch.device("cpu")
+
+    def deltas(self):
+        import torch
+        return torch.zeros(self.world, dtype=torch.int64)
+
+    def zeros(self, shape, dtype):
+        import torch
+        return _Sym(torch.zeros(shape, dtype=dtype), self)
+
+    empty = zeros
+
+
+class _Sym:
+    def __init__(self, local, heap):
+        self.local, self.heap = local, heap
+
+
+def test_runtime_refuses_another_world_size(rs_art):
+    from axe.runtime.distributed import DistKernel, DistributedSignatureError
+    with pytest.raises(DistributedSignatureError, match=r"built for a mesh of 2 GPUs .* has 4"):
+        DistKernel(rs_art, _FakeHeap(4))
+
+
+def test_runtime_fills_the_mesh_parameters(rs_art):
+    import torch
+
+    from axe.runtime.distributed import DistKernel
+    heap = _FakeHeap(2, rank=1)
+    k = DistKernel(rs_art, heap, timeout=3.0)
+    assert [a["name"] for a in k.user_args] == ["X_", "Y_"]
+    X, Y = heap.empty((256, 64), torch.bfloat16), torch.empty(128, 64, dtype=torch.bfloat16)
+    full = k.arguments(X, Y)
+    names = [a["name"] for a in rs_art.launch["args"]]
+    vals = dict(zip(names, full))
+    assert vals["rank"] == 1 and vals["epoch"] == 1 and vals["timeout_ns"] == 3_000_000_000
+    assert vals["X_"] is X.local and vals["peers"].dtype == torch.int64
+
+
+def test_runtime_refuses_wrong_arguments(rs_art):
+    import torch
+
+    from axe.runtime.distributed import DistKernel, DistributedSignatureError
+    heap = _FakeHeap(2)
+    k = DistKernel(rs_art, heap)
+    X = heap.empty((256, 64), torch.bfloat16)
+    with pytest.raises(DistributedSignatureError, match=r"'X_' must be a SymmetricTensor"):
+        k.arguments(torch.empty(256, 64, dtype=torch.bfloat16), torch.empty(128, 64, dtype=torch.bfloat16))
+    with pytest.raises(DistributedSignatureError, match=r"'Y_' has local shape \(120, 64\).*\(128, 64\)"):
+        k.arguments(X, torch.empty(120, 64, dtype=torch.bfloat16))
+    with pytest.raises(DistributedSignatureError, match="expected 2 arguments"):
+        k.arguments(X)
+
+
+def test_runtime_refuses_to_launch_multicast(coll):
+    from axe.runtime.distributed import DistKernel, DistributedSignatureError
+    art = coll.build("all_reduce", 256, 64, 2, target="sm_100a", features=("multicast",))
+    with pytest.raises(DistributedSignatureError, match="multicast"):
+        DistKernel(art, _FakeHeap(2))
+
+
+def test_runtime_reports_a_timed_out_wait(rs_art):
+    """The error record a timed-out wait leaves becomes a PeerTimeoutError naming the rank and
+    the signal; later launches are refused."""
+    import torch
+
+    from axe.runtime import distributed as D
+    k = D.DistKernel(rs_art, _FakeHeap(2))
+    err = k._fill[k.dist["runtime"]["errors"]]
+    err.copy_(torch.tensor([1, 0, 1, 17, 3, 2, 5, 0], dtype=torch.int32))
+    sync = torch.cuda.synchronize
+    torch.cuda.synchronize = lambda *a: None
+    try:
+        with pytest.raises(D.PeerTimeoutError, match=r"rank 0 waited 10 s for signal 17 \(reduce at .*\) from rank 1"):
+            k.synchronize()
+    finally:
+        torch.cuda.synchronize = sync
+    with pytest.raises(D.PeerTimeoutError, match="earlier launch failed"):
+        k(None, None)
