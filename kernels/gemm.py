@@ -219,6 +219,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             return _Distributed()
         from axe.layout.interop.dtensor import Shard
         mesh = Ax.mesh(world, peers, sig, err, rank_, epoch, timeout_ns)
+        mesh.alloc(nsig, "gemm_rs tile signals (rs_flag)")
         Ax.dtensor(A_, (M * world, K * world), placements=[Shard(1)])
         b_dim = 1 if b_major == "col" else 0          # K is B's dim 1 when B is stored N×K
         b_global = tuple(e * (world if d == b_dim else 1) for d, e in enumerate(b_shape))
@@ -230,23 +231,43 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         rows = world * p_shape[1]
         return _Distributed(mesh, P, Ax.view(Ax.param(P_), S[(rows, p_shape[2])], (rows, p_shape[2])))
 
+    def rs_begin(dist):
+        """The warpgroup's pending signal (flag index, owner; -1: none), in registers."""
+        from tvm.script.ir_builder import tirx as IRB
+        dist.pending = T.alloc_buffer((2,), "int32", scope="local")
+        IRB.buffer_store(dist.pending, -1, [0])
+
+    def rs_flush(dist, wg, leader):
+        """Signal the owner of the tile pushed last, if any.  It is signalled one tile late — after
+        this warpgroup's next main loop — so its stores have long drained over NVLink and the
+        system-scope fence costs little (fencing right after the push stalled the warpgroup until
+        its 32 KiB crossed NVLink, behind every other CTA's pushes)."""
+        from tvm.script.ir_builder import tirx as IRB
+        pend = dist.pending
+        with guard(pend[0] >= 0):
+            Ax.fence_system()                   # this thread's pushed stores, before the signal
+            Ax.named_barrier(1 + wg, 128)
+            with guard(leader):
+                Ax.signal(pend[0], pend[1])
+            IRB.buffer_store(pend, -1, [0])
+
     def rs_store(acc, out, pool, C, dist, wg, leader, p, n_blk):
         """Reduce-scatter epilogue of block-row p: a peer's tile is pushed as a partial into the
-        owner's staging slot of this rank (SM stores over NVLink), then signalled; an own tile
-        waits for every peer's partial, adds them and is stored."""
+        owner's staging slot of this rank (SM stores over NVLink) and signalled at the next
+        epilogue (:func:`rs_flush`); an own tile waits for every peer's partial, adds them and is
+        stored."""
         from tvm.script.ir_builder import tirx as IRB
         mesh, P, Pl = dist.mesh, dist.P, dist.Pl
         seg, j = p // m_tiles, p % m_tiles
         me = mesh.rank
         owner = (me + 1 + seg) % world
+        rs_flush(dist, wg, leader)
         with IRB.If(seg < world - 1):
             with IRB.Then():
                 epilogue_tile(acc, out, pool, C, wg, leader, j, n_blk, push=lambda Cw, row, n0: Ax.copy(
                     P[owner, me, row:row + HALF, n0:n0 + epilogue], Cw))
-                Ax.fence_system()                   # the chunks' stores, before the signal
-                Ax.named_barrier(1 + wg, 128)
-                with guard(leader):
-                    Ax.signal(rs_flag(me, j, n_blk, wg), owner)
+                IRB.buffer_store(dist.pending, rs_flag(me, j, n_blk, wg), [0])
+                IRB.buffer_store(dist.pending, owner, [1])
             with IRB.Else():
                 with guard(leader):
                     for s in range(1, world):
@@ -255,9 +276,11 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                 Ax.named_barrier(1 + wg, 128)
                 Ax.fence_gpu()
                 row = j * BM + wg * HALF
-                epilogue_tile(acc, out, pool, C, wg, leader, j, n_blk, partials=[
-                    Pl[(me + s) % world * p_shape[1] + row:(me + s) % world * p_shape[1] + row + HALF,
-                       n_blk * BN:(n_blk + 1) * BN] for s in range(1, world)])
+                for s in range(1, world):     # each peer's partial: 4-byte loads into the fragment layout
+                    at = (me + s) % world * p_shape[1] + row
+                    Ax.copy(out, Pl[at:at + HALF, n_blk * BN:(n_blk + 1) * BN])
+                    Ax.elementwise(acc, lambda a, q: a + T.cast(q, "float32"), acc, out)
+                epilogue_tile(acc, out, pool, C, wg, leader, j, n_blk)
 
     def store(acc, out, pool, C, wg, leader, m_blk, n_blk):
         if cluster == 1 or m_tiles % cluster == 0:
@@ -389,6 +412,8 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                 leader = tx % 128 == 0
                 acc = Ax.registers((HALF, BN), "float32", acc_layout, name="acc")
                 out = Ax.registers((HALF, BN), dtype, acc_layout, name="out")
+                if rs:
+                    rs_begin(dist)
                 count = sched.count(cid)
                 # ping-pong: warpgroup wg takes the CTA's tiles wg, wg + 2, ...
                 for j in T.serial((count - wg + 1) // 2 if pp else (dp_waves if stream_k else count)):
@@ -403,6 +428,8 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                         rs_store(acc, out, pool, C, dist, wg, leader, m_blk, n_blk)
                     else:
                         store(acc, out, pool, C, wg, leader, m_blk, n_blk)
+                if rs:
+                    rs_flush(dist, wg, leader)
                 if stream_k:    # this CTA's k-iterations of the stream-K tiles: at most three pieces
                     b0 = sk_bound(cid)
                     b1 = sk_bound(cid + 1)
@@ -431,6 +458,7 @@ class _Distributed:
 
     def __init__(self, mesh=None, P=None, Pl=None):
         self.mesh, self.P, self.Pl = mesh, P, Pl
+        self.pending = None     # a consumer warpgroup's unsent signal (rs_begin)
 
 
 def _sum_f32(values):

@@ -27,9 +27,9 @@ if [[ $what == single || $what == all ]]; then
   run run_all.log timeout 540 python3 tests/gpu/run_all.py
 fi
 if [[ ($what == dist || $what == all) && $NGPU -ge 2 ]]; then
-  run run_dist.log timeout 400 torchrun --nproc-per-node "$NGPU" tests/gpu/run_dist.py ${DIST_ARGS:-}
+  run run_dist.log timeout ${DIST_TIMEOUT:-400} torchrun --nproc-per-node "$NGPU" tests/gpu/run_dist.py ${DIST_ARGS:-}
 fi
 if [[ ($what == bench-rs || $what == all) && $NGPU -ge 2 ]]; then
-  run gemm_rs.log timeout 500 torchrun --nproc-per-node "$NGPU" benchmarks/gemm_rs.py run --json "$OUT/gemm_rs.json" ${BENCH_ARGS:-}
+  run gemm_rs.log timeout ${BENCH_TIMEOUT:-500} torchrun --nproc-per-node "$NGPU" benchmarks/gemm_rs.py run --json "$OUT/gemm_rs.json" ${BENCH_ARGS:-}
 fi
 exit $rc

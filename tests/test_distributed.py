@@ -242,3 +242,40 @@ def test_runtime_reports_a_timed_out_wait(rs_art):
         torch.cuda.synchronize = sync
     with pytest.raises(D.PeerTimeoutError, match="earlier launch failed"):
         k(None, None)
+
+
+def _put_kernel(features):
+    """A CTA puts its row block of X into the next GPU's Y with an NVSHMEM signal."""
+    def factory():
+        @T.prim_func
+        def put(X_: T.Buffer((256, 64), "bfloat16"), Y_: T.Buffer((256, 64), "bfloat16"),
+                S_: T.Buffer((4,), "uint64"), peers: T.Buffer((2,), "int64"), sig: T.Buffer((8,), "int32"),
+                err: T.Buffer((8,), "int32"), rank: T.int32, epoch: T.int32, timeout_ns: T.int64):
+            bx, tx = Ax.launch(4, 128)
+            mesh = Ax.mesh(2, peers, sig, err, rank, epoch, timeout_ns)
+            X = Ax.param(X_)
+            Y = Ax.dtensor(Y_, (2, 256, 64), "S[(2,256,64):(1@gpuid,64,1)]", symmetric=True)
+            Ax.copy(Y[(mesh.rank + 1) % 2, bx * 64:(bx + 1) * 64, :], X[bx * 64:(bx + 1) * 64, :], signal=(S_, bx))
+        return put
+    return Ax.Kernel("put_signal", factory)
+
+
+def test_nvshmem_put_only_where_declared():
+    rec = _records(_put_kernel(()), "sm_90a").records[0]
+    assert rec.chosen == "vector" and "does not declare NVSHMEM" in dict(rec.verdicts)["nvshmem"]
+    rec = _records(_put_kernel(()), "sm_90a", ("nvshmem",)).records[0]
+    assert rec.chosen == "nvshmem" and "8192 contiguous bytes" in rec.plan
+
+
+def test_nvshmem_put_compiles_to_nvshmem_calls():
+    """The generated CUDA calls nvshmemx_putmem_signal_nbi_block; with NVSHMEM's headers (the
+    nvidia-nvshmem-cu13 wheel, an optional extra) nvcc compiles it as relocatable device code."""
+    from axe.backends.cuda.build import BuildError
+    try:
+        art = Ax.compile_kernel(_put_kernel(()), "sm_90a", features=("nvshmem",))
+    except BuildError as err:
+        assert "NVSHMEM" in str(err) and "headers were not found" in str(err)
+        return
+    assert "nvshmemx_putmem_signal_nbi_block" in art.cuda_source
+    assert "nvshmemi_device_state_d" in art.ptx     # NVSHMEM's device code, compiled in (relocatable)
+    assert art.launch["distributed"]["nvshmem"] is True

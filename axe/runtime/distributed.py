@@ -110,6 +110,10 @@ class DistKernel:
             raise DistributedSignatureError(f"{self.name}: not a distributed kernel (no mesh in launch.json)")
         if dist.get("multicast"):
             _refuse_multicast(self.name)
+        if dist.get("nvshmem"):
+            raise DistributedSignatureError(
+                f"{self.name} calls NVSHMEM on the device: its cubin needs linking with NVSHMEM's device library "
+                "and NVSHMEM's module initialisation, which axe.runtime does not do yet (compile-verified only)")
         self.dist, self.heap, self.timeout = dist, heap, float(timeout)
         if heap.world != dist["world"]:
             raise DistributedSignatureError(

@@ -182,7 +182,10 @@ def build(
             )
         dyn = int(dynamic_smem)
 
-    cubin, ptx, log = _nvcc(cuda_source, arch, fast_math, list(nvcc_options), emit_ptx, fname)
+    extra = list(nvcc_options)
+    if distributed and distributed.get("nvshmem"):   # device calls into NVSHMEM: relocatable code
+        extra += ["-rdc=true", f"-I{nvshmem_include(fname)}"]
+    cubin, ptx, log = _nvcc(cuda_source, arch, fast_math, extra, emit_ptx, fname)
     resources = _ptxas_resources(log)
     if isinstance(dyn, int) and dyn + resources.get("static_smem", 0) > MAX_SMEM_PER_CTA:
         raise BuildError(
@@ -634,6 +637,21 @@ def _describe_params(tvm, kparams, call_args, args, specs, to_expr, fname):
 
 
 # --- nvcc ---------------------------------------------------------------------------------------
+
+
+def nvshmem_include(fname="kernel"):
+    """NVSHMEM's header folder: ``$NVSHMEM_HOME/include`` or the ``nvidia-nvshmem-cu13`` wheel's."""
+    cands = [os.path.join(os.environ["NVSHMEM_HOME"], "include")] if os.environ.get("NVSHMEM_HOME") else []
+    try:
+        import nvidia.nvshmem as pkg
+        cands += [os.path.join(p, "include") for p in pkg.__path__]
+    except ImportError:
+        pass
+    for c in cands:
+        if os.path.exists(os.path.join(c, "nvshmem.h")):
+            return c
+    raise BuildError(f"build({fname}): the kernel calls NVSHMEM but its headers were not found (pip install "
+                     "nvidia-nvshmem-cu13, or set NVSHMEM_HOME)")
 
 
 def _nvcc_path():

@@ -2,6 +2,6 @@
 
 from . import ldmatrix, reduce, tma, vector  # noqa: F401
 from . import mma, wgmma  # noqa: F401
-from . import devices  # noqa: F401
+from . import devices, nvshmem  # noqa: F401
 
-__all__ = ["ldmatrix", "reduce", "tma", "vector", "mma", "wgmma", "devices"]
+__all__ = ["ldmatrix", "reduce", "tma", "vector", "mma", "wgmma", "devices", "nvshmem"]

@@ -28,7 +28,7 @@ from math import prod
 from axe.layout import SwizzledLayout, group
 from axe.schedules.emit import guard, point_exprs
 from axe.schedules.generic import reduce_combine
-from axe.schedules.registry import register
+from axe.schedules.registry import add_schedule
 
 from .. import peer
 
@@ -240,48 +240,25 @@ def _load(src, u, words, tail, mesh, plan):
     T.evaluate(T.ptx[f"ld.global.{tail}"](*regs, peer.remote_ptr(ptr, g, mesh)))
 
 
-@register("copy", "peer_pull", "cuda", priority=40, devices=True,
-          requires="multi-device scope; dst sharded in boxes over gpuid; src symmetric; >= 4-byte runs")
-class PeerPullCopy:
-    """All-gather / all-to-all / get: each rank loads its dst box from the owners over NVLink."""
-
-    @staticmethod
-    def check(call, ctx):
-        return pull_plan(call, ctx)
-
-    @staticmethod
-    def emit(call, plan, ctx):
-        emit_pull(call, plan, ctx)
+_PULL = "multi-device scope; dst sharded in boxes over gpuid; src symmetric; >= 4-byte runs"
+# all-gather / all-to-all / get (copy) and reduce-scatter / all-reduce (reduce): one schedule
+for _op in ("copy", "reduce"):
+    add_schedule(_op, "peer_pull", "cuda", 40, _PULL, devices=True, check=pull_plan, emit=emit_pull)
 
 
-@register("reduce", "multimem", "cuda", priority=50, devices=True,
-          requires="a target declaring NVLink multicast; multi-device scope; sum")
-class MultimemReduce:
-    """Reduce-scatter / all-reduce by multimem.ld_reduce (NVSwitch sums); compile-verified only."""
-
-    @staticmethod
-    def check(call, ctx):
-        if "multicast" not in ctx.features:
-            return f"target {ctx.target} does not declare NVLink multicast (features {list(ctx.features)})"
-        if ctx.mesh is None or ctx.mesh.multicast is None:
-            return "the mesh has no multicast offset (Ax.mesh(..., multicast=...))"
-        return pull_plan(call, ctx, multicast=True)
-
-    @staticmethod
-    def emit(call, plan, ctx):
-        ctx.distributed["multicast"] = True
-        emit_pull(call, plan, ctx)
+def _multimem_check(call, ctx):
+    if "multicast" not in ctx.features:
+        return f"target {ctx.target} does not declare NVLink multicast (features {list(ctx.features)})"
+    if ctx.mesh is None or ctx.mesh.multicast is None:
+        return "the mesh has no multicast offset (Ax.mesh(..., multicast=...))"
+    return pull_plan(call, ctx, multicast=True)
 
 
-@register("reduce", "peer_pull", "cuda", priority=40, devices=True,
-          requires="multi-device scope; dst sharded in boxes over gpuid; src symmetric; >= 4-byte runs")
-class PeerPullReduce:
-    """Reduce-scatter / all-reduce: each rank sums its dst box from every owner over NVLink."""
+def _multimem_emit(call, plan, ctx):
+    ctx.distributed["multicast"] = True      # the runtime refuses to launch it where multicast is off
+    emit_pull(call, plan, ctx)
 
-    @staticmethod
-    def check(call, ctx):
-        return pull_plan(call, ctx)
 
-    @staticmethod
-    def emit(call, plan, ctx):
-        emit_pull(call, plan, ctx)
+# reduce-scatter / all-reduce by multimem.ld_reduce (the NVSwitch sums): compile-verified only
+add_schedule("reduce", "multimem", "cuda", 50, "a target declaring NVLink multicast; multi-device scope; sum",
+             devices=True, check=_multimem_check, emit=_multimem_emit)
