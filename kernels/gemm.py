@@ -62,7 +62,7 @@ nothing to the products) and clips the stores at the matrix edge.
 from tvm.script import tirx as T
 
 import axe.lang as Ax
-from axe.layout import S, Swizzle, SwizzledLayout
+from axe.layout import Iter, Layout, S, Swizzle, SwizzledLayout
 from axe.schedules.emit import guard
 
 BM, BN, BK, STAGES, SMS, GROUP = 128, 256, 64, 4, 132, 16
@@ -99,7 +99,8 @@ def stream_k_bound(p, units, ctas, k_iters, select=lambda c, a, b: a if c else b
 
 
 def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SMS, in_flight=None, group=GROUP,
-         cluster=1, epilogue=None, schedule="cooperative", epilogue_bufs=None, stream_k=False, world=1):
+         cluster=1, epilogue=None, schedule="cooperative", epilogue_bufs=None, stream_k=False, world=1,
+         rs_comm=True):
     """The GEMM kernel (an :class:`axe.lang.Kernel`) for static sizes; ``b_major``: ``"row"``
     (B is K×N) or ``"col"`` (B is stored N×K, ``C = A·Bᵀ``); ``cluster``: 1, or 2 for CTA pairs
     sharing B through TMA multicast; ``epilogue``: columns per store chunk (``BN``: one 64×256
@@ -109,7 +110,9 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
     ``schedule``: ``"cooperative"`` (both consumers
     on one 128×256 tile) or ``"pingpong"`` (each consumer on its own 64×256 tiles, taking turns
     in the main loop; 4 stages by default); ``world > 1``: the fused GEMM + reduce-scatter of
-    ``kernels/gemm_rs.py`` (A, B sharded over K on ``world`` GPUs, C's rows scattered)."""
+    ``kernels/gemm_rs.py`` (A, B sharded over K on ``world`` GPUs, C's rows scattered);
+    ``rs_comm=False`` (a measurement aid, wrong results): the same kernel with the peer tiles
+    stored into this rank's own staging and no signals, waits or partial sums."""
     rs = world > 1
     if b_major not in ("row", "col"):
         raise ValueError(f"gemm: b_major must be 'row' or 'col', got {b_major!r}")
@@ -185,12 +188,14 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                     b_region(B, n_blk * BN + rank * (BN // 2), kb * BK, BN // 2),
                     barrier=pipe.full, stage=s, multicast=0b11)
 
-    def epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk, partials=(), push=None):
-        """Cast (adding ``partials``: stream-K's fp32 rest, or the peers' reduce-scatter partial
-        tiles) and store the tile chunk by chunk: TMA stores into C, or ``push(Cw, row, n0)``."""
-        if not partials:
+    def epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk, partials=(), dest=None, add_chunk=None):
+        """Cast (adding stream-K's fp32 ``partials``) and store the tile chunk by chunk, each through
+        a shared buffer: TMA stores into C, or (reduce-scatter) bulk copies into ``dest(row, n0)``.
+        ``add_chunk(j, Cw, n0)`` adds into the accumulator's chunk j through the free buffer Cw
+        first (the reduce-scatter owner's peer partials); each chunk is then cast on its own."""
+        if add_chunk is None and not partials:
             Ax.cast(out, acc)
-        else:
+        elif add_chunk is None:
             Ax.elementwise(out, lambda a, *ps: T.cast(a + _sum_f32(ps), dtype), acc, *partials)
         row = m_blk * bm + (0 if pp else wg * HALF)
         for j in range(chunks):
@@ -198,15 +203,15 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             Ax.tma_store_wait(bufs - 1, pred=leader)
             Ax.named_barrier(1 + wg, 128)
             Cw = tile(pool, c_at + (wg * bufs + j % bufs) * (HALF * epilogue), (HALF, epilogue))
-            Ax.copy(Cw, out if chunks == 1 else out[:, j * epilogue:(j + 1) * epilogue])
             n0 = n_blk * BN + j * epilogue
-            if push is not None:        # SM stores read the chunk: no async proxy involved
-                Ax.named_barrier(1 + wg, 128)
-                push(Cw, row, n0)
-                continue
+            cols = slice(j * epilogue, (j + 1) * epilogue)
+            if add_chunk is not None:
+                add_chunk(j, Cw, n0)
+                Ax.cast(out[:, cols], acc[:, cols])
+            Ax.copy(Cw, out if chunks == 1 else out[:, cols])
             Ax.fence_proxy_async()
             Ax.named_barrier(1 + wg, 128)
-            Ax.copy(C[row:row + HALF, n0:n0 + epilogue], Cw, fence=False, wait=False)
+            Ax.copy(C[row:row + HALF, n0:n0 + epilogue] if dest is None else dest(row, n0), Cw, fence=False, wait=False)
 
     def rs_flag(src, j, n_blk, wg):
         """The signal on the owner that ``src``'s half-tile ``wg`` of (j, n_blk) has arrived."""
@@ -225,29 +230,38 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         b_global = tuple(e * (world if d == b_dim else 1) for d, e in enumerate(b_shape))
         Ax.dtensor(B_, b_global, placements=[Shard(b_dim)])
         Ax.dtensor(C_, (M * world, N), placements=[Shard(0)])
-        P = Ax.dtensor(P_, (world,) + p_shape, f"S[({world},{world},{p_shape[1]},{p_shape[2]}):"
-                       f"(1@gpuid,{p_shape[1] * p_shape[2]},{p_shape[2]},1)]", scratch=True)
+        # staging holds each 64×epilogue chunk as the image of the shared chunk it is pushed from
+        # (rows of 64-column blocks under the 128-byte swizzle), so one bulk copy moves a chunk
+        rows, cols = p_shape[1], p_shape[2]
+
+        def staging(lead, row_blocks):
+            """``lead`` iters, then the rows in blocks of 64, then the columns as chunks of
+            ``epilogue``, each chunk's 64-column blocks (of 64 rows) after one another."""
+            its = list(lead) + [Iter(row_blocks, HALF * cols), Iter(HALF, 64), Iter(cols // epilogue, HALF * epilogue),
+                                Iter(epilogue // 64, HALF * 64), Iter(64, 1)]
+            return SwizzledLayout(Layout(its), Swizzle(3, 3, 3))
+        P = Ax.dtensor(P_, (world,) + p_shape, staging([Iter(world, 1, "gpuid"), Iter(world, rows * cols)], rows // HALF),
+                       scratch=True)
         # Pl: this rank's slots as one (world·rows, cols) matrix, read locally
-        rows = world * p_shape[1]
-        return _Distributed(mesh, P, Ax.view(Ax.param(P_), S[(rows, p_shape[2])], (rows, p_shape[2])))
+        Pl = Ax.view(Ax.param(P_), staging([], world * rows // HALF), (world * rows, cols))
+        return _Distributed(mesh, P, Pl, Ax.mbarrier(1, 2, name="partial"))   # one barrier per consumer
 
     def rs_begin(dist):
         """The warpgroup's pending signal (flag index, owner; -1: none), in registers."""
         from tvm.script.ir_builder import tirx as IRB
-        dist.pending = T.alloc_buffer((2,), "int32", scope="local")
+        dist.pending = T.alloc_buffer((3,), "int32", scope="local")   # flag, owner, partial loads so far
         IRB.buffer_store(dist.pending, -1, [0])
+        IRB.buffer_store(dist.pending, 0, [2])
 
     def rs_flush(dist, wg, leader):
         """Signal the owner of the tile pushed last, if any.  It is signalled one tile late — after
-        this warpgroup's next main loop — so its stores have long drained over NVLink and the
-        system-scope fence costs little (fencing right after the push stalled the warpgroup until
-        its 32 KiB crossed NVLink, behind every other CTA's pushes)."""
+        this warpgroup's next main loop — so its bulk copies have long crossed NVLink and waiting
+        for their completion costs nothing; only the thread that issued them waits and signals."""
         from tvm.script.ir_builder import tirx as IRB
         pend = dist.pending
         with guard(pend[0] >= 0):
-            Ax.fence_system()                   # this thread's pushed stores, before the signal
-            Ax.named_barrier(1 + wg, 128)
             with guard(leader):
+                Ax.bulk_wait(0)                 # the pushed chunks are written at the owner
                 Ax.signal(pend[0], pend[1])
             IRB.buffer_store(pend, -1, [0])
 
@@ -261,11 +275,19 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         seg, j = p // m_tiles, p % m_tiles
         me = mesh.rank
         owner = (me + 1 + seg) % world
+        if not rs_comm:     # the measurement aid: every epilogue local, nothing exchanged
+            with IRB.If(seg < world - 1):
+                with IRB.Then():
+                    epilogue_tile(acc, out, pool, C, wg, leader, j, n_blk, dest=lambda row, n0:
+                                  Pl[me * p_shape[1] + row:me * p_shape[1] + row + HALF, n0:n0 + epilogue])
+                with IRB.Else():
+                    epilogue_tile(acc, out, pool, C, wg, leader, j, n_blk)
+            return
         rs_flush(dist, wg, leader)
         with IRB.If(seg < world - 1):
             with IRB.Then():
-                epilogue_tile(acc, out, pool, C, wg, leader, j, n_blk, push=lambda Cw, row, n0: Ax.copy(
-                    P[owner, me, row:row + HALF, n0:n0 + epilogue], Cw))
+                epilogue_tile(acc, out, pool, C, wg, leader, j, n_blk, dest=lambda row, n0:
+                              P[owner, me, row:row + HALF, n0:n0 + epilogue])
                 IRB.buffer_store(dist.pending, rs_flag(me, j, n_blk, wg), [0])
                 IRB.buffer_store(dist.pending, owner, [1])
             with IRB.Else():
@@ -276,11 +298,20 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                 Ax.named_barrier(1 + wg, 128)
                 Ax.fence_gpu()
                 row = j * BM + wg * HALF
-                for s in range(1, world):     # each peer's partial: 4-byte loads into the fragment layout
-                    at = (me + s) % world * p_shape[1] + row
-                    Ax.copy(out, Pl[at:at + HALF, n_blk * BN:(n_blk + 1) * BN])
-                    Ax.elementwise(acc, lambda a, q: a + T.cast(q, "float32"), acc, out)
-                epilogue_tile(acc, out, pool, C, wg, leader, j, n_blk)
+
+                def add_partials(c, Cw, n0):
+                    """Each peer's partial of chunk c: one bulk load of its image into the free chunk
+                    buffer, ldmatrix into the fragment layout, fp32 add."""
+                    cols = slice(c * epilogue, (c + 1) * epilogue)
+                    for s in range(1, world):
+                        at = (me + s) % world * p_shape[1] + row
+                        Ax.copy(Cw, Pl[at:at + HALF, n0:n0 + epilogue], barrier=dist.bar, stage=wg)
+                        Ax.mbarrier_wait(dist.bar, dist.pending[2] % 2, wg)
+                        IRB.buffer_store(dist.pending, dist.pending[2] + 1, [2])
+                        Ax.copy(out[:, cols], Cw)
+                        Ax.named_barrier(1 + wg, 128)       # every thread has read the buffer
+                        Ax.elementwise(acc[:, cols], lambda a, q: a + T.cast(q, "float32"), acc[:, cols], out[:, cols])
+                epilogue_tile(acc, out, pool, C, wg, leader, j, n_blk, add_chunk=add_partials)
 
     def store(acc, out, pool, C, wg, leader, m_blk, n_blk):
         if cluster == 1 or m_tiles % cluster == 0:
@@ -456,8 +487,8 @@ class _Distributed:
 
     _is_meta_class = True
 
-    def __init__(self, mesh=None, P=None, Pl=None):
-        self.mesh, self.P, self.Pl = mesh, P, Pl
+    def __init__(self, mesh=None, P=None, Pl=None, bar=None):
+        self.mesh, self.P, self.Pl, self.bar = mesh, P, Pl, bar
         self.pending = None     # a consumer warpgroup's unsent signal (rs_begin)
 
 

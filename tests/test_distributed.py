@@ -136,14 +136,20 @@ def test_gemm_rs_signature_and_ptx(gemm_rs_art):
     assert d["params"]["P_"]["scratch"] and d["params"]["P_"]["symmetric"]
     ptx = gemm_rs_art.ptx
     assert "st.release.sys.global.b32" in ptx and "ld.acquire.sys.global.b32" in ptx
-    assert "wgmma.mma_async" in ptx and "st.global.v4" in ptx
+    assert "wgmma.mma_async" in ptx and "cp.async.bulk.wait_group 0" in ptx
     res = gemm_rs_art.launch["resources"]
     assert res["spill_stores"] == 0 and res["spill_loads"] == 0
 
 
 def test_gemm_rs_pushes_peer_tiles_and_stores_own_tiles(gemm_rs_art):
     recs = [r for r in gemm_rs_art.records if r.call.op == "copy" and "P_" in r.call.operands["dst"].name]
-    assert recs and all(r.chosen == "vector" and "memory of GPU" in r.plan for r in recs)
+    pushes = [r for r in recs if r.call.operands["dst"].on_devices]
+    assert pushes and all(r.chosen == "bulk" and "16384 contiguous bytes" in r.plan and "memory of GPU" in r.plan
+                          for r in pushes)
+    assert "cp.async.bulk.global.shared::cta.bulk_group" in gemm_rs_art.ptx
+    reads = [r for r in gemm_rs_art.records if r.call.op == "copy" and r.call.operands["src"].name.startswith("P_")]
+    # the peers' partials, read locally: one bulk load per chunk into the shared chunk buffer
+    assert reads and all(r.chosen == "bulk" and "global → shared" in r.plan for r in reads)
     stores = [r for r in gemm_rs_art.records if r.chosen == "tma_store"]
     assert stores and all(r.call.operands["dst"].name == "C_" for r in stores)
 
@@ -174,6 +180,9 @@ class _FakeHeap:
         return _Sym(torch.zeros(shape, dtype=dtype), self)
 
     empty = zeros
+
+    def barrier(self):
+        pass
 
 
 class _Sym:
@@ -279,3 +288,17 @@ def test_nvshmem_put_compiles_to_nvshmem_calls():
     assert "nvshmemx_putmem_signal_nbi_block" in art.cuda_source
     assert "nvshmemi_device_state_d" in art.ptx     # NVSHMEM's device code, compiled in (relocatable)
     assert art.launch["distributed"]["nvshmem"] is True
+
+
+def test_bulk_copy_needs_the_same_memory_image():
+    """A bulk copy moves bytes: the shared tile must be laid out like the destination, contiguous."""
+    from axe.backends.cuda.schedules.bulk import contiguous_image
+    from axe.layout import S, Swizzle, SwizzledLayout
+    from axe.ops.tensor import Tensor
+
+    class _Buf:
+        name = "b"
+    ok = Tensor(_Buf(), SwizzledLayout(S[(64, 2, 64):(64, 4096, 1)], Swizzle(3, 3, 3)), (64, 128), "bfloat16", "shared")
+    gap = Tensor(_Buf(), S[(64, 128):(256, 1)], (64, 128), "bfloat16", "global")
+    assert contiguous_image(ok) is None
+    assert "leaves gaps" in contiguous_image(gap)

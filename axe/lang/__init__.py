@@ -31,11 +31,11 @@ __all__ = ["S", "R", "Swizzle", "SwizzledLayout", "parse", "Kernel", "kernel", "
            "mbarrier", "mbarrier_wait", "param", "permute", "registers", "shared", "view",
            "gemm", "wgmma_wait"]
 
-from .hopper import (dynamic_shared, elect_one, entry_registers, fence_proxy_async, fence_registers, min_blocks_per_sm, named_barrier,
+from .hopper import (bulk_wait, dynamic_shared, elect_one, entry_registers, fence_proxy_async, fence_registers, min_blocks_per_sm, named_barrier,
                      named_barrier_arrive, role, setmaxnreg, tma_store_wait, warpgroup_index)
 from .pipeline import Pipeline, TileSchedule, pipeline
 
-__all__ += ["dynamic_shared", "elect_one", "entry_registers", "fence_proxy_async", "fence_registers", "min_blocks_per_sm", "named_barrier",
+__all__ += ["bulk_wait", "dynamic_shared", "elect_one", "entry_registers", "fence_proxy_async", "fence_registers", "min_blocks_per_sm", "named_barrier",
             "named_barrier_arrive", "role", "setmaxnreg", "tma_store_wait", "warpgroup_index", "Pipeline", "TileSchedule", "pipeline"]
 from .cluster import arrive_remote, cluster_arrive, cluster_launch, cluster_sync, cluster_wait, fence_mbarrier_init
 

@@ -141,6 +141,16 @@ def tma_store_wait(pending: int = 0, pred=None):
         T.evaluate(T.ptx["cp.async.bulk.wait_group.read"](pending))
 
 
+def bulk_wait(pending: int = 0, pred=None):
+    """``cp.async.bulk.wait_group pending`` then ``fence.proxy.async.global``: this thread's bulk
+    copies and TMA stores (all but ``pending`` groups) have been written — not only read — so a
+    signal it releases next covers them.  ``pred`` selects the thread that issued them."""
+    from tvm.script import tirx as T
+    with guard(pred):
+        T.evaluate(T.ptx["cp.async.bulk.wait_group"](pending))
+        T.evaluate(T.ptx["fence.proxy.async.global"]())
+
+
 def dynamic_shared(elements: int, dtype, name="pool", align: int = 1024):
     """A flat tile of ``elements`` in dynamic shared memory (``shared.dyn``, the only kind a CTA may
     hold more than 48 KiB of, and of which a kernel has one allocation): carve operand tiles out

@@ -21,6 +21,7 @@ import contextlib
 from dataclasses import dataclass, field
 from math import prod
 
+from axe.layout import SwizzledLayout
 from axe.ops.scope import ExecScope, pop_scope, push_scope
 from axe.ops.tensor import Tensor, register_tensor
 
@@ -145,8 +146,8 @@ def dtensor(buf, shape, layout=None, placements=None, symmetric=False, scratch=F
     else:
         L, placed = as_layout(layout, shape), None
     local = tuple(int(s) for s in buf.shape)
-    try:
-        sh = device_sharding(L, shape)
+    try:    # a swizzle permutes a device's memory only: the sharding is its inner layout's
+        sh = device_sharding(L.inner if isinstance(L, SwizzledLayout) else L, shape)
     except ValueError as err:
         raise ValueError(f"dtensor {buf.name}: layout {L} over shape {shape}: {err}") from None
     if sh.world > m.world:

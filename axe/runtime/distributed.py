@@ -128,6 +128,11 @@ class DistKernel:
         for n, d in dist.get("params", {}).items():
             if d.get("scratch"):
                 self._fill[n] = heap.zeros(tuple(sig[n]["shape"]), getattr(torch, sig[n]["dtype"])).local
+        # every rank's zero-filled signals and scratch are in place before any rank can launch: a peer's
+        # first signal must not land before this rank's zero-fill, which would erase it
+        if torch.device(self.device).type == "cuda":
+            torch.cuda.synchronize(self.device)
+        heap.barrier()
         self._scalars = {rt["rank"]: "rank", rt["epoch"]: "epoch", rt["timeout"]: "timeout"}
         self.user_args = [a for a in self.launch["args"] if a["name"] not in self._fill
                           and a["name"] not in self._scalars and not a.get("scratch")]

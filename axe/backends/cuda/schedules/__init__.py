@@ -2,6 +2,6 @@
 
 from . import ldmatrix, reduce, tma, vector  # noqa: F401
 from . import mma, wgmma  # noqa: F401
-from . import devices, nvshmem  # noqa: F401
+from . import bulk, devices, nvshmem  # noqa: F401
 
-__all__ = ["ldmatrix", "reduce", "tma", "vector", "mma", "wgmma", "devices", "nvshmem"]
+__all__ = ["ldmatrix", "reduce", "tma", "vector", "mma", "wgmma", "devices", "nvshmem", "bulk"]
