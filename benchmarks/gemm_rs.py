@@ -43,11 +43,13 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 from gemm import M, MODELS  # noqa: E402  (torch-free)
 
-SIDES = ("bare", "nccl", "symm_mem", "axe", "axe_gemm", "axe_local")
+SIDES = ("bare", "nccl", "symm_mem", "axe", "axe_gemm", "axe_local", "axe_nowait")
 #: diagnostic sides, to split axe's time: its one-GPU GEMM of the local problem (kernels/gemm.py), and
 #: the fused kernel with nothing exchanged (rs_comm=False: tile order and epilogues, wrong results)
-DIAGNOSTIC = ("axe_gemm", "axe_local")
+DIAGNOSTIC = ("axe_gemm", "axe_local", "axe_nowait")    # axe_nowait: pushes and signals, no waits
 TOL, WARMUP, REPEATS = 2e-2, 5, 5
+#: the symmetric pool: each axe side's kernel keeps its staging (M·N bf16) for the whole run
+POOL_BYTES = 12 << 30
 
 
 def artifact_name(world, n, k):
@@ -84,6 +86,8 @@ def build(args):
             gemm.build(M, n, k // world, "bfloat16", "col", name=name + "_gemm").save(path + "_gemm")
             gemm_rs.build(M, n, k, world, dtype="bfloat16", b_major="col", name=name + "_local",
                           rs_comm=False).save(path + "_local")
+            gemm_rs.build(M, n, k, world, dtype="bfloat16", b_major="col", name=name + "_nowait",
+                          rs_comm="nowait").save(path + "_nowait")
             r = art.launch.get("resources", {})
             print(f"built {name:32s} {len(art.cubin):7d} B  regs {r.get('registers')} spills "
                   f"{r.get('spill_stores')}/{r.get('spill_loads')}  {time.time() - t:5.1f} s", flush=True)
@@ -134,6 +138,11 @@ def make_sides(sel, a, w, rank, world, n, heap, artifact, group_name, setup_err)
             kl_ = DistKernel(artifact + "_local", heap)
             yl = torch.empty(M // world, n, device=a.device, dtype=a.dtype)
             sides["axe_local"] = (lambda: (kl_(a, w, yl), yl)[1], None, kl_.synchronize)
+        if "axe_nowait" in sel:
+            from axe.runtime.distributed import DistKernel
+            kn_ = DistKernel(artifact + "_nowait", heap)
+            yn = torch.empty(M // world, n, device=a.device, dtype=a.dtype)
+            sides["axe_nowait"] = (lambda: (kn_(a, w, yn), yn)[1], None, kn_.synchronize)
     except Exception as e:
         errs["axe_gemm" if "axe_gemm" in sel and "axe_gemm" not in sides else "axe_local"] = _why(e, rank)
     if setup_err.get("symm_mem"):
@@ -162,7 +171,7 @@ def run_shape(args, model, n, k, rank, world, heap, group_name, setup_err):
                 out.fill_(float("nan"))
             got = fn()
             sync()
-            if s not in ref:        # axe_local: a timing aid, its results are wrong by design
+            if s not in ref:        # axe_local, axe_nowait: timing aids, their results are wrong by design
                 continue
             e = ((got.float() - ref[s]).abs().max() / ref[s].abs().max()).item()   # NaN if a NaN is left
             err[s] = e if e == e else None
@@ -292,14 +301,14 @@ def report(args, rows, world):
         return "-" if v is None else format(v, fmt) + unit
     print(f"\n{date}  {dev} x{world}  torch {torch.__version__}  cuda {torch.version.cuda}  -> {path}")
     print(f"{'model':15s} {'N×K':>11s} {'w':>2s} {'bare':>7s} {'nccl':>7s} {'symm_mem':>8s} {'axe':>7s} "
-          f"{'vs nccl':>7s} {'vs symm':>7s} {'axe/bare':>8s} {'axe_gemm':>8s} {'axe_local':>9s}   "
+          f"{'vs nccl':>7s} {'vs symm':>7s} {'axe/bare':>8s} {'axe_gemm':>8s} {'axe_local':>9s} {'axe_nowait':>10s}   "
           "(ms per launch; vs = peer/axe; axe/bare - 1; axe_gemm, axe_local: see DIAGNOSTIC)")
     for r in rows:
         c = {s: f(v, ".3f") if v else r["status"][s] for s, v in r["ms"].items()}
         print(f"{r['model']:15s} {r['N']:>5d}×{r['K']:<5d} {world:2d} {c['bare']:>7s} {c['nccl']:>7s} "
               f"{c['symm_mem']:>8s} {c['axe']:>7s} {f(r['axe_vs_nccl'], '.3f'):>7s} "
               f"{f(r['axe_vs_symm_mem'], '.3f'):>7s} {f(r['axe_over_bare_pct'], '+.1f', '%'):>8s} "
-              f"{c['axe_gemm']:>8s} {c['axe_local']:>9s}")
+              f"{c['axe_gemm']:>8s} {c['axe_local']:>9s} {c['axe_nowait']:>10s}")
     for r in rows:
         for x in r["rel_err_per_rank"].get("axe", []) and [r["rel_err_per_rank"]["axe"]]:
             print(f"axe rel err {r['model']:15s} per rank: " + " ".join(f(e, ".2e") for e in x))
@@ -330,7 +339,7 @@ def run(args):
     if "axe" in args.sides:
         try:
             from axe.runtime.symmetric import SymmetricHeap
-            heap = SymmetricHeap()
+            heap = SymmetricHeap(pool_bytes=POOL_BYTES)
         except Exception as e:
             setup_err["axe"] = _why(e, rank, "SymmetricHeap(): ")
     rows = [run_shape(args, m, n, k, rank, world, heap, group_name, setup_err) for m, n, k in shapes(args.only, world)]

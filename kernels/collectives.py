@@ -80,6 +80,7 @@ def _exchange(M, N, world, dtype, ctas, threads, name):
                      rank: T.int32, epoch: T.int32, timeout_ns: T.int64):
             bx, tx = Ax.launch(ctas, threads)
             mesh = Ax.mesh(w, peers, sig, err, rank, epoch, timeout_ns)
+            mesh.alloc(nsig, "exchange: a CTA's put has landed")
             X = Ax.param(X_)
             Z = Ax.param(Z_)
             Y = Ax.dtensor(Y_, (w, M, N), f"S[({w},{M},{N}):(1@gpuid,{N},1)]", symmetric=True)

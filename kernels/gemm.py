@@ -112,7 +112,8 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
     in the main loop; 4 stages by default); ``world > 1``: the fused GEMM + reduce-scatter of
     ``kernels/gemm_rs.py`` (A, B sharded over K on ``world`` GPUs, C's rows scattered);
     ``rs_comm=False`` (a measurement aid, wrong results): the same kernel with the peer tiles
-    stored into this rank's own staging and no signals, waits or partial sums."""
+    stored into this rank's own staging and no signals, waits or partial sums; ``"nowait"``: the
+    peer tiles pushed and signalled, the own tiles stored without waiting or adding."""
     rs = world > 1
     if b_major not in ("row", "col"):
         raise ValueError(f"gemm: b_major must be 'row' or 'col', got {b_major!r}")
@@ -291,6 +292,9 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                 IRB.buffer_store(dist.pending, rs_flag(me, j, n_blk, wg), [0])
                 IRB.buffer_store(dist.pending, owner, [1])
             with IRB.Else():
+                if rs_comm == "nowait":
+                    epilogue_tile(acc, out, pool, C, wg, leader, j, n_blk)
+                    return
                 with guard(leader):
                     for s in range(1, world):
                         src = (me + s) % world
