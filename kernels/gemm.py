@@ -212,7 +212,10 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             Ax.copy(Cw, out if chunks == 1 else out[:, cols])
             Ax.fence_proxy_async()
             Ax.named_barrier(1 + wg, 128)
-            Ax.copy(C[row:row + HALF, n0:n0 + epilogue] if dest is None else dest(row, n0), Cw, fence=False, wait=False)
+            if dest is None:
+                Ax.copy(C[row:row + HALF, n0:n0 + epilogue], Cw, fence=False, wait=False)
+            else:           # one bulk copy of the chunk's image (a peer's staging has no tensor map)
+                Ax.copy(dest(row, n0), Cw, fence=False, wait=False, schedule="bulk")
 
     def rs_flag(src, j, n_blk, wg):
         """The signal on the owner that ``src``'s half-tile ``wg`` of (j, n_blk) has arrived."""
@@ -309,7 +312,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                     cols = slice(c * epilogue, (c + 1) * epilogue)
                     for s in range(1, world):
                         at = (me + s) % world * p_shape[1] + row
-                        Ax.copy(Cw, Pl[at:at + HALF, n0:n0 + epilogue], barrier=dist.bar, stage=wg)
+                        Ax.copy(Cw, Pl[at:at + HALF, n0:n0 + epilogue], barrier=dist.bar, stage=wg, schedule="bulk")
                         Ax.mbarrier_wait(dist.bar, dist.pending[2] % 2, wg)
                         IRB.buffer_store(dist.pending, dist.pending[2] + 1, [2])
                         Ax.copy(out[:, cols], Cw)

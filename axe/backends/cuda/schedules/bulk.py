@@ -1,4 +1,7 @@
-"""Bulk copies (``cp.async.bulk``): one thread hands the copy engine a
+"""Bulk copies (``cp.async.bulk``), chosen when asked for (``schedule="bulk"``) or when nothing
+else fits — like the vector copies it writes exactly the region, so a region past a tensor's end
+is the caller's to avoid (TMA clips, and is preferred where a tensor map exists).  One thread
+hands the copy engine a
 shared tile whose memory image is the destination's, byte for byte — a contiguous run laid out
 by the same layout on both sides (the same swizzle, anchored alike) — and the engine writes it to
 global memory asynchronously, this GPU's or a peer's (a distributed tensor sliced at a device
@@ -165,5 +168,5 @@ def _emit(call, plan, ctx):
         barrier()
 
 
-add_schedule("copy", "bulk", "cuda", 35, "shared ↔ global (a store may go to a peer's memory) with the same "
+add_schedule("copy", "bulk", "cuda", 5, "shared ↔ global (a store may go to a peer's memory) with the same "
              "contiguous memory image on both sides", devices=True, check=_check, emit=_emit)
