@@ -43,10 +43,11 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 from gemm import M, MODELS  # noqa: E402  (torch-free)
 
-SIDES = ("bare", "nccl", "symm_mem", "axe", "axe_gemm", "axe_local", "axe_nowait")
+SIDES = ("bare", "nccl", "symm_mem", "axe", "axe_gemm", "axe_local", "axe_nowait", "axe_bulk")
 #: diagnostic sides, to split axe's time: its one-GPU GEMM of the local problem (kernels/gemm.py), and
 #: the fused kernel with nothing exchanged (rs_comm=False: tile order and epilogues, wrong results)
 DIAGNOSTIC = ("axe_gemm", "axe_local", "axe_nowait")    # axe_nowait: pushes and signals, no waits
+#: axe_bulk: the fused kernel with rs_push="bulk" (checked like axe; the consumers' bulk copies push)
 TOL, WARMUP, REPEATS = 2e-2, 5, 5
 #: the symmetric pool: each axe side's kernel keeps its staging (M·N bf16) for the whole run
 POOL_BYTES = 12 << 30
@@ -88,6 +89,8 @@ def build(args):
                           rs_comm=False).save(path + "_local")
             gemm_rs.build(M, n, k, world, dtype="bfloat16", b_major="col", name=name + "_nowait",
                           rs_comm="nowait").save(path + "_nowait")
+            gemm_rs.build(M, n, k, world, dtype="bfloat16", b_major="col", name=name + "_bulk",
+                          rs_push="bulk").save(path + "_bulk")
             r = art.launch.get("resources", {})
             print(f"built {name:32s} {len(art.cubin):7d} B  regs {r.get('registers')} spills "
                   f"{r.get('spill_stores')}/{r.get('spill_loads')}  {time.time() - t:5.1f} s", flush=True)
@@ -143,6 +146,11 @@ def make_sides(sel, a, w, rank, world, n, heap, artifact, group_name, setup_err)
             kn_ = DistKernel(artifact + "_nowait", heap)
             yn = torch.empty(M // world, n, device=a.device, dtype=a.dtype)
             sides["axe_nowait"] = (lambda: (kn_(a, w, yn), yn)[1], None, kn_.synchronize)
+        if "axe_bulk" in sel:
+            from axe.runtime.distributed import DistKernel
+            kb_ = DistKernel(artifact + "_bulk", heap)
+            yb = torch.empty(M // world, n, device=a.device, dtype=a.dtype)
+            sides["axe_bulk"] = (lambda: (kb_(a, w, yb), yb)[1], yb, kb_.synchronize)
     except Exception as e:
         errs["axe_gemm" if "axe_gemm" in sel and "axe_gemm" not in sides else "axe_local"] = _why(e, rank)
     if setup_err.get("symm_mem"):
@@ -161,7 +169,7 @@ def run_shape(args, model, n, k, rank, world, heap, group_name, setup_err):
     part = a.float() @ w.float().t()
     ref = {"bare": part.clone(), "axe_gemm": part.clone()}
     dist.all_reduce(part)
-    ref.update({s: part[rank * ml:(rank + 1) * ml] for s in ("nccl", "symm_mem", "axe")})
+    ref.update({s: part[rank * ml:(rank + 1) * ml] for s in ("nccl", "symm_mem", "axe", "axe_bulk")})
     sides, errs = make_sides(args.sides, a, w, rank, world, n, heap, os.path.join(args.artifacts, name),
                              group_name, setup_err)
     err = {s: None for s in args.sides}
@@ -301,14 +309,14 @@ def report(args, rows, world):
         return "-" if v is None else format(v, fmt) + unit
     print(f"\n{date}  {dev} x{world}  torch {torch.__version__}  cuda {torch.version.cuda}  -> {path}")
     print(f"{'model':15s} {'N×K':>11s} {'w':>2s} {'bare':>7s} {'nccl':>7s} {'symm_mem':>8s} {'axe':>7s} "
-          f"{'vs nccl':>7s} {'vs symm':>7s} {'axe/bare':>8s} {'axe_gemm':>8s} {'axe_local':>9s} {'axe_nowait':>10s}   "
+          f"{'vs nccl':>7s} {'vs symm':>7s} {'axe/bare':>8s} {'axe_gemm':>8s} {'axe_local':>9s} {'axe_nowait':>10s} {'axe_bulk':>8s}   "
           "(ms per launch; vs = peer/axe; axe/bare - 1; axe_gemm, axe_local: see DIAGNOSTIC)")
     for r in rows:
         c = {s: f(v, ".3f") if v else r["status"][s] for s, v in r["ms"].items()}
         print(f"{r['model']:15s} {r['N']:>5d}×{r['K']:<5d} {world:2d} {c['bare']:>7s} {c['nccl']:>7s} "
               f"{c['symm_mem']:>8s} {c['axe']:>7s} {f(r['axe_vs_nccl'], '.3f'):>7s} "
               f"{f(r['axe_vs_symm_mem'], '.3f'):>7s} {f(r['axe_over_bare_pct'], '+.1f', '%'):>8s} "
-              f"{c['axe_gemm']:>8s} {c['axe_local']:>9s} {c['axe_nowait']:>10s}")
+              f"{c['axe_gemm']:>8s} {c['axe_local']:>9s} {c['axe_nowait']:>10s} {c['axe_bulk']:>8s}")
     for r in rows:
         for x in r["rel_err_per_rank"].get("axe", []) and [r["rel_err_per_rank"]["axe"]]:
             print(f"axe rel err {r['model']:15s} per rank: " + " ".join(f(e, ".2e") for e in x))

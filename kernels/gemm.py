@@ -100,7 +100,7 @@ def stream_k_bound(p, units, ctas, k_iters, select=lambda c, a, b: a if c else b
 
 def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SMS, in_flight=None, group=GROUP,
          cluster=1, epilogue=None, schedule="cooperative", epilogue_bufs=None, stream_k=False, world=1,
-         rs_comm=True):
+         rs_comm=True, rs_push="forward"):
     """The GEMM kernel (an :class:`axe.lang.Kernel`) for static sizes; ``b_major``: ``"row"``
     (B is K×N) or ``"col"`` (B is stored N×K, ``C = A·Bᵀ``); ``cluster``: 1, or 2 for CTA pairs
     sharing B through TMA multicast; ``epilogue``: columns per store chunk (``BN``: one 64×256
@@ -113,7 +113,11 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
     ``kernels/gemm_rs.py`` (A, B sharded over K on ``world`` GPUs, C's rows scattered);
     ``rs_comm=False`` (a measurement aid, wrong results): the same kernel with the peer tiles
     stored into this rank's own staging and no signals, waits or partial sums; ``"nowait"``: the
-    peer tiles pushed and signalled, the own tiles stored without waiting or adding."""
+    peer tiles pushed and signalled, the own tiles stored without waiting or adding.  ``rs_push``:
+    how a peer tile reaches its owner — ``"forward"`` (the default: the consumers bulk-copy it
+    into a local stash and go on; one warp of the producer warpgroup per consumer copies it over
+    NVLink and signals) or ``"bulk"`` (the consumers' bulk copies write it into the owner's memory;
+    1–8% slower on 6 of the 8 benchmark shapes, see the README)."""
     rs = world > 1
     if b_major not in ("row", "col"):
         raise ValueError(f"gemm: b_major must be 'row' or 'col', got {b_major!r}")
@@ -221,7 +225,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         """The signal on the owner that ``src``'s half-tile ``wg`` of (j, n_blk) has arrived."""
         return ((src * m_tiles + j) * n_tiles + n_blk) * 2 + wg
 
-    def distributed(A_, B_, C_, P_, peers, sig, err, rank_, epoch, timeout_ns):
+    def distributed(A_, B_, C_, P_, Q_, peers, sig, err, rank_, epoch, timeout_ns, F, cid, tx):
         """Reduce-scatter: declare the mesh and the distributed signature (A and B sharded over K,
         C's rows scattered, P the symmetric staging the runtime supplies)."""
         if not rs:
@@ -248,14 +252,20 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                        scratch=True)
         # Pl: this rank's slots as one (world·rows, cols) matrix, read locally
         Pl = Ax.view(Ax.param(P_), staging([], world * rows // HALF), (world * rows, cols))
-        return _Distributed(mesh, P, Pl, Ax.mbarrier(1, 2, name="partial"))   # one barrier per consumer
+        d = _Distributed(mesh, P, Pl, Ax.mbarrier(1, 2, name="partial"))   # one barrier per consumer
+        if rs_push == "forward":     # the stash: this rank's peer tiles, by owner, as staging images
+            d.Q = Ax.view(Ax.param(Q_, scratch=True), staging([], world * rows // HALF), (world * rows, cols))
+        d.F, d.cid, d.tx = F, cid, tx
+        return d
 
     def rs_begin(dist):
         """The warpgroup's pending signal (flag index, owner; -1: none), in registers."""
         from tvm.script.ir_builder import tirx as IRB
-        dist.pending = T.alloc_buffer((3,), "int32", scope="local")   # flag, owner, partial loads so far
+        # flag, owner, partial loads so far, peer tiles handed to the forwarding warp so far
+        dist.pending = T.alloc_buffer((4,), "int32", scope="local")
         IRB.buffer_store(dist.pending, -1, [0])
         IRB.buffer_store(dist.pending, 0, [2])
+        IRB.buffer_store(dist.pending, 0, [3])
 
     def rs_flush(dist, wg, leader):
         """Signal the owner of the tile pushed last, if any.  It is signalled one tile late — after
@@ -265,9 +275,51 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         pend = dist.pending
         with guard(pend[0] >= 0):
             with guard(leader):
-                Ax.bulk_wait(0)                 # the pushed chunks are written at the owner
-                Ax.signal(pend[0], pend[1])
+                Ax.bulk_wait(0)                 # the pushed chunks are written (at the owner, or stashed)
+                if rs_push == "bulk":
+                    Ax.signal(pend[0], pend[1])
+                else:                           # hand the stashed half-tile to this warpgroup's forwarding warp
+                    Ax.counter_publish(dist.F, dist.cid * 2 + wg, pend[3] + 1)
             IRB.buffer_store(pend, -1, [0])
+            IRB.buffer_store(pend, pend[3] + 1, [3])
+
+    def rs_forward(dist, wg):
+        """Forwarding warp ``2 + wg`` of the producer warpgroup: for each peer tile of this CTA, in
+        the consumers' order, wait until consumer warpgroup ``wg`` has stashed its half, copy it
+        from the stash into the owner's staging slot over NVLink (16-byte loads and stores), fence
+        at system scope and signal the owner.  It serves one warpgroup only: a forwarding warp
+        that also waited on the other would couple the two, and a warpgroup waiting for a peer
+        could then hold back the signal the peer waits for."""
+        from tvm.script.ir_builder import tirx as IRB
+        mesh, me = dist.mesh, dist.mesh.rank
+        lead = dist.tx % 32 == 0
+        done = T.alloc_buffer((1,), "int32", scope="local")
+        IRB.buffer_store(done, 0, [0])
+        with T.serial(sched.count(dist.cid)) as it:
+            p, n_blk = sched.coords(sched.tile(dist.cid, it))
+            seg, j = p // m_tiles, p % m_tiles
+            owner = (me + 1 + seg) % world
+            with guard(seg < world - 1):
+                with guard(lead):
+                    Ax.counter_wait(dist.F, dist.cid * 2 + wg, done[0] + 1)
+                T.evaluate(T.cuda.warp_sync())
+                row = j * BM + wg * HALF
+                at = owner * p_shape[1] + row
+                Ax.copy(dist.P[owner, me, row:row + HALF, n_blk * BN:(n_blk + 1) * BN],
+                        dist.Q[at:at + HALF, n_blk * BN:(n_blk + 1) * BN], schedule="vector")
+                Ax.fence_system()
+                T.evaluate(T.cuda.warp_sync())
+                with guard(lead):
+                    Ax.signal(rs_flag(me, j, n_blk, wg), owner)
+                IRB.buffer_store(done, done[0] + 1, [0])
+        with guard(lead):                       # the counter is zero again for the next launch
+            Ax.counter_publish(dist.F, dist.cid * 2 + wg, 0)
+
+    def rs_forwarders(dist):
+        """Warp 2 + wg of the producer warpgroup forwards consumer warpgroup wg's halves."""
+        for wg in range(2):
+            with Ax.warps(2 + wg, 3 + wg):
+                rs_forward(dist, wg)
 
     def rs_store(acc, out, pool, C, dist, wg, leader, p, n_blk):
         """Reduce-scatter epilogue of block-row p: a peer's tile is pushed as a partial into the
@@ -290,8 +342,9 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         rs_flush(dist, wg, leader)
         with IRB.If(seg < world - 1):
             with IRB.Then():
-                epilogue_tile(acc, out, pool, C, wg, leader, j, n_blk, dest=lambda row, n0:
-                              P[owner, me, row:row + HALF, n0:n0 + epilogue])
+                epilogue_tile(acc, out, pool, C, wg, leader, j, n_blk, dest=lambda row, n0: (
+                    P[owner, me, row:row + HALF, n0:n0 + epilogue] if rs_push == "bulk" else
+                    dist.Q[owner * p_shape[1] + row:owner * p_shape[1] + row + HALF, n0:n0 + epilogue]))
                 IRB.buffer_store(dist.pending, rs_flag(me, j, n_blk, wg), [0])
                 IRB.buffer_store(dist.pending, owner, [1])
             with IRB.Else():
@@ -419,7 +472,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                  A_map: T.handle("tensormap"), B_map: T.handle("tensormap"), C_map: T.handle("tensormap"),
                  P_: T.Buffer(p_shape, dtype), peers: T.Buffer((world,), "int64"), sig: T.Buffer((nsig,), "int32"),
                  err: T.Buffer((8,), "int32"), rank_: T.int32, epoch: T.int32, timeout_ns: T.int64,
-                 W_: T.Buffer((ws_rows, BN if stream_k else 1), "float32"), F_: T.Buffer((2 * sms,), "int32")):
+                 Q_: T.Buffer(p_shape, dtype), W_: T.Buffer((ws_rows, BN if stream_k else 1), "float32"), F_: T.Buffer((2 * sms,), "int32")):
             Ax.min_blocks_per_sm(1)
             if cluster == 1:
                 bx, tx = Ax.launch(sms, THREADS)
@@ -431,7 +484,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             C = Ax.param(C_, tensormap=C_map)
             W = Ax.param(W_, scratch=True)          # stream-K partial sums (fp32)
             F = Ax.param(F_, scratch=True)          # stream-K flags, one per CTA and warpgroup
-            dist = distributed(A_, B_, C_, P_, peers, sig, err, rank_, epoch, timeout_ns)
+            dist = distributed(A_, B_, C_, P_, Q_, peers, sig, err, rank_, epoch, timeout_ns, F, cid, tx)
             pool = Ax.dynamic_shared(c_at + 2 * bufs * HALF * epilogue, dtype)
             pipe = Ax.pipeline(stages, producers=2, consumers=1 if pp else 2, cluster=cluster)
             with Ax.role(0, 1, regs=PRODUCER_REGS):
@@ -440,6 +493,8 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                         m_blk, n_blk = coords(cid, rank, it)
                         for kb in T.serial(k_iters):
                             load(pool, pipe, A, B, it * k_iters + kb, m_blk, n_blk, kb, rank, dist.mesh)
+                if rs and rs_comm is True and rs_push == "forward":
+                    rs_forwarders(dist)
                     if stream_k:    # k-iterations u of the stream-K tiles, continuing the iteration count
                         b0 = sk_bound(cid)
                         for u in T.serial(b0, sk_bound(cid + 1)):
@@ -481,7 +536,8 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             if cluster > 1:
                 Ax.cluster_sync()                    # no CTA leaves while its peer may still arrive on it
         # one GPU: the reduce-scatter parameters leave the call signature
-        return gemm if rs else Ax.without_params(gemm, ("P_", "peers", "sig", "err", "rank_", "epoch", "timeout_ns"))
+        unused = () if rs and rs_push == "forward" else ("Q_",)
+        return Ax.without_params(gemm, unused + (() if rs else ("P_", "peers", "sig", "err", "rank_", "epoch", "timeout_ns")))
 
     return Ax.Kernel(name or f"gemm_{dtype}_{b_major}", factory, reference=reference, outputs=("C",),
                      meta={"M": M, "N": N, "K": K, "dtype": dtype, "b_major": b_major, "grid": (sms,),
@@ -496,6 +552,7 @@ class _Distributed:
 
     def __init__(self, mesh=None, P=None, Pl=None, bar=None):
         self.mesh, self.P, self.Pl, self.bar = mesh, P, Pl, bar
+        self.Q = self.F = self.cid = self.tx = None     # the stash and the forwarding counters
         self.pending = None     # a consumer warpgroup's unsent signal (rs_begin)
 
 

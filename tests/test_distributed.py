@@ -138,20 +138,35 @@ def test_gemm_rs_signature_and_ptx(gemm_rs_art):
     assert "st.release.sys.global.b32" in ptx and "ld.acquire.sys.global.b32" in ptx
     assert "wgmma.mma_async" in ptx and "cp.async.bulk.wait_group 0" in ptx
     res = gemm_rs_art.launch["resources"]
-    assert res["spill_stores"] == 0 and res["spill_loads"] == 0
+    # the forwarding warps (producer warpgroup, 40 registers) spill a few words; nothing more
+    assert res["spill_stores"] <= 64 and res["spill_loads"] <= 64, res
 
 
 def test_gemm_rs_pushes_peer_tiles_and_stores_own_tiles(gemm_rs_art):
-    recs = [r for r in gemm_rs_art.records if r.call.op == "copy" and "P_" in r.call.operands["dst"].name]
-    pushes = [r for r in recs if r.call.operands["dst"].on_devices]
-    assert pushes and all(r.chosen == "bulk" and "16384 contiguous bytes" in r.plan and "memory of GPU" in r.plan
+    """The default (rs_push="forward"): the consumers stash peer tiles with one bulk copy per
+    chunk, the forwarding warps push them to the owner with 16-byte peer stores, the owners load
+    the partials with bulk copies, and own tiles go to C with TMA."""
+    recs = gemm_rs_art.records
+    pushes = [r for r in recs if r.call.op == "copy" and r.call.operands["dst"].name == "P_"]
+    assert pushes and all(r.chosen == "vector" and "memory of GPU" in r.plan and r.call.scope.threads == 32
                           for r in pushes)
+    stash = [r for r in recs if r.call.op == "copy" and r.call.operands["dst"].name.startswith("Q_")]
+    assert stash and all(r.chosen == "bulk" and "16384 contiguous bytes" in r.plan for r in stash)
     assert "cp.async.bulk.global.shared::cta.bulk_group" in gemm_rs_art.ptx
-    reads = [r for r in gemm_rs_art.records if r.call.op == "copy" and r.call.operands["src"].name.startswith("P_")]
+    reads = [r for r in recs if r.call.op == "copy" and r.call.operands["src"].name.startswith("P_")
+             and r.call.operands["dst"].mem == "shared"]
     # the peers' partials, read locally: one bulk load per chunk into the shared chunk buffer
     assert reads and all(r.chosen == "bulk" and "global → shared" in r.plan for r in reads)
-    stores = [r for r in gemm_rs_art.records if r.chosen == "tma_store"]
+    stores = [r for r in recs if r.chosen == "tma_store"]
     assert stores and all(r.call.operands["dst"].name == "C_" for r in stores)
+
+
+def test_gemm_rs_bulk_push_variant():
+    """rs_push="bulk": the consumers' bulk copies write the peer tiles straight into the owner."""
+    from kernels import gemm_rs
+    _, ctx = Ax.build_func(gemm_rs.make(2 * 1024, 1024, 2 * 512, 2, rs_push="bulk", name="gemm_rs_bulk_test"))
+    pushes = [r for r in ctx.records if r.call.op == "copy" and r.call.operands["dst"].on_devices]
+    assert pushes and all(r.chosen == "bulk" and "memory of GPU" in r.plan for r in pushes)
 
 
 def test_gemm_rs_refuses_unequal_shards():

@@ -40,9 +40,9 @@ __all__ += ["bulk_wait", "dynamic_shared", "elect_one", "entry_registers", "fenc
 from .cluster import arrive_remote, cluster_arrive, cluster_launch, cluster_sync, cluster_wait, fence_mbarrier_init
 
 __all__ += ["arrive_remote", "cluster_arrive", "cluster_launch", "cluster_sync", "cluster_wait", "fence_mbarrier_init"]
-from .flags import fence_gpu, flag_set, flag_take
+from .flags import counter_publish, counter_wait, fence_gpu, flag_set, flag_take
 
-__all__ += ["fence_gpu", "flag_set", "flag_take"]
+__all__ += ["counter_publish", "counter_wait", "fence_gpu", "flag_set", "flag_take"]
 from .mesh import Mesh, current_mesh, device_rank, devices, dtensor, fence_system, mesh, signal, wait
 
 __all__ += ["Mesh", "current_mesh", "device_rank", "devices", "dtensor", "fence_system", "mesh", "signal", "wait"]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from axe.schedules.emit import guard
 
-__all__ = ["flag_set", "flag_take", "fence_gpu"]
+__all__ = ["flag_set", "flag_take", "fence_gpu", "counter_publish", "counter_wait"]
 
 # one source per function: the code generator includes each function's source once, by name
 _FENCE_SRC = r"""
@@ -73,3 +73,25 @@ def flag_take(flags, index, pred, barrier: int, threads: int):
         T.evaluate(T.cuda.func_call("axe_flag_take", _flag_ptr(flags, index), source_code=_TAKE_SRC))
     named_barrier(barrier, threads)
     fence_gpu()
+
+
+_PUBLISH_SRC = r"""
+__forceinline__ __device__ void axe_counter_publish(int* c, int v) {
+  asm volatile("st.release.gpu.global.b32 [%0], %1;" :: "l"(c), "r"(v) : "memory");
+}
+"""
+
+
+def counter_publish(flags, index, value):
+    """One thread stores ``value`` into ``flags[index]`` with release semantics at GPU scope: what
+    it wrote (and completed) before is visible to a thread that reads the value with acquire."""
+    from tvm.script import tirx as T
+    T.evaluate(T.cuda.func_call("axe_counter_publish", _flag_ptr(flags, index), value, source_code=_PUBLISH_SRC))
+
+
+def counter_wait(flags, index, value):
+    """One thread waits until ``flags[index]`` reaches ``value`` (acquire loads), bounded by the
+    mesh's timeout like every wait of a distributed kernel (a failure is recorded and reported)."""
+    from axe.backends.cuda.peer import wait_value
+    from .mesh import current_mesh
+    wait_value(current_mesh(), _flag_ptr(flags, index), value, index)

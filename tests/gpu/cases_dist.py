@@ -14,7 +14,8 @@ import os
 WORLDS = (2, 4)
 REPEATS = 3
 #: (M, N, K) global problems of gemm_rs: ragged local M (1000 rows) and N, one k-block multiple
-GEMM_SHAPES = {"ragged": lambda w: (w * 1000, 1000, w * 512), "square": lambda w: (w * 1024, 2048, w * 1024)}
+GEMM_SHAPES = {"ragged": lambda w: (w * 1000, 1000, w * 512), "square": lambda w: (w * 1024, 2048, w * 1024),
+               "multi": lambda w: (w * 4096, 4096, w * 512)}     # "multi": several tiles per CTA
 
 
 def _gemm_name(tag, w, dtype, b_major):
@@ -36,8 +37,8 @@ def _exchange(w, name):
     return _kernels()[0].build("exchange", 132 * 3, 264, w, "bfloat16", name=name)
 
 
-def _gemm_rs(shape, w, dtype, b_major, name):
-    return _kernels()[1].build(*shape, w, dtype, b_major, name=name)
+def _gemm_rs(shape, w, dtype, b_major, name, push="forward"):
+    return _kernels()[1].build(*shape, w, dtype, b_major, name=name, rs_push=push)
 
 
 def _short(dtype):
@@ -47,7 +48,9 @@ def _short(dtype):
 #: gemm_rs variants: (shape tag, dtype, B layout)
 GEMM_CASES = [(tag, dt, bm) for tag in GEMM_SHAPES for dt, bm in
               (("bfloat16", "col"), ("float16", "row"), ("bfloat16", "row"), ("float16", "col"))
-              if not (tag == "square" and bm == "row")]
+              if not (tag in ("square", "multi") and bm == "row") and not (tag == "multi" and dt == "float16")]
+#: the bulk-push variant of gemm_rs (rs_push="bulk"; the default forwards), on one and on several tiles per CTA
+BULK_CASES = [("ragged", "bfloat16", "col"), ("multi", "bfloat16", "col")]
 
 BUILDS = {}
 for _w in WORLDS:
@@ -59,6 +62,9 @@ for _w in WORLDS:
     for _tag, _dt, _bm in GEMM_CASES:
         _n = _gemm_name(_tag, _w, _dt, _bm)
         BUILDS[_n] = functools.partial(_gemm_rs, GEMM_SHAPES[_tag](_w), _w, _dt, _bm, _n)
+    for _tag, _dt, _bm in BULK_CASES:
+        _n = _gemm_name(_tag + "_bulk", _w, _dt, _bm)
+        BUILDS[_n] = functools.partial(_gemm_rs, GEMM_SHAPES[_tag](_w), _w, _dt, _bm, _n, "bulk")
 
 
 # --- checks (GPU machine, torchrun) -------------------------------------------------------------
@@ -240,6 +246,8 @@ for _w in WORLDS:
     DIST_CHECKS[f"dist_exchange_w{_w}"] = check_exchange
     for _tag, _dt, _bm in GEMM_CASES:
         DIST_CHECKS[_gemm_name(_tag, _w, _dt, _bm)] = check_gemm_rs(_dt, _bm)
+    for _tag, _dt, _bm in BULK_CASES:
+        DIST_CHECKS[_gemm_name(_tag + "_bulk", _w, _dt, _bm)] = check_gemm_rs(_dt, _bm)
 #: checks that reuse another case's artifact: (artifact, check); run after the correctness checks
 EXTRA = [("dist_gemm_rs_square_bf16_col_w{w}", check_gemm_rs_signature), ("dist_exchange_w{w}", check_timeout),
          ("dist_exchange_w{other}", check_world)]

@@ -19,7 +19,7 @@ for, flag index, epoch wanted, value seen, CTA, 0]``.
 
 from __future__ import annotations
 
-__all__ = ["remote_ptr", "fence_sys", "signal_peer", "wait_signal", "ERROR_WORDS", "TIMEOUT"]
+__all__ = ["remote_ptr", "fence_sys", "signal_peer", "wait_signal", "wait_value", "ERROR_WORDS", "TIMEOUT"]
 
 ERROR_WORDS = 8
 TIMEOUT = 1   # status word of a wait that timed out
@@ -97,3 +97,12 @@ def wait_signal(mesh, index, src):
     T.evaluate(T.cuda.func_call(
         "axe_wait_signal", mesh.signals.access_ptr("rw", offset=index), mesh.epoch, mesh.timeout,
         mesh.errors.access_ptr("rw"), mesh.rank, src, index, source_code=_WAIT_SRC, return_type="int32"))
+
+
+def wait_value(mesh, ptr, value, index):
+    """One thread waits until the int32 at ``ptr`` (this GPU's memory) reaches ``value``, bounded
+    by the mesh's timeout (the error record names this rank as the one waited for)."""
+    T = _T()
+    T.evaluate(T.cuda.func_call(
+        "axe_wait_signal", ptr, value, mesh.timeout, mesh.errors.access_ptr("rw"), mesh.rank, mesh.rank, index,
+        source_code=_WAIT_SRC, return_type="int32"))
