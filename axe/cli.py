@@ -30,7 +30,29 @@ def main(argv=None) -> int:
             continue  # a subject not built yet
         module.add_commands(sub)
     args = parser.parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except Exception as err:
+        if not _is_user_error(err):
+            raise
+        sys.stdout.flush()
+        print(f"axe {args.command}: {err}", file=sys.stderr, flush=True)
+        return 1
+
+
+#: errors whose message says what to fix (a kernel body's, the CUDA build's, an artifact's):
+#: printed whole to stderr, without a Python traceback; (module, class), looked up only in
+#: modules already imported so that ``axe layout`` stays TVM-free
+_USER_ERRORS = (("axe.lang.kernel", "KernelError"), ("axe.backends.cuda.build", "BuildError"),
+                ("axe.backends.cuda.artifact", "ArtifactError"))
+
+
+def _is_user_error(err) -> bool:
+    for mod_name, cls_name in _USER_ERRORS:
+        cls = getattr(sys.modules.get(mod_name), cls_name, None)
+        if cls is not None and isinstance(err, cls):
+            return True
+    return False
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ def _layouts() -> None:
 
 def _kernels() -> None:
     from axe.lang.cli import load_kernels
-    from axe.lang.kernel import compile_kernel, explain
+    from axe.lang.kernel import KernelError, compile_kernel, explain
     from axe.schedules.dispatch import DispatchError
     print("\n== 2. kernels, built for", ", ".join(TARGETS), "==")
     have_nvcc = shutil.which("nvcc") is not None
@@ -56,13 +56,13 @@ def _kernels() -> None:
                 t0 = time.perf_counter()
                 try:
                     art = compile_kernel(k, target)
-                except Exception as err:          # e.g. wgmma exists on sm_90a only
-                    # the TVMScript parser re-raises a DispatchError as its own diagnostic
-                    if not isinstance(err, DispatchError) and "no schedule fits" not in str(err):
+                except KernelError as err:        # e.g. wgmma exists on sm_90a only
+                    if not isinstance(err, DispatchError):   # a bug, not a target's limit
                         raise
-                    reason = str(err).splitlines()
-                    print(f"   {target}: not built: " + next((l.strip() for l in reason if "declined" in l),
-                                                             reason[0]))
+                    reason = err.message.splitlines()
+                    where = f" (at {err.file}:{err.line})" if err.line else ""
+                    print(f"   {target}: not built{where}: "
+                          + " ".join(next((l for l in reason if "declined" in l), reason[0]).split()))
                     continue
                 art.save(str(out_root / target / name))
                 found = [w for w in WATCH if w in art.ptx]

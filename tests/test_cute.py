@@ -229,7 +229,7 @@ def test_complement_law(A, M):
 
 
 def test_complement_refuses_overlap():
-    with pytest.raises(LayoutError, match="not a multiple"):
+    with pytest.raises(LayoutError, match="stride below"):
         complement(P("(2,2):(1,1)"), 8)
 
 

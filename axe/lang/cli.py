@@ -33,22 +33,52 @@ def load_kernels(spec: str) -> dict:
     return found
 
 
+def _report(command: str, err: Exception) -> None:
+    """An error that is the user's to fix, on stderr, whole and without a Python traceback."""
+    sys.stdout.flush()
+    print(f"axe {command}: {err}", file=sys.stderr, flush=True)
+
+
+def _user_errors() -> tuple:
+    """Errors a kernel's author fixes (reported, not raised): the kernel body's and the CUDA
+    build's."""
+    from axe.backends.cuda.artifact import ArtifactError
+    from axe.backends.cuda.build import BuildError
+    from .kernel import KernelError
+    return (KernelError, BuildError, ArtifactError)
+
+
 def _build(args) -> int:
+    """Build every kernel of the file; a kernel that fails is reported and the others still
+    build.  Exit status 1 if any failed."""
     from .kernel import compile_kernel
+    errors, failed = _user_errors(), 0
     for name, k in load_kernels(args.file).items():
-        art = compile_kernel(k, args.target)
+        try:
+            art = compile_kernel(k, args.target)
+        except errors as err:
+            _report("build", err)
+            failed += 1
+            continue
         out = os.path.join(args.output, name)
         art.save(out)
         print(f"{name}: {args.target} -> {out}")
-    return 0
+    return 1 if failed else 0
 
 
 def _explain(args) -> int:
     from .kernel import explain
+    errors, failed = _user_errors(), 0
     for k in load_kernels(args.file).values():
-        print(explain(k, args.target))
+        try:
+            text = explain(k, args.target)
+        except errors as err:
+            _report("explain", err)
+            failed += 1
+            continue
+        print(text)
         print()
-    return 0
+    return 1 if failed else 0
 
 
 def add_commands(subparsers) -> None:

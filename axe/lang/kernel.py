@@ -7,6 +7,8 @@ inputs so a GPU runner can check it.
 
 from __future__ import annotations
 
+import os
+import re
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -14,7 +16,7 @@ from axe.ops.scope import reset_scopes
 from axe.ops.tensor import reset_tensors
 from axe.schedules import building, format_records
 
-__all__ = ["Kernel", "kernel", "build_func", "compile_kernel", "explain", "kernels_of", "without_params"]
+__all__ = ["Kernel", "KernelError", "kernel", "build_func", "compile_kernel", "explain", "kernels_of", "without_params"]
 
 
 @dataclass
@@ -38,14 +40,116 @@ def kernel(name=None, reference=None, inputs=None, outputs=(), **meta):
     return deco
 
 
+class KernelError(ValueError):
+    """An error raised inside a kernel body (a ``DispatchError``, ``LayoutError``, ``OpError``,
+    an argument check's ``ValueError``, ...), as :func:`build_func` reports it:
+    ``kernel NAME at FILE:LINE: <the original message, whole>``.
+
+    TVMScript's parser wraps such errors in a ``DiagnosticError`` that keeps only the message's
+    last line; this error carries the original instead.  The raised object is also an instance
+    of the original exception's class where Python allows it (``except DispatchError`` still
+    catches a dispatch failure).  Attributes: ``kernel``, ``file``, ``line`` (``None`` when
+    unknown), ``message`` (the original message) and ``cause`` (the original exception).
+    """
+
+    def __init__(self, kernel: str, file, line, message: str, cause: BaseException | None = None):
+        self.kernel, self.file, self.line, self.message, self.cause = kernel, file, line, message, cause
+        where = f" at {file}:{line}" if file and line else (f" in {file}" if file else "")
+        self.text = f"kernel {kernel}{where}: {message}"
+        ValueError.__init__(self, self.text)
+
+    def __str__(self):
+        return self.text
+
+    def __reduce__(self):   # picklable as a plain KernelError (the combined classes are made at runtime)
+        return (KernelError, (self.kernel, self.file, self.line, self.message))
+
+
+_COMBINED: dict = {}
+
+
+def _kernel_error_class(cause):
+    """``KernelError`` combined with the class of ``cause`` when Python allows it."""
+    base = type(cause)
+    if cause is None or base is ValueError or issubclass(base, KernelError) or not issubclass(base, Exception):
+        return KernelError
+    if base not in _COMBINED:
+        try:
+            _COMBINED[base] = type("KernelError", (KernelError, base),
+                                   {"__module__": __name__, "__qualname__": "KernelError",
+                                    "__doc__": KernelError.__doc__})
+        except TypeError:          # a layout conflict (OSError, ...) or a final class
+            _COMBINED[base] = KernelError
+    return _COMBINED[base]
+
+
+def _is_diagnostic(err) -> bool:
+    """TVM's ``DiagnosticError`` (checked by name and module: importing tvm here is not needed)."""
+    return type(err).__name__ == "DiagnosticError" and type(err).__module__.startswith("tvm")
+
+
+_LOCATION = re.compile(r"^ --> (.+):(\d+):\d+\s*$", re.M)
+
+
+def _kernel_error(k: Kernel, err: BaseException) -> KernelError:
+    """The :class:`KernelError` for ``err`` raised while parsing ``k``."""
+    diag, cause, seen = None, err, set()
+    while cause is not None and _is_diagnostic(cause) and id(cause) not in seen:
+        seen.add(id(cause))
+        diag = diag or cause
+        cause = cause.__cause__ or cause.__context__
+    if cause is not None and _is_diagnostic(cause):
+        cause = None
+    file = line = None
+    if diag is not None:                       # the parser's " --> FILE:LINE:COL"
+        m = _LOCATION.search(str(diag))
+        if m:
+            file, line = m.group(1), int(m.group(2))
+    if file is None:                           # not parsed yet: the deepest frame of the factory's file
+        src = getattr(getattr(k.factory, "__code__", None), "co_filename", None)
+        tb = err.__traceback__
+        while tb is not None:
+            if tb.tb_frame.f_code.co_filename == src:
+                file, line = src, tb.tb_lineno
+            tb = tb.tb_next
+    if cause is not None:
+        message = str(cause)
+        if not isinstance(cause, ValueError) or not message:   # axe's errors are ValueErrors:
+            name = type(cause).__name__                         # name any other class
+            message = f"{name}: {message}" if message else name
+    else:                                      # TVM's own parse error: its message, less the location
+        text = str(diag)
+        message = text.split("\n --> ", 1)[0]
+        message = message[len("error: "):] if message.startswith("error: ") else message
+    if file:
+        file = _short_path(file)
+    return _kernel_error_class(cause)(k.name, file, line, message, cause)
+
+
+def _short_path(path: str) -> str:
+    """``path`` relative to the working directory when it lies below it."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:
+        return path
+    return path if rel.startswith("..") else rel
+
+
 def build_func(k: Kernel, target: str = "sm_90a", features=()):
     """Parse the kernel for ``target`` (declaring ``features``, e.g. ``("multicast",)``):
-    ``(PrimFunc, BuildContext)`` (records, tensormaps, the distributed signature)."""
+    ``(PrimFunc, BuildContext)`` (records, tensormaps, the distributed signature).
+
+    An error raised inside the kernel body reaches the caller as a :class:`KernelError`
+    (``kernel NAME at FILE:LINE: <the original message>``), not as TVM's diagnostic."""
     with building(target, features) as ctx:
         reset_scopes()
         reset_tensors()
         try:
             func = k.factory()
+        except KernelError:
+            raise
+        except Exception as err:
+            raise _kernel_error(k, err) from None
         finally:
             reset_scopes()
             reset_tensors()

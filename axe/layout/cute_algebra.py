@@ -289,7 +289,9 @@ def compose_leaf(modes_a, s: int, d: int, who: str = "composition") -> list:
 
     Divide d out of A's shape from the left (each mode must divide the remaining stride or
     be divided by it: CuTe's stride divisibility condition), then keep the first s elements
-    (shape divisibility condition).  A's last mode is unbounded.
+    (shape divisibility condition).  A's last mode is unbounded.  Those conditions are
+    sufficient, not necessary: when one fails, the s values are factored directly
+    (:func:`factor_values`, exhaustive), so a refusal proves that no layout lists them.
     """
     if s == 1:
         return []
@@ -298,6 +300,31 @@ def compose_leaf(modes_a, s: int, d: int, who: str = "composition") -> list:
     if d < 0:
         raise LayoutError(f"{who}: the inner mode {s}:{d} has a negative stride; it would index A "
                           "below 0")
+    try:
+        return _compose_leaf_divisible(modes_a, s, d, who)
+    except LayoutError as err:
+        vals = [_eval_modes(modes_a, k * d) for k in range(s)]
+        modes = factor_values(vals)
+        if modes is None:
+            raise LayoutError(f"{err}; and no layout lists the values {_show_values(vals)} of "
+                              f"k ↦ A({d}·k), k < {s}") from None
+        return modes
+
+
+def _show_values(vals) -> str:
+    return "(" + ",".join(map(str, vals[:8])) + (",…)" if len(vals) > 8 else ")")
+
+
+def _eval_modes(modes, x: int):
+    """``Σ digit_k · stride_k`` over the colex digits of x (the last mode unbounded)."""
+    acc = 0 * modes[0][1]
+    for (_, t), v in zip(modes, radix_digits(modes, x)):
+        acc = acc + t * v
+    return acc
+
+
+def _compose_leaf_divisible(modes_a, s: int, d: int, who: str) -> list:
+    """CuTe's algorithm for ``A ∘ s:d`` under its divisibility conditions (s > 1, d > 0)."""
     unbounded = list(modes_a[:-1]) + [(None, modes_a[-1][1])]
     rest, strided = d, []
     for k, (e, t) in enumerate(unbounded):
@@ -385,16 +412,74 @@ def composition(A: CuteLayout, B) -> CuteLayout:
     _layout_modes_nonneg(B, who)
     modes_a = coalesce_modes(A.modes()) or [(1, 0)]
     leaves = B.modes()
-    check_no_carry(modes_a, leaves, who)
 
-    def walk(shape, stride):
+    def walk(shape, stride, leaf):
         if isinstance(shape, tuple):
-            parts = [walk(s, d) for s, d in zip(shape, stride)]
+            parts = [walk(s, d, leaf) for s, d in zip(shape, stride)]
             return tuple(p[0] for p in parts), tuple(p[1] for p in parts)
-        R = _from_modes(compose_leaf(modes_a, shape, stride, who))
+        R = _from_modes(leaf(shape, stride))
         return R.shape, R.stride
-    shape, stride = walk(B.shape, B.stride)
+    try:
+        check_no_carry(modes_a, leaves, who)
+        shape, stride = walk(B.shape, B.stride, lambda s, d: compose_leaf(modes_a, s, d, who))
+    except LayoutError as err:
+        # CuTe's divisibility conditions are sufficient, not necessary: decide on the composed
+        # function itself, so that a refusal is a proof that no layout computes A ∘ B.
+        leaf_modes = _compose_by_values(_from_modes(modes_a), B)
+        if leaf_modes is None:
+            raise LayoutError(f"{err} (and by enumeration no layout compatible with {B} computes "
+                              f"{A} ∘ {B})") from None
+        it = iter(leaf_modes)
+        shape, stride = walk(B.shape, B.stride, lambda s, d: next(it))
     return CuteLayout(shape, stride)
+
+
+def factor_values(vals: Sequence[int]):
+    """Leaf modes ``[(e, d), …]`` (colex, coalesced) whose layout lists exactly ``vals``, or None.
+
+    Exhaustive: a layout's first non-unit mode (e, d) has e | len(vals), ``vals[i] = i·d`` for
+    i < e and ``vals[i + e·j] = vals[i] + vals[e·j]``; the rest ``vals[::e]`` is again a layout.
+    Every divisor is tried, so None means no layout of that size has these values.
+    """
+    n = len(vals)
+    if _is_int(vals[0]) and vals[0] != 0:
+        return None
+    if n == 1:
+        return []
+    d = vals[1]
+    for e in sorted((e for e in range(2, n + 1) if n % e == 0), reverse=True):
+        if any(vals[i] != d * i for i in range(e)):
+            continue
+        rest = vals[::e]
+        if any(vals[i + e * j] != vals[i] + rest[j] for j in range(len(rest)) for i in range(e)):
+            continue
+        tail = factor_values(rest)
+        if tail is not None:
+            return coalesce_modes([(e, d)] + tail)
+    return None
+
+
+def _compose_by_values(A: CuteLayout, B: CuteLayout):
+    """Per leaf of B, modes computing ``c ↦ A(B(c))``, or None when no layout compatible with B
+    does (a layout is the sum of its modes' functions, so ``A ∘ B`` must split into one
+    function per leaf of B, each of which must be a layout: both are checked exhaustively).
+    A is read beyond its size along its last (coalesced) mode, as in CuTe."""
+    leaves = B.modes()
+    per_leaf = []
+    for e, d in leaves:
+        vals = [A(c * d) for c in range(e)]
+        modes = factor_values(vals)
+        if modes is None:
+            return None
+        per_leaf.append((vals, modes))
+    for x in range(B.size):
+        acc, rest = 0, x
+        for (e, _), (vals, _) in zip(leaves, per_leaf):
+            rest, r = divmod(rest, e)
+            acc += vals[r]
+        if acc != A(B(x)):
+            return None
+    return [modes for _, modes in per_leaf]
 
 
 # --- complement and inverses ----------------------------------------------------------------
@@ -403,23 +488,33 @@ def complement(A: CuteLayout, cotarget=None) -> CuteLayout:
 
     Laws (CuTe's post-conditions): R's strides are positive and increasing, ``R(i) != A(j)``
     for ``1 <= i < size(R)``, ``(A, R)`` is injective and its cosize is at least
-    ``size(cotarget)``.  Default cotarget: ``cosize(A)``.  Raises :class:`LayoutError` when
-    A's modes, sorted by stride, are not each a multiple of the previous extent·stride
-    (A is then not injective in a way a complement can fill).
+    ``size(cotarget)``.  Default cotarget: ``cosize(A)``.  CuTe's current algorithm: a
+    stride that is not a multiple of the extent·stride below it leaves a gap of
+    ``⌊stride / current⌋`` repetitions (``complement((4,10):(1,10)) = 2:4``).  Raises
+    :class:`LayoutError` exactly where CuTe's static_assert fires (a sorted stride below the
+    extent·stride of the modes below it: every non-injective A, and some injective ones such
+    as ``(3,2):(2,3)``, which CuTe rejects too).
     """
     M = A.cosize if cotarget is None else (size_of(cotarget) if isinstance(cotarget, tuple) else cotarget)
-    modes = [(e, d) for e, d in A.modes() if e > 1 and d != 0]
+    modes = [(e, d) for e, d in coalesce_modes(A.modes()) if e > 1 and d != 0]
     if any(d < 0 for _, d in modes):
         raise LayoutError(f"complement({A}, {M}): A has a negative stride")
     modes.sort(key=lambda m: (m[1], m[0]))
-    current, out = 1, []
+    current, out, reach = 1, [], 1   # reach: cosize of (A, R) so far
     for e, d in modes:
-        if d % current:
-            raise LayoutError(f"complement({A}, {M}): mode {e}:{d} has a stride that is not a multiple "
-                              f"of {current}, the extent·stride of the modes below it")
-        out.append((d // current, current))
+        if d < current:                  # CuTe: new_shape = d / current == 0, a static_assert
+            raise LayoutError(f"complement({A}, {M}): mode {e}:{d} has a stride below {current}, the "
+                              "extent·stride of the modes below it (CuTe: non-injective layout)")
+        g = d // current                 # floor, as CuTe: the gap below d, rounded down
+        out.append((g, current))
+        reach += (g - 1) * current + (e - 1) * d
         current = e * d
-    out.append((-(-M // current), current))
+    # CuTe's rest mode is ceil_div(M, current); when a stride did not divide, (A, R) reaches
+    # only `reach` < current, and that count can fall short of CuTe's own post-condition
+    # cosize((A, R)) >= M: take the repetitions that meet it (identical to CuTe whenever M <=
+    # reach, e.g. for the default cotarget cosize(A)).
+    rest = max(-(-M // current), 1 + max(0, -(-(M - reach) // current)))
+    out.append((rest, current))
     return _from_modes(coalesce_modes(out))
 
 
@@ -451,11 +546,135 @@ def left_inverse(A: CuteLayout) -> CuteLayout:
 
     ``left_inverse(A) = right_inverse((A, complement(A)))``.
     """
-    R = right_inverse(make_layout(A, complement(A)))
-    if R.size < A.cosize:
-        raise LayoutError(f"left_inverse({A}): A is not injective with a complement that fills "
-                          f"[0, {A.cosize}); no left inverse exists")
-    return R
+    vals = A.values()
+    if len(set(vals)) < len(vals):
+        raise LayoutError(f"left_inverse({A}): A is not injective; no left inverse exists")
+    try:
+        R = right_inverse(make_layout(A, complement(A)))
+        if R.size >= A.cosize:
+            return R
+    except LayoutError:
+        pass
+    # Non-divisible strides (CuTe's complement leaves gaps, e.g. (4,6):(1,6)): read an index
+    # in the mixed radix of A's sorted strides instead, L = (d_1, d_2/d_1, …):(0, w_1, …).
+    R = _radix_left_inverse(A)
+    if R is not None and all(R(v) == i for i, v in enumerate(vals)):
+        return R
+    if max(vals) <= _SEARCH_LIMIT:
+        R = _search_left_inverse(vals)
+        if R is not None:
+            return R
+        raise LayoutError(f"left_inverse({A}): no layout L has L(A(i)) == i for every i "
+                          "(exhaustive search over L's mixed radix, strides solved over ℤ)")
+    raise LayoutError(f"left_inverse({A}): A is injective, but neither right_inverse((A, A*)) "
+                      f"nor the radix of A's sorted strides inverts it, and cosize {A.cosize} is "
+                      f"beyond the exhaustive search's limit {_SEARCH_LIMIT + 1}: a left inverse "
+                      "may still exist")
+
+
+_SEARCH_LIMIT = 256
+
+
+def _ordered_radices(limit: int):
+    """Every tuple of extents ≥ 2 whose product is at most ``limit``, shortest first."""
+    level = [((), 1)]
+    while level:
+        for t, _ in level:
+            yield t
+        level = [(t + (e,), p * e) for t, p in level for e in range(2, limit // p + 1)]
+
+
+def solve_integer(rows: list, rhs: list, n: int):
+    """An integer vector d with ``rows · d == rhs``, or None when none exists (exact).
+
+    Column-style Hermite reduction: unimodular column operations U turn ``rows`` into a lower
+    echelon H; ``H y = rhs`` is solved by forward substitution (a pivot must divide, a row
+    without a new pivot must already hold), and ``d = U y``.
+    """
+    H = [list(r) for r in rows]
+    U = [[int(i == j) for j in range(n)] for i in range(n)]
+
+    def colop(i: int, j: int, q: int):                # column i -= q · column j
+        for M in (H, U):
+            for row in M:
+                row[i] -= q * row[j]
+
+    def swap(i: int, j: int):
+        for M in (H, U):
+            for row in M:
+                row[i], row[j] = row[j], row[i]
+    pc, pivots = 0, []
+    for r in range(len(H)):
+        if pc < n:
+            for j in range(pc + 1, n):
+                while H[r][j]:
+                    colop(pc, j, H[r][pc] // H[r][j])
+                    swap(pc, j)
+            if H[r][pc] == 0:
+                nz = next((j for j in range(pc + 1, n) if H[r][j]), None)
+                if nz is not None:
+                    swap(pc, nz)
+        pivots.append(pc < n and H[r][pc] != 0)
+        if pivots[-1]:
+            pc += 1
+    y, k = [0] * n, 0
+    for r, piv in enumerate(pivots):
+        acc = sum(H[r][j] * y[j] for j in range(k))
+        if piv:
+            q, rem = divmod(rhs[r] - acc, H[r][k])
+            if rem:
+                return None
+            y[k] = q
+            k += 1
+        elif acc != rhs[r]:
+            return None
+    return [sum(U[i][j] * y[j] for j in range(n)) for i in range(n)]
+
+
+def _search_left_inverse(vals: list):
+    """A layout L with ``L(vals[i]) == i`` for every i, or None when none exists.
+
+    L only matters on [0, max(vals)], where it is ``Σ_k digit_k(x)·d_k`` in the colex radix of
+    its extents, the last mode running on (CuTe's unbounded last mode): every radix with
+    product ≤ max(vals) is tried, and for each the strides solve a linear system over ℤ.
+    """
+    top = max(vals)
+    for radix in _ordered_radices(top):
+        n = len(radix) + 1
+        rows = []
+        for v in vals:
+            row = []
+            for e in radix:
+                v, r = divmod(v, e)
+                row.append(r)
+            rows.append(row + [v])
+        d = solve_integer(rows, list(range(len(vals))), n)
+        if d is not None:
+            last = -(-(top + 1) // prod(radix))
+            return _from_modes(coalesce_modes(list(zip(radix + (last,), d))))
+    return None
+
+
+def _radix_left_inverse(A: CuteLayout):
+    """``(d_1, d_2/d_1, …, e_k):(0, w_1, …, w_k)`` over A's coalesced modes sorted by stride
+    (w: their colex weights in A's domain), when each stride divides the next; else None."""
+    modes = coalesce_modes(A.modes())
+    weights, w = [], 1
+    for e, _ in modes:
+        weights.append(w)
+        w *= e
+    ordered = sorted((d, e, wt) for (e, d), wt in zip(modes, weights) if e > 1)
+    if not ordered or ordered[0][0] <= 0:
+        return None
+    out, below = [(ordered[0][0], 0)], ordered[0][0]
+    for (d, e, wt), nxt in zip(ordered, ordered[1:] + [None]):
+        if nxt is None:
+            out.append((e, wt))
+            break
+        if nxt[0] % d or nxt[0] < e * d:
+            return None
+        out.append((nxt[0] // d, wt))
+    return _from_modes(coalesce_modes(out))
 
 
 # --- divide and product ---------------------------------------------------------------------

@@ -132,8 +132,9 @@ def tile_of(T, shape_t: Sequence[int], B, shape_b: Sequence[int]):
     subsequence matching on a canonical T fails when a C iter merged with a B iter); at each
     rank the B part must equal B's block and the C part must be ``span(B)``-scaled.  The
     replica and offset of C are recovered as in D.4 (an exact multiset division).
-    None for the shard is a proof that no C exists; for replicas, C is found whenever T's
-    replica multiset (raw or canonical) contains B's.
+    None is a proof that no C exists, for the shard and for the replica and offset: when the
+    replica multisets do not divide syntactically, the replica-plus-offset sets decide
+    (:func:`_replica_by_sets`), so T in canonical or any other equivalent form gives a C.
     """
     _ranks("tile_of", shape_t, shape_b)
     if isinstance(T, SwizzledLayout) or isinstance(B, SwizzledLayout):
@@ -167,4 +168,78 @@ def tile_of(T, shape_t: Sequence[int], B, shape_b: Sequence[int]):
     # multiset and the offset divides exactly, so C ⊗ B has T's map; no check is needed.
     for rc, oc in _outer_replica(T, B, w):
         return Layout._make(shard_c, rc, oc)
-    return None
+    # The syntactic match misses C whenever T's replica was rewritten (C2 merged a scaled C
+    # replica with a B replica, C1 moved a negative stride into the offset, …): decide on the
+    # induced replica-plus-offset sets instead, which is exact (see _replica_by_sets).
+    found = _replica_by_sets(T, B, w)
+    return None if found is None else Layout._make(shard_c, found[0], found[1])
+
+
+def _axis_sets(replica, offset: Coord) -> dict[str, frozenset]:
+    """Per axis, the set ``{O_a + Σ_t r_t·s_t}`` over the replica iters on that axis."""
+    out: dict[str, set] = {}
+    for e, s, a in replica:
+        pts = out.setdefault(a, {0})
+        out[a] = {p + k * s for p in pts for k in range(e)}
+    for a in offset:
+        out.setdefault(a, {0})
+    return {a: frozenset(p + offset[a] for p in pts) for a, pts in out.items()}
+
+
+def _ap_sum(Y: frozenset):
+    """Iters ``[(e, s), …]`` (e ≥ 2, s ≥ 1) with ``Σ {0, s, …, (e−1)s} = Y``, or None if none.
+
+    Y contains 0.  Exhaustive search over strides in non-decreasing order: with partial sum
+    S ⊆ Y, the next stride is at least the last one and at most ``min(Y − S)`` (that element
+    is a sum of digits, one of them from a later, hence not smaller, stride), and every partial
+    sum lies in Y.  The maximum strictly grows, so the search ends; failures are memoized.
+    """
+    failed: set = set()
+
+    def go(S: frozenset, lo: int):
+        if S == Y:
+            return []
+        if (S, lo) in failed:
+            return None
+        y = min(Y - S)
+        for s in range(lo, y + 1):
+            if s not in Y:
+                continue
+            e = 1
+            while all(p + e * s in Y for p in S):
+                e += 1
+            for ext in range(e, 1, -1):                  # largest first: coalesced answers
+                nxt = frozenset(p + k * s for p in S for k in range(ext))
+                rest = go(nxt, s)
+                if rest is not None:
+                    return [(ext, s)] + rest
+        failed.add((S, lo))
+        return None
+    return go(frozenset((0,)), 1)
+
+
+def _replica_by_sets(T: Layout, B: Layout, w: dict):
+    """``(R_C, O_C)`` with ``w ⊙ P_C + P_B = P_T`` on every axis, or None when none exists.
+
+    ``P_L`` is the set ``O_L + f_{R_L}(·)`` (a product of per-axis sets).  On axis a, B's set
+    lies in ``[b, b + w_a)`` (its diameter is below span_a(B)), so every t in P_T splits
+    uniquely as ``w_a·x + p`` with p − b in [0, w_a): P_C's axis set is forced to be
+    ``{⌊(t − b)/w_a⌋}``.  It is accepted when it reproduces P_T and is an offset plus a sum of
+    arithmetic progressions (:func:`_ap_sum`, exhaustive), so None is a proof of absence.
+    """
+    pt, pb = _axis_sets(T.replica, T.offset), _axis_sets(B.replica, B.offset)
+    replica, offset = [], {}
+    for a in set(pt) | set(pb):
+        ta, ba, wa = pt.get(a, frozenset((0,))), pb.get(a, frozenset((0,))), w.get(a, 1)
+        b0 = min(ba)
+        xs = frozenset((t - b0) // wa for t in ta)
+        if frozenset(wa * x + p for x in xs for p in ba) != ta:
+            return None
+        x0 = min(xs)
+        its = _ap_sum(frozenset(x - x0 for x in xs))
+        if its is None:
+            return None
+        replica.extend(Iter._make(e, s, a) for e, s in its)
+        if x0:
+            offset[a] = x0
+    return tuple(replica), Coord(offset)

@@ -1,0 +1,116 @@
+"""Errors raised inside a kernel body reach the user whole: the original axe message (with the
+dispatch table), the kernel's file:line, and none of TVM's "run with TVM_BACKTRACE" note."""
+
+import inspect
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("tvm")
+
+from tvm.script import tirx as T  # noqa: E402
+
+import axe.lang as Ax  # noqa: E402
+from axe.lang import KernelError  # noqa: E402
+from axe.schedules.dispatch import DispatchError  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _axe(*argv):
+    return subprocess.run([sys.executable, "-m", "axe", *argv], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+def _line_of(fn, text):
+    """The file line of the first line of ``fn``'s source that contains ``text``."""
+    lines, first = inspect.getsourcelines(fn)
+    return first + next(i for i, line in enumerate(lines) if text in line)
+
+
+def _assert_wgmma_decline(out):
+    assert "no schedule fits gemm on sm_100a" in out, out
+    assert "wgmma" in out and "declined" in out and "tcgen05" in out, out
+    assert "wgmma exists only on sm_90a; target sm_100a has tcgen05 instead" in out, out
+    assert "kernels/gemm.py:" in out, out
+    assert "kernel gemm_fp16 at " in out, out
+    assert "TVM_BACKTRACE" not in out and "Traceback" not in out, out
+
+
+def test_axe_build_prints_the_dispatch_table(tmp_path):
+    r = _axe("build", "kernels/gemm.py", "--target", "sm_100a", "-o", str(tmp_path))
+    assert r.returncode == 1, r.stdout + r.stderr
+    _assert_wgmma_decline(r.stderr)
+    assert "TVM_BACKTRACE" not in r.stdout
+    assert not any(tmp_path.iterdir())          # nothing half-built
+
+
+def test_axe_explain_prints_the_dispatch_table():
+    r = _axe("explain", "kernels/gemm.py::gemm_fp16", "--target", "sm_100a")
+    assert r.returncode == 1, r.stdout + r.stderr
+    _assert_wgmma_decline(r.stderr)
+
+
+@Ax.kernel()
+def bad_layout():
+    @T.prim_func
+    def bad_layout(A_: T.Buffer((64, 128), "float16")):
+        bx, tx_ = Ax.launch(4, 128)
+        A = Ax.param(A_)
+        R = Ax.registers((16, 64), "float16", "S[(16,8,4):(8@tx,1@tx,1@reg)]")   # 16×8×4 ≠ 16×64
+        Ax.copy(R, A[bx * 16:(bx + 1) * 16, 0:64])
+    return bad_layout
+
+
+@Ax.kernel()
+def undispatchable():
+    @T.prim_func
+    def undispatchable(A_: T.Buffer((64, 128), "float16")):
+        bx, tx_ = Ax.launch(4, 128)
+        A = Ax.param(A_)
+        R = Ax.registers((16, 64), "float16", "S[(16,8,8):(8@tx,1@tx,1@foo)]")
+        Ax.copy(R, A[bx * 16:(bx + 1) * 16, 0:64])
+    return undispatchable
+
+
+@Ax.kernel()
+def fails_before_parsing():
+    raise ValueError("a configuration check in the factory")
+
+
+def test_build_func_reports_a_bad_layout_with_the_kernel_line():
+    with pytest.raises(KernelError) as e:
+        Ax.build_func(bad_layout)
+    err = e.value
+    line = _line_of(bad_layout.factory, "Ax.registers(")
+    assert isinstance(err, ValueError) and err.kernel == "bad_layout" and err.line == line
+    assert os.path.samefile(err.file, __file__)
+    msg = str(err)
+    assert msg.startswith(f"kernel bad_layout at {err.file}:{line}: ")
+    assert "does not match layout S[(16,8,4):(8@tx,1@tx,1)]" in msg
+    assert "TVM_BACKTRACE" not in msg and "error:" not in msg
+    assert isinstance(err.cause, ValueError) and not isinstance(err.cause, KernelError)
+
+
+def test_a_dispatch_failure_keeps_its_class_and_whole_table():
+    with pytest.raises(DispatchError) as e:          # still caught as what it was
+        Ax.build_func(undispatchable)
+    err = e.value
+    assert isinstance(err, KernelError) and type(err).__name__ == "KernelError"
+    assert err.line == _line_of(undispatchable.factory, "Ax.copy(")
+    msg = str(err)
+    for words in ("no schedule fits copy on sm_90a", "- tma ", "- vector ",
+                  "declined: axis foo of S[(16,8,8):(8@tx,1@tx,1@foo)] is not a thread or memory axis"):
+        assert words in msg, msg
+    with pytest.raises(DispatchError):
+        Ax.explain(undispatchable)
+    with pytest.raises(DispatchError):
+        Ax.compile_kernel(undispatchable)
+
+
+def test_an_error_before_parsing_names_the_factory_line():
+    with pytest.raises(KernelError, match="a configuration check in the factory") as e:
+        Ax.build_func(fails_before_parsing)
+    assert e.value.line == _line_of(fails_before_parsing.factory, "raise ValueError")
