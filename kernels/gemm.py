@@ -193,15 +193,15 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                     b_region(B, n_blk * BN + rank * (BN // 2), kb * BK, BN // 2),
                     barrier=pipe.full, stage=s, multicast=0b11)
 
-    def epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk, partials=(), dest=None, add_chunk=None):
-        """Cast (adding stream-K's fp32 ``partials``) and store the tile chunk by chunk, each through
+    def epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk, partial=None, dest=None, add_chunk=None):
+        """Cast (adding stream-K's fp32 ``partial``) and store the tile chunk by chunk, each through
         a shared buffer: TMA stores into C, or (reduce-scatter) bulk copies into ``dest(row, n0)``.
         ``add_chunk(j, Cw, n0)`` adds into the accumulator's chunk j through the free buffer Cw
         first (the reduce-scatter owner's peer partials); each chunk is then cast on its own."""
-        if add_chunk is None and not partials:
+        if add_chunk is None and partial is None:
             Ax.cast(out, acc)
-        elif add_chunk is None:
-            Ax.elementwise(out, lambda a, *ps: T.cast(a + _sum_f32(ps), dtype), acc, *partials)
+        elif add_chunk is None:     # a stream-K tile's first k-iterations: add the partial sum of the rest
+            Ax.elementwise(out, lambda a, p: T.cast(a + p, dtype), acc, partial)
         row = m_blk * bm + (0 if pp else wg * HALF)
         for j in range(chunks):
             # the store that last read this chunk's buffer (chunk j - bufs, or the previous tile's) is done
@@ -413,7 +413,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             with IRB.Then():
                 nxt = (cid + 1) * 2 + wg
                 Ax.flag_take(F, nxt, leader, 1 + wg, 128)
-                epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk, partials=[W[nxt * HALF:(nxt + 1) * HALF, :]])
+                epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk, partial=W[nxt * HALF:(nxt + 1) * HALF, :])
             with IRB.Else():
                 with IRB.If(k0 > 0):
                     with IRB.Then():
@@ -493,13 +493,13 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                         m_blk, n_blk = coords(cid, rank, it)
                         for kb in T.serial(k_iters):
                             load(pool, pipe, A, B, it * k_iters + kb, m_blk, n_blk, kb, rank, dist.mesh)
-                if rs and rs_comm is True and rs_push == "forward":
-                    rs_forwarders(dist)
                     if stream_k:    # k-iterations u of the stream-K tiles, continuing the iteration count
                         b0 = sk_bound(cid)
                         for u in T.serial(b0, sk_bound(cid + 1)):
                             m_blk, n_blk = sched.coords(dp_tiles + u // k_iters)
                             load(pool, pipe, A, B, dp_waves * k_iters + u - b0, m_blk, n_blk, u % k_iters, rank)
+                if rs and rs_comm is True and rs_push == "forward":
+                    rs_forwarders(dist)
             with Ax.role(1, 3, regs=CONSUMER_REGS, each=True):
                 wg = Ax.warpgroup_index()
                 leader = tx % 128 == 0
@@ -554,16 +554,6 @@ class _Distributed:
         self.mesh, self.P, self.Pl, self.bar = mesh, P, Pl, bar
         self.Q = self.F = self.cid = self.tx = None     # the stash and the forwarding counters
         self.pending = None     # a consumer warpgroup's unsent signal (rs_begin)
-
-
-def _sum_f32(values):
-    """The fp32 sum of TIR values (cast where they are narrower)."""
-    total = None
-    for v in values:
-        dt = v.dtype if hasattr(v, "dtype") else v.ty      # a TensorLoad (buffer element) names it .ty
-        v = v if str(dt) == "float32" else T.cast(v, "float32")
-        total = v if total is None else total + v
-    return total
 
 
 def build(M, N, K, dtype="float16", b_major="row", name=None, target="sm_90a", **kw):

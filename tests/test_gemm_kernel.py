@@ -252,3 +252,13 @@ def test_scratch_parameters_are_marked_and_checked():
         _mark_scratch(args(), ("X_",), "k")
     with pytest.raises(BuildError, match="static shape"):
         _mark_scratch([{"name": "W_", "kind": "tensor", "shape": ["M"]}], ("W_",), "k")
+
+
+def test_stream_k_producer_loads_the_stream_k_tiles():
+    """The producer has two loops of A loads with stream_k=True: the data-parallel waves and the
+    stream-K k-iterations (a later edit once swallowed the second into the reduce-scatter branch)."""
+    import axe.lang as Ax
+    func, _ = Ax.build_func(gemm.make(8192, 4096, 1024, stream_k=True))
+    assert func.script().count("address_of(A_map)") == 2
+    func, _ = Ax.build_func(gemm.make(1024, 1024, 1024))
+    assert func.script().count("address_of(A_map)") == 1

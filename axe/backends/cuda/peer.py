@@ -90,19 +90,20 @@ def signal_peer(mesh, index, gpu):
                                 mesh.peers[gpu], mesh.epoch, source_code=_SIGNAL_SRC))
 
 
+def _wait(mesh, ptr, value, src, index):
+    """One thread spins on the int32 at ``ptr`` until it reaches ``value`` (bounded; see the module doc)."""
+    T = _T()
+    T.evaluate(T.cuda.func_call("axe_wait_signal", ptr, value, mesh.timeout, mesh.errors.access_ptr("rw"),
+                                mesh.rank, src, index, source_code=_WAIT_SRC, return_type="int32"))
+
+
 def wait_signal(mesh, index, src):
     """Spin (one thread) until this GPU's signal ``index`` reaches this launch's epoch, set by
     GPU ``src``; after ``mesh.timeout`` ns record the failure and go on (see the module doc)."""
-    T = _T()
-    T.evaluate(T.cuda.func_call(
-        "axe_wait_signal", mesh.signals.access_ptr("rw", offset=index), mesh.epoch, mesh.timeout,
-        mesh.errors.access_ptr("rw"), mesh.rank, src, index, source_code=_WAIT_SRC, return_type="int32"))
+    _wait(mesh, mesh.signals.access_ptr("rw", offset=index), mesh.epoch, src, index)
 
 
 def wait_value(mesh, ptr, value, index):
     """One thread waits until the int32 at ``ptr`` (this GPU's memory) reaches ``value``, bounded
     by the mesh's timeout (the error record names this rank as the one waited for)."""
-    T = _T()
-    T.evaluate(T.cuda.func_call(
-        "axe_wait_signal", ptr, value, mesh.timeout, mesh.errors.access_ptr("rw"), mesh.rank, mesh.rank, index,
-        source_code=_WAIT_SRC, return_type="int32"))
+    _wait(mesh, ptr, value, mesh.rank, index)

@@ -127,7 +127,7 @@ def _select_rank(rank, per_rank, default=0):
     return out
 
 
-def _handshake(mesh, base, cta, nctas, tx):
+def _handshake(mesh, base, cta, tx):
     """CTA ``cta`` of every pair of GPUs meets: thread g signals GPU g and waits for it."""
     from tvm.script import tirx as T
     w = mesh.world
@@ -154,7 +154,7 @@ def emit_pull(call, plan: PullPlan, ctx):
     total = nctas * threads
     if plan.sync:
         base = mesh.alloc(4 * nctas * mesh.world, f"{call.op} at {call.where}")
-        _handshake(mesh, base, cta, nctas, tx)
+        _handshake(mesh, base, cta, tx)
     lows = [_select_rank(mesh.rank, {g: (bs[0].lows[d] if bs else 0) for g, bs in sh.boxes.items()})
             for d in range(len(exts))]
     held = [g for g, bs in sh.boxes.items() if bs]
@@ -163,9 +163,9 @@ def emit_pull(call, plan: PullPlan, ctx):
         c = it * total + gt
         with guard(c < chunks if chunks % total else None):
             with guard(_holds(mesh.rank, held, sh.world)):
-                _emit_vector(call, plan, dst, src, c, exts, lows, vec, nwords, mesh)
+                _emit_vector(plan, dst, src, c, exts, lows, vec, nwords, mesh)
     if plan.sync:
-        _handshake(mesh, base + 2 * nctas * mesh.world, cta, nctas, tx)
+        _handshake(mesh, base + 2 * nctas * mesh.world, cta, tx)
 
 
 def _holds(rank, held, world):
@@ -178,7 +178,7 @@ def _holds(rank, held, world):
     return cond if cond is not None else T.bool(False)
 
 
-def _emit_vector(call, plan, dst, src, c, exts, lows, vec, nwords, mesh):
+def _emit_vector(plan, dst, src, c, exts, lows, vec, nwords, mesh):
     from tvm.script import tirx as T
     from tvm.script.ir_builder import tirx as IRB
     # local coordinates of vector c (row-major over exts, the last dim in vectors)
