@@ -287,3 +287,30 @@ def test_tensormap_specs_from_function_attribute(k, built):
     art = build(func, "sm_90a", name="tma_copy", tensormaps=[k.TMA_SPECS[1]])
     assert [s["param"] for s in art.launch["tensormaps"]] == ["A_map", "B_map"]
     assert art.launch["tensormaps"] == built["tma_copy"].launch["tensormaps"]
+
+
+def test_scratch_is_per_stream():
+    """Runtime-supplied scratch: launches on one (device, stream) share one zero-filled set (the
+    kernel leaves it zeroed); another stream, whose launches may overlap, gets its own set."""
+    import torch
+
+    from axe.backends.cuda.artifact import Artifact
+    from axe.runtime.launcher import Kernel
+
+    launch = {"name": "k", "kernel": "k", "arch": "sm_90a", "grid": [1, 1, 1], "block": [32, 1, 1],
+              "args": [{"name": "x", "kind": "tensor", "dtype": "float32", "shape": [4]},
+                       {"name": "w", "kind": "tensor", "dtype": "float32", "shape": [8], "scratch": True},
+                       {"name": "f", "kind": "tensor", "dtype": "int32", "shape": [2], "scratch": True}]}
+    k = Kernel(Artifact("", "", b"\0", launch))
+    x = torch.zeros(4)
+    s1 = k._with_scratch((x,), 0, 0x10, device="cpu")
+    again = k._with_scratch((x,), 0, 0x10, device="cpu")
+    s2 = k._with_scratch((x,), 0, 0x20, device="cpu")
+    other_dev = k._with_scratch((x,), 1, 0x10, device="cpu")
+    assert s1[0] is x and len(s1) == 3 and all(a is b for a, b in zip(s1, again))
+    assert not {id(t) for t in s1[1:]} & {id(t) for t in s2[1:] + other_dev[1:]}
+    assert s2[1].shape == (8,) and s2[2].dtype == torch.int32 and not s2[1].any()
+    given = (x, torch.ones(8), torch.ones(2, dtype=torch.int32))
+    assert k._with_scratch(given, 0, 0x30, device="cpu") is given    # the caller's own scratch is kept
+    k.release_scratch()
+    assert k._with_scratch((x,), 0, 0x10, device="cpu")[1] is not s1[1]

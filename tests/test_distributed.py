@@ -317,3 +317,16 @@ def test_bulk_copy_needs_the_same_memory_image():
     gap = Tensor(_Buf(), S[(64, 128):(256, 1)], (64, 128), "bfloat16", "global")
     assert contiguous_image(ok) is None
     assert "leaves gaps" in contiguous_image(gap)
+
+
+def test_runtime_keeps_one_stream(rs_art):
+    """One DistKernel's launches share signals, epochs and symmetric scratch: a launch on another
+    stream than the first one's is refused before anything runs, naming both streams."""
+    from axe.runtime.distributed import DistKernel
+    from axe.runtime.launcher import LaunchError
+    k = DistKernel(rs_art, _FakeHeap(2))
+    k._check_stream(0x10)
+    k._check_stream(0x10)
+    with pytest.raises(LaunchError, match=r"stream 0x20, but its earlier launches went to stream 0x10.*another DistKernel"):
+        k._check_stream(0x20)
+    assert k.epoch == 0

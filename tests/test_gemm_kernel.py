@@ -227,8 +227,11 @@ def test_stream_k_builds():
     assert "st.release.gpu.global.b32" in art.ptx and "ld.acquire.gpu.global.b32" in art.ptx
     assert "st.global.v2" in art.ptx or "st.global.v4" in art.ptx
     assert "vector" in [r.chosen for r in art.records]
+    # the flag wait is bounded: %globaltimer, then a printed report and a trap instead of a hang
+    assert "%globaltimer" in art.ptx and "trap;" in art.ptx and "vprintf" in art.ptx
     r = art.launch["resources"]
-    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, r
+    # the report's printf arguments are the only stack (touched only on the timeout path)
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] <= 32, r
     off = gemm.build(2048, 4864, 520)
     assert "ld.acquire.gpu" not in off.ptx and {a["name"]: a for a in off.launch["args"]}["W_"]["shape"] == [1, 1]
     with pytest.raises(ValueError, match="stream_k"):

@@ -4,7 +4,8 @@ A producer CTA writes a workspace, then sets a flag (:func:`flag_set`: every thr
 scope, the threads meet at a barrier, one thread stores 1 with release semantics); a consumer CTA
 takes it (:func:`flag_take`: one thread spins with acquire loads until it reads 1, stores 0 back
 so the flag is ready for the next launch, then the threads meet at a barrier and fence) and may
-then read the workspace.  Both sides name the group of threads that meets at the barrier (a
+then read the workspace.  The spin is bounded (:data:`FLAG_TIMEOUT_NS`): a flag that never comes
+ends the launch with a printed report and a trap, not a hang.  Both sides name the group of threads that meets at the barrier (a
 named barrier of ``threads`` threads).  The CTAs must be co-resident (a persistent grid of at
 most one CTA per SM), or the consumer's spin never ends; the flags live in a zero-filled
 ``Ax.param(..., scratch=True)`` buffer that every launch leaves zero-filled again.
@@ -26,14 +27,28 @@ __forceinline__ __device__ void axe_flag_set(int* flag) {
 }
 """
 _TAKE_SRC = r"""
-__forceinline__ __device__ void axe_flag_take(int* flag) {
+__noinline__ __device__ void axe_flag_take(int* flag, int index, long long timeout_ns) {
   int v = 0;
-  do {
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  for (;;) {
     asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
-  } while (v == 0);
+    if (v != 0) break;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if ((long long)(t - t0) > timeout_ns) {
+      printf("axe: CTA %d waited %lld ms for flag %d, which another CTA of this launch sets; it never came "
+             "(the CTAs are not co-resident, or the setter failed): trapping\n",
+             (int)blockIdx.x, timeout_ns / 1000000, index);
+      __trap();
+    }
+  }
   asm volatile("st.relaxed.gpu.global.b32 [%0], 0;" :: "l"(flag) : "memory");
 }
 """
+
+#: how long a CTA waits for another CTA's flag before it reports and traps (ns): a set flag comes
+#: within microseconds; a missing one means a co-residency or logic error, not a slow peer
+FLAG_TIMEOUT_NS = 10_000_000_000
 
 
 def fence_gpu():
@@ -62,15 +77,17 @@ def flag_set(flags, index, pred, barrier: int, threads: int):
         T.evaluate(T.cuda.func_call("axe_flag_set", _flag_ptr(flags, index), source_code=_SET_SRC))
 
 
-def flag_take(flags, index, pred, barrier: int, threads: int):
+def flag_take(flags, index, pred, barrier: int, threads: int, timeout_ns: int = FLAG_TIMEOUT_NS):
     """Wait for ``flags[index]`` to be set: the thread where ``pred`` holds spins on acquire loads
     until it reads 1 and stores 0 back; then the ``threads`` threads meet at named barrier
     ``barrier`` and each fences at GPU scope, so their reads that follow see what the setter
-    published."""
+    published.  The wait is bounded: after ``timeout_ns`` of ``%globaltimer`` the waiting thread
+    prints its CTA and the flag and traps, so the launch fails with an error instead of hanging."""
     from tvm.script import tirx as T
     from .hopper import named_barrier
     with guard(pred):
-        T.evaluate(T.cuda.func_call("axe_flag_take", _flag_ptr(flags, index), source_code=_TAKE_SRC))
+        T.evaluate(T.cuda.func_call("axe_flag_take", _flag_ptr(flags, index), index, T.int64(timeout_ns),
+                                    source_code=_TAKE_SRC))
     named_barrier(barrier, threads)
     fence_gpu()
 

@@ -138,6 +138,7 @@ class DistKernel:
                           and a["name"] not in self._scalars and not a.get("scratch")]
         self.epoch = 0
         self.failed = None
+        self._stream = None     # the CUstream handle of the first launch; every later one must match
 
     def __repr__(self):
         return (f"DistKernel {self.name}({', '.join(a['name'] for a in self.user_args)}) on "
@@ -181,6 +182,7 @@ class DistKernel:
         if self.failed:
             raise PeerTimeoutError(f"{self.name}: an earlier launch failed ({self.failed}); the ranks' launch "
                                    "counts no longer agree — recreate the kernel on every rank")
+        self._check_stream(stream)
         full = self.arguments(*args)
         if self.epoch + 1 >= 2**31 - 1:
             raise LaunchError(f"{self.name}: launch count overflows the int32 epoch")
@@ -189,6 +191,22 @@ class DistKernel:
         if check:
             self.synchronize()
         return bound
+
+    def _check_stream(self, stream):
+        """Launches of one DistKernel share its signals, epochs and symmetric scratch, which are
+        right only for launches in order: every launch goes to the stream of the first one."""
+        import torch
+        if stream is None:
+            stream = torch.cuda.current_stream(self.device)
+        handle = int(getattr(stream, "cuda_stream", stream))
+        if self._stream is None:
+            self._stream = handle
+        elif handle != self._stream:
+            raise LaunchError(
+                f"{self.name}: launched on stream {handle:#x}, but its earlier launches went to stream "
+                f"{self._stream:#x}; one DistKernel's launches share signal flags, launch epochs and symmetric "
+                "scratch, so they must run in order on one stream — create another DistKernel (on every rank) "
+                "for another stream")
 
     def synchronize(self):
         """Wait for this device, then raise :class:`PeerTimeoutError` if a wait timed out."""

@@ -326,7 +326,7 @@ class Kernel:
         self.launch = artifact.launch
         self._driver = driver
         self._key = hashlib.sha256(artifact.cubin).hexdigest()
-        self._scratch = {}      # device index -> the scratch tensors (zero-filled at allocation)
+        self._scratch = {}      # (device index, stream handle) -> the scratch tensors (zero-filled at allocation)
 
     @property
     def driver(self):
@@ -341,21 +341,30 @@ class Kernel:
         )
         return f"Kernel {self.launch['name']}({sig}) [{self.launch['arch']}, {self.launch['kernel']}]"
 
-    def _with_scratch(self, args):
-        """``args`` followed by the scratch tensors the caller left out (allocated zero-filled on
-        the first tensor argument's device, once per device; the kernel keeps them zero-filled)."""
+    def _with_scratch(self, args, index: int, stream: int, device=None):
+        """``args`` followed by the scratch tensors the caller left out.
+
+        A kernel leaves its scratch zero-filled when it ends, so launches that are ordered (one
+        stream) can share one set; launches on different streams may overlap, so each
+        (device, stream) gets its own set, allocated zero-filled on first use. A set lives as long
+        as this Kernel: :meth:`release_scratch` drops them (call it after the streams are done)."""
         import torch
 
         sig = self.launch["args"]
         missing = sig[len(args):]
         if not missing or not all(a.get("scratch") for a in missing):
             return args
-        dev = next((v.device for v in args if hasattr(v, "device")), None)
-        index = dev.index if dev is not None and dev.index is not None else torch.cuda.current_device()
-        if index not in self._scratch:
-            self._scratch[index] = [torch.zeros(a["shape"], dtype=getattr(torch, a["dtype"]),
-                                                device=torch.device("cuda", index)) for a in missing]
-        return tuple(args) + tuple(self._scratch[index])
+        key = (index, int(stream))
+        if key not in self._scratch:
+            device = device if device is not None else torch.device("cuda", index)
+            self._scratch[key] = [torch.zeros(a["shape"], dtype=getattr(torch, a["dtype"]), device=device)
+                                  for a in missing]
+        return tuple(args) + tuple(self._scratch[key])
+
+    def release_scratch(self):
+        """Forget every scratch set (the next launch on a stream allocates a fresh one). Only call it
+        when no launch that used them is still running."""
+        self._scratch.clear()
 
     def bind(self, *args, device_type="cuda") -> Bound:
         """Check the arguments and compute the launch configuration without launching."""
@@ -393,18 +402,20 @@ class Kernel:
         import torch
 
         d = self.driver
-        b = self.bind(*self._with_scratch(args))
+        dev = next((v.device for v in args if isinstance(v, torch.Tensor)), None)
+        index = dev.index if dev is not None and dev.index is not None else torch.cuda.current_device()
+        if stream is None:
+            stream = torch.cuda.current_stream(index).cuda_stream
+        elif hasattr(stream, "cuda_stream"):
+            stream = stream.cuda_stream
+        b = self.bind(*self._with_scratch(args, index, stream))
         if b.device is None:
-            b.device = torch.device("cuda", torch.cuda.current_device())
+            b.device = torch.device("cuda", index)
         if 0 in b.grid:
             return b  # an empty problem: nothing to launch
         index = b.device.index if b.device.index is not None else torch.cuda.current_device()
         func = self.function(index, b.dynamic_smem)
         with torch.cuda.device(index):
-            if stream is None:
-                stream = torch.cuda.current_stream(index).cuda_stream
-            elif hasattr(stream, "cuda_stream"):
-                stream = stream.cuda_stream
             arr, keep = pack_params(self.launch, b, d)
             ptr = ctypes.addressof(arr)
             name = self.launch["name"]

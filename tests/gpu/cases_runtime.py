@@ -49,6 +49,18 @@ BUILDS = {
 }
 
 
+def _streams_build():
+    """A stream-K GEMM (runtime-supplied fp32 partials and flags) on 8 CTAs, so that two launches
+    fit on the GPU at once: 640x1000x1000 fp16 is 20 tiles of 16 k-blocks split over 8 CTAs."""
+    sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
+    from kernels import gemm
+
+    return gemm.build(640, 1000, 1000, dtype="float16", b_major="row", name="streams_sk", sms=8, stream_k=True)
+
+
+BUILDS["streams_sk"] = _streams_build
+
+
 def expect_error(exc_type, fn, *words):
     """Run ``fn``; it must raise ``exc_type`` whose message holds every word in ``words``."""
     try:
@@ -168,7 +180,39 @@ def check_axpy(kernel, torch):
     return "M in (1, 37, 300), rel err < 1e-6; module cached; mismatched M and bad scalar rejected"
 
 
+def check_streams_sk(kernel, torch, launches=12):
+    """Launches on two streams at once each get their own scratch: interleaved launches of a
+    stream-K GEMM on two streams, all overlapping, every output right."""
+    assert [a["name"] for a in kernel.launch["args"] if a.get("scratch")] == ["W_", "F_"], kernel.launch["args"]
+    streams = [torch.cuda.Stream(), torch.cuda.Stream()]
+    a = [torch.randn(640, 1000, device="cuda", dtype=torch.float16) for _ in streams]
+    b = [torch.randn(1000, 1000, device="cuda", dtype=torch.float16) for _ in streams]
+    outs = [[torch.full((640, 1000), float("nan"), device="cuda", dtype=torch.float16) for _ in range(launches)]
+            for _ in streams]
+    torch.cuda.synchronize()
+    for i in range(launches):
+        for s, st in enumerate(streams):
+            with torch.cuda.stream(st):
+                kernel(a[s], b[s], outs[s][i])
+    torch.cuda.synchronize()
+    sets = [k for k in kernel._scratch if k[1] in {st.cuda_stream for st in streams}]
+    assert len(sets) == 2, f"expected one scratch set per stream, found {sorted(kernel._scratch)}"
+    worst = 0.0
+    for s in range(2):
+        ref = a[s].float() @ b[s].float()
+        for i, c in enumerate(outs[s]):
+            assert not c.isnan().any(), f"stream {s} launch {i}: {c.isnan().sum().item()} outputs never written"
+            err = ((c.float() - ref).norm() / ref.norm()).item()
+            worst = max(worst, err)
+            assert err < 2e-3, f"stream {s} launch {i}: relative error {err:.2e} (scratch shared between streams?)"
+    for w in (t for k in sets for t in kernel._scratch[k]):
+        assert not w.any(), "a launch left its scratch dirty"
+    return (f"{launches} launches on each of 2 streams interleaved: one scratch set per stream, all {2 * launches} "
+            f"outputs right (rel err {worst:.1e}), scratch left zero")
+
+
 CHECKS = {
+    "streams_sk": check_streams_sk,
     "vcopy": check_vcopy,
     "tma_copy": check_tma_copy,
     "tma_swizzle": check_tma_swizzle,
