@@ -6,6 +6,8 @@
 #   bash scripts/gpu_run.sh dist          multi-GPU checks under torchrun, one process per GPU
 #   bash scripts/gpu_run.sh bench-rs      benchmarks/gemm_rs.py (side by side with torch, NCCL, symm_mem)
 #   bash scripts/gpu_run.sh all           all three
+#   bash scripts/gpu_run.sh sanitize      one-GPU checks under compute-sanitizer (4 tools side by side; table)
+#   bash scripts/gpu_run.sh sanitize-dist multi-GPU checks under compute-sanitizer (SAN_TOOLS picks the tools)
 # Device tool: command "bash scripts/gpu_run.sh dist", carry [".carry", ".whl"].
 set -uo pipefail
 # NVLink multicast stays off on the shared machines: these are only ever set to their safe values
@@ -31,5 +33,11 @@ if [[ ($what == dist || $what == all) && $NGPU -ge 2 ]]; then
 fi
 if [[ ($what == bench-rs || $what == all) && $NGPU -ge 2 ]]; then
   run gemm_rs.log timeout ${BENCH_TIMEOUT:-500} torchrun --nproc-per-node "$NGPU" benchmarks/gemm_rs.py run --json "$OUT/gemm_rs.json" ${BENCH_ARGS:-}
+fi
+if [[ $what == sanitize ]]; then
+  run sanitize.log python3 tests/gpu/sanitize.py --out "$OUT" --limit ${SAN_LIMIT:-520} ${SAN_TOOLS:+--tools $SAN_TOOLS} ${SAN_ARGS:-}
+fi
+if [[ $what == sanitize-dist && $NGPU -ge 2 ]]; then
+  run sanitize-dist.log python3 tests/gpu/sanitize.py --dist --out "$OUT" --limit ${SAN_LIMIT:-520} ${SAN_TOOLS:+--tools $SAN_TOOLS} ${SAN_ARGS:-}
 fi
 exit $rc

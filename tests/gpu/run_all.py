@@ -73,6 +73,7 @@ def main(argv=None):
         except Exception as e:  # noqa: BLE001 - one failing kernel must not hide the others
             traceback.print_exc()
             rows.append((name, "FAIL", f"{type(e).__name__}: {str(e).splitlines()[0][:160]}", time.time() - t))
+        print(f"{rows[-1][0]}  {rows[-1][1]}  {rows[-1][3]:.2f}  {rows[-1][2]}", flush=True)   # progress
     assert "tvm" not in sys.modules, "a check imported TVM"
     width = max([len(r[0]) for r in rows] + [4])
     print()

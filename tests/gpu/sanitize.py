@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Run the GPU checks under NVIDIA compute-sanitizer and print one table: kernel × tool.
+
+On the GPU machine (no TVM there), for each tool (memcheck, racecheck, synccheck, initcheck) one
+process runs ``tests/gpu/run_all.py`` (or, with ``--dist``, ``tests/gpu/run_dist.py`` under
+torchrun, one sanitized process per GPU) over the carried artifacts; the tools run side by side.
+Every error the sanitizer reports is attributed to the kernel it names (axe kernels are
+``<artifact>_kernel``; an error in another kernel — torch's, cuBLAS's — is listed under
+"(not axe)"); a check that fails under a tool counts too.  Cells: ``ok`` (the check passed and
+no error names the kernel), ``N err`` (sanitizer errors), ``FAIL`` (the check failed), ``-``
+(not reached before the tool's time limit).  Logs go to ``--out`` (``$OUT`` on the device tool);
+the table is printed and written to ``sanitize-table.txt`` there.  Exit 1 when any cell is not ok.
+
+Usage: ``python3 tests/gpu/sanitize.py [--tools memcheck,racecheck] [--only NAME ...]
+[--dist] [--limit SECONDS] [--out DIR]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
+#: options per tool: memcheck without the leak report (torch's caching allocator keeps memory by design)
+TOOL_ARGS = {"memcheck": ["--leak-check", "no"], "racecheck": [], "synccheck": [], "initcheck": []}
+_PREFIX = "========="
+_KERNEL = re.compile(r"(?<![\w:])([A-Za-z0-9_]+)_kernel\b(?!<)")    # axe's kernels: C names, no namespace
+_ROW = re.compile(r"^([A-Za-z_][\w:]*)\s+(?:\d+\s+)?(ok|FAIL|MISSING|NOCHECK)\s")   # run_dist rows carry the rank
+_SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
+
+
+def sanitizer_command(tool: str, log: str) -> list[str]:
+    """The compute-sanitizer prefix for ``tool``: errors are reported, never fatal (the run goes on
+    to the next kernel), reports go to ``log``; ``%p`` in ``log`` becomes the process id."""
+    return ["compute-sanitizer", "--tool", tool, "--print-limit", "200", "--log-file", log, *TOOL_ARGS[tool]]
+
+
+def parse_report(text: str, known=None) -> tuple[dict[str, list[str]], list[int]]:
+    """The sanitizer log ``text`` → ({kernel artifact name or "(not axe)": [error headline, ...]},
+    [each process's ERROR SUMMARY count]).  An error is a ``=========`` line that does not
+    continue a block (continuations are indented); it belongs to the first ``<artifact>_kernel``
+    name in its block (a C name outside any namespace, one of ``known`` when given)."""
+    errors: dict[str, list[str]] = {}
+    summaries = [int(m.group(1)) for m in _SUMMARY.finditer(text)]
+    block: list[str] = []
+
+    def close():
+        if not block:
+            return
+        head = block[0]
+        names = [m.group(1) for line in block for m in _KERNEL.finditer(line)
+                 if known is None or m.group(1) in known]
+        errors.setdefault(names[0] if names else "(not axe)", []).append(head)
+        block.clear()
+
+    for line in text.splitlines():
+        if not line.startswith(_PREFIX):
+            continue
+        body = line[len(_PREFIX):]
+        if not body.strip() or "ERROR SUMMARY" in body or body.lstrip().startswith(("COMPUTE-SANITIZER", "Target application")):
+            close()
+            continue
+        if body.startswith(" " * 2) and block:     # an indented continuation of the current error
+            block.append(body)
+            continue
+        close()
+        if re.match(r"\s*(Invalid|Error|Race|Barrier|Uninitialized|Program hit|Misaligned|Out-of-range|Warning)", body):
+            block.append(body.strip())
+    close()
+    return errors, summaries
+
+
+def parse_results(stdout: str) -> dict[str, str]:
+    """The runner's table rows → {artifact: "ok" | "FAIL" | ...} (a check that failed on any rank
+    is FAIL); cases started but never ended (the tool's time ran out) are absent."""
+    res = {}
+    for line in stdout.splitlines():
+        m = _ROW.match(line.strip())
+        if m:
+            name = m.group(1).split(":")[-1]
+            if res.get(name, "ok") == "ok":
+                res[name] = m.group(2)
+    return res
+
+
+def table(names: list[str], tools: list[str], results: dict, errors: dict) -> tuple[str, bool]:
+    """The kernel × tool table and whether every cell is ok."""
+    width = max([len(n) for n in names] + [12])
+    lines = [f"{'kernel':{width}s}  " + "  ".join(f"{t:>10s}" for t in tools)]
+    clean = True
+    for n in names + ["(not axe)"]:
+        cells = []
+        for t in tools:
+            errs = len(errors[t].get(n, []))
+            status = results[t].get(n) if n != "(not axe)" else "ok"
+            if errs:
+                cell = f"{errs} err"
+            elif status is None:
+                cell = "-"
+            elif status != "ok":
+                cell = status
+            else:
+                cell = "ok"
+            clean &= cell == "ok" or (n == "(not axe)" and cell == "-")
+            cells.append(cell)
+        if n == "(not axe)" and all(c == "ok" for c in cells):
+            continue
+        lines.append(f"{n:{width}s}  " + "  ".join(f"{c:>10s}" for c in cells))
+    return "\n".join(lines), clean
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--tools", default=",".join(TOOLS))
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--dist", action="store_true", help="the multi-GPU checks, under torchrun")
+    ap.add_argument("--limit", type=float, default=520.0, help="seconds per tool (they run side by side)")
+    ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/axe-sanitize"))
+    args = ap.parse_args(argv)
+    tools = [t for t in args.tools.split(",") if t]
+    bad = [t for t in tools if t not in TOOLS]
+    if bad:
+        ap.error(f"unknown tool(s) {bad}; choose from {TOOLS}")
+    os.makedirs(args.out, exist_ok=True)
+    tag = "dist" if args.dist else "single"
+    version = subprocess.run(["compute-sanitizer", "--version"], capture_output=True, text=True).stdout.strip()
+    print(f"{datetime.datetime.now().isoformat(timespec='seconds')}  {version.splitlines()[-1] if version else '?'}",
+          flush=True)
+    only = ["--only", *args.only] if args.only else []
+    procs = {}
+    for t in tools:
+        log = os.path.join(args.out, f"sanitize-{tag}-{t}-%p.log")
+        if args.dist:
+            import torch
+            n = torch.cuda.device_count()
+            cmd = ["torchrun", "--nproc-per-node", str(n), "--no-python", *sanitizer_command(t, log),
+                   sys.executable, os.path.join(ROOT, "tests", "gpu", "run_dist.py"), *only]
+        else:
+            cmd = [*sanitizer_command(t, log), sys.executable, os.path.join(ROOT, "tests", "gpu", "run_all.py"), *only]
+        out = open(os.path.join(args.out, f"sanitize-{tag}-{t}.out"), "w")
+        procs[t] = (subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, start_new_session=True),
+                    out, time.time())
+        print(f"started {t}: {' '.join(cmd)}", flush=True)
+    for t, (p, out, t0) in procs.items():
+        try:
+            p.wait(timeout=max(1.0, args.limit - (time.time() - t0)))
+        except subprocess.TimeoutExpired:
+            os.killpg(p.pid, signal.SIGKILL)       # torchrun's workers too
+            p.wait()
+            print(f"{t}: time limit {args.limit:.0f} s reached; kernels not reached show '-'", flush=True)
+        out.close()
+        print(f"{t}: exit {p.returncode} after {time.time() - t0:.0f} s", flush=True)
+    art_dir = os.path.join(ROOT, ".carry", "artifacts")
+    known = set(os.listdir(art_dir)) if os.path.isdir(art_dir) else None
+    results, errors, names = {}, {}, set()
+    for t in tools:
+        with open(os.path.join(args.out, f"sanitize-{tag}-{t}.out")) as f:
+            stdout = f.read()
+        results[t] = parse_results(stdout)
+        names |= set(results[t])
+        text = ""
+        for fn in sorted(os.listdir(args.out)):
+            if fn.startswith(f"sanitize-{tag}-{t}-") and fn.endswith(".log"):
+                with open(os.path.join(args.out, fn)) as f:
+                    text += f.read()
+        errors[t], _ = parse_report(text, known)
+        names |= {n for n in errors[t] if n != "(not axe)"}
+    if args.only:
+        names |= set(args.only)
+    text, clean = table(sorted(names), tools, results, errors)
+    print(text)
+    for t in tools:
+        for n, heads in sorted(errors[t].items()):
+            print(f"{t} {n}: {heads[0]}" + (f" (+{len(heads) - 1} more)" if len(heads) > 1 else ""))
+    with open(os.path.join(args.out, f"sanitize-{tag}-table.txt"), "w") as f:
+        f.write(text + "\n")
+    print(("all clean" if clean else "NOT clean") + f": {len(names)} kernels x {len(tools)} tools", flush=True)
+    return 0 if clean else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

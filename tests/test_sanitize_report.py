@@ -1,0 +1,51 @@
+"""The compute-sanitizer driver's parsing (tests/gpu/sanitize.py): errors are attributed to the
+axe kernel they name, checks that failed or were not reached show in the table."""
+
+import importlib.util
+import os
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+spec = importlib.util.spec_from_file_location("sanitize", os.path.join(HERE, "gpu", "sanitize.py"))
+san = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(san)
+
+LOG = """========= COMPUTE-SANITIZER
+========= Invalid __global__ read of size 16 bytes
+=========     at vcopy_kernel+0x70
+=========     by thread (3,0,0) in block (7,0,0)
+=========     Address 0x7f0000001000 is out of bounds
+=========
+========= Error: Race reported between Write access at gemm_square_f16_row_kernel+0x1d0
+=========     and Read access at gemm_square_f16_row_kernel+0x220 [4 hazards]
+=========
+========= Uninitialized __global__ memory read of size 4 bytes
+=========     at void at::native::reduce_kernel<512, 1>(...)+0x90
+=========
+========= ERROR SUMMARY: 3 errors
+========= COMPUTE-SANITIZER
+========= ERROR SUMMARY: 0 errors
+"""
+
+
+def test_parse_report_attributes_errors_to_kernels():
+    errors, summaries = san.parse_report(LOG)
+    assert summaries == [3, 0]
+    assert errors["vcopy"] == ["Invalid __global__ read of size 16 bytes"]
+    assert errors["gemm_square_f16_row"][0].startswith("Error: Race reported")
+    assert errors["(not axe)"] == ["Uninitialized __global__ memory read of size 4 bytes"]
+    assert san.parse_report("========= COMPUTE-SANITIZER\n========= ERROR SUMMARY: 0 errors\n") == ({}, [0])
+
+
+def test_results_and_table():
+    single = "vcopy      ok      0.50  exact\naxpy       FAIL    0.10  AssertionError: x\n3/4 ok on H200\n"
+    dist = "check_x:dist_rs_w2     0  ok       1.0  fine\ncheck_x:dist_rs_w2     1  FAIL     1.0  bad\n"
+    assert san.parse_results(single) == {"vcopy": "ok", "axpy": "FAIL"}
+    assert san.parse_results(dist) == {"dist_rs_w2": "FAIL"}
+    results = {"memcheck": {"vcopy": "ok", "axpy": "ok", "tma": "ok"}, "racecheck": {"vcopy": "ok", "axpy": "FAIL"}}
+    errors = {"memcheck": {"vcopy": ["Invalid"]}, "racecheck": {}}
+    text, clean = san.table(["axpy", "tma", "vcopy"], ["memcheck", "racecheck"], results, errors)
+    rows = {line.split()[0]: line.split()[1:] for line in text.splitlines()[1:]}
+    assert rows == {"axpy": ["ok", "FAIL"], "tma": ["ok", "-"], "vcopy": ["1", "err", "ok"]}
+    assert not clean
+    ok = {"memcheck": {"vcopy": "ok"}}
+    assert san.table(["vcopy"], ["memcheck"], ok, {"memcheck": {}}) == (f"{'kernel':12s}    memcheck\n{'vcopy':12s}          ok", True)
