@@ -123,6 +123,7 @@ def main(argv=None):
     ap.add_argument("--dist", action="store_true", help="the multi-GPU checks, under torchrun")
     ap.add_argument("--limit", type=float, default=520.0, help="seconds per tool (they run side by side)")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/axe-sanitize"))
+    ap.add_argument("--runner-args", default="", help="more arguments for run_all.py / run_dist.py, one string")
     args = ap.parse_args(argv)
     tools = [t for t in args.tools.split(",") if t]
     bad = [t for t in tools if t not in TOOLS]
@@ -133,7 +134,7 @@ def main(argv=None):
     version = subprocess.run(["compute-sanitizer", "--version"], capture_output=True, text=True).stdout.strip()
     print(f"{datetime.datetime.now().isoformat(timespec='seconds')}  {version.splitlines()[-1] if version else '?'}",
           flush=True)
-    only = ["--only", *args.only] if args.only else []
+    only = (["--only", *args.only] if args.only else []) + args.runner_args.split()
     procs = {}
     for t in tools:
         log = os.path.join(args.out, f"sanitize-{tag}-{t}-%p.log")
