@@ -147,6 +147,7 @@ def test_paper_figure_1_points():
 
 
 def test_broadcast_is_replication():
+    """Warps past the tensor hold copies: zero bases, imported as an Axe replica."""
     A, _ = from_linear(blocked((16, 16), (1, 4), (8, 4), (4, 1), (1, 0)))
     assert A.replica and all(a == "warp" for _, _, a in A.replica)
 

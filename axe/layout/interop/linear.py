@@ -37,8 +37,8 @@ from ..iters import Iter
 from ..layout import Layout
 from ..swizzle import Swizzle, SwizzledLayout
 
-__all__ = ["LinearLayout", "from_linear", "to_linear", "blocked", "parse_triton", "swizzle_bases",
-           "DEFAULT_AXES"]
+__all__ = ["LinearLayout", "from_linear", "to_linear", "blocked", "nvidia_mma", "nvidia_dot",
+           "parse_triton", "swizzle_bases", "DEFAULT_AXES"]
 
 DEFAULT_AXES = {"register": MEMORY, "offset": MEMORY, "lane": "lane", "warp": "warp", "block": "cta"}
 _DEFAULT_NAMES = {MEMORY: "register", "lane": "lane", "warp": "warp", "cta": "block"}
@@ -330,40 +330,198 @@ def _digit_columns(who, e, s, a, tensor):
     return out
 
 
-# --- Triton's blocked layout ----------------------------------------------------------------
+# --- Triton's encodings (distributed layouts) -------------------------------------------------
+# Triton builds a distributed layout in two parts: a CTA layout (register, lane, warp bases of
+# one block) and a CGA layout (block bases), then fits the CTA part to the tensor's per-block
+# shape.  The conventions below are the ones Triton's LinearLayoutConversionsTest pins down
+# (re-typed as data in tests/test_triton_conversions.py):
+#   * a tensor dimension larger than the CTA tile repeats it through further register bases,
+#     dimensions taken in the layout's own order (fastest first), each filled before the next;
+#   * a dimension smaller than the tile zeroes every basis component past it (broadcast) --
+#     register bases included: they stay, as zero bases, so each thread holds copies and the
+#     register count is the tile's, not the tensor's;
+#   * block bases: per dimension in CTA order, the split bits first, then zero bases for the
+#     CTAs that hold copies (CTAsPerCGA / CTASplitNum); the CTA part is fitted to
+#     max(1, shape / CGA size) per dimension, the CGA part to the shape.
+
+
+def _unit(rank: int, d: int, value: int) -> tuple:
+    v = [0] * rank
+    v[d] = value
+    return tuple(v)
+
+
+class _Product:
+    """Bases built as Triton's layout product: each factor continues where the last one ended.
+
+    ``take(name, d, n)`` appends log2(n) bases of input ``name`` that count on output
+    dimension d from its current size (an identity factor); ``copies(name, n)`` appends log2(n)
+    zero bases (a broadcast factor, which does not grow the output).
+    """
+
+    def __init__(self, rank: int):
+        self.rank = rank
+        self.size = [1] * rank
+        self.bases = {"register": [], "lane": [], "warp": []}
+
+    def take(self, name: str, d: int, n: int) -> None:
+        for _ in range(n.bit_length() - 1):
+            self.bases[name].append(_unit(self.rank, d, self.size[d]))
+            self.size[d] *= 2
+
+    def copies(self, name: str, n: int) -> None:
+        self.bases[name] += [(0,) * self.rank] * (n.bit_length() - 1)
+
+
+def _extent(bases: Mapping[str, list], d: int) -> int:
+    """Size of output dimension d spanned by single-bit bases: twice the largest component."""
+    top = max((v[d] for vs in bases.values() for v in vs), default=0)
+    return 1 << top.bit_length()
+
+
+def _fit(bases: dict, order: Sequence[int], target: Sequence[int]) -> dict:
+    """Triton's fitting of a CTA layout to ``target``: grow through registers, then zero past it.
+
+    Law: afterwards every output dimension d spans exactly ``target[d]`` and no component is
+    ``>= target[d]``; no basis is removed, so the input sizes only grow.
+    """
+    rank = len(target)
+    bases = {k: list(vs) for k, vs in bases.items()}
+    for d in order:
+        size = _extent(bases, d)
+        while size < target[d]:
+            bases["register"].append(_unit(rank, d, size))
+            size *= 2
+    return {k: [tuple(c if c < target[d] else 0 for d, c in enumerate(v)) for v in vs]
+            for k, vs in bases.items()}
+
+
+def _cga(rank: int, cga) -> tuple[tuple, tuple, tuple]:
+    """``(CTAsPerCGA, CTASplitNum, CTAOrder)``, Triton's default (one CTA) when ``cga`` is None."""
+    if cga is None:
+        return (1,) * rank, (1,) * rank, tuple(reversed(range(rank)))
+    per, split, order = (tuple(int(x) for x in t) for t in cga)
+    for name, t in (("CTAsPerCGA", per), ("CTASplitNum", split)):
+        if len(t) != rank or not all(_pow2(x) for x in t):
+            raise ValueError(f"cga: {name} {t} must have {rank} power-of-two entries")
+    if any(p % s for p, s in zip(per, split)):
+        raise ValueError(f"cga: CTASplitNum {split} must divide CTAsPerCGA {per}")
+    _check_order("cga: CTAOrder", order, rank)
+    return per, split, order
+
+
+def _check_order(who: str, order: Sequence[int], rank: int) -> None:
+    if sorted(order) != list(range(rank)):
+        raise ValueError(f"{who} {tuple(order)} is not a permutation of {rank} dimensions")
+
+
+def _with_cga(cta: dict, order: Sequence[int], shape: Sequence[int], cga) -> LinearLayout:
+    """The whole layout: CTA bases fitted per block, CGA (``block``) bases fitted to ``shape``."""
+    rank = len(shape)
+    per, split, corder = _cga(rank, cga)
+    block_raw = []                      # (dimension, multiple of the per-block size, or 0)
+    for d in corder:
+        block_raw += [(d, 1 << k) for k in range(split[d].bit_length() - 1)]
+        block_raw += [(d, 0)] * ((per[d] // split[d]).bit_length() - 1)
+    cga_size = [min(split[d], shape[d]) for d in range(rank)]
+    cta_shape = [max(1, shape[d] // cga_size[d]) for d in range(rank)]
+    bases = _fit(cta, order, cta_shape)
+    bases["block"] = [_unit(rank, d, k * cta_shape[d] if 0 < k < shape[d] else 0) for d, k in block_raw]
+    return LinearLayout(bases, tuple((f"dim{d}", s) for d, s in enumerate(shape)))
+
+
+def _check_shape(who: str, shape: Sequence[int], *named) -> int:
+    rank = len(shape)
+    for name, t in (("shape", shape),) + named:
+        if len(t) != rank or not all(_pow2(int(x)) for x in t):
+            raise ValueError(f"{who}: {name} {tuple(t)} must have {rank} power-of-two entries")
+    return rank
+
+
 def blocked(shape: Sequence[int], size_per_thread: Sequence[int], threads_per_warp: Sequence[int],
-            warps_per_cta: Sequence[int], order: Sequence[int]) -> LinearLayout:
+            warps_per_cta: Sequence[int], order: Sequence[int], cga=None) -> LinearLayout:
     """Triton's ``#blocked`` layout as a linear layout (Prop. 4.6 / 9.1 of the paper).
 
     Per level (registers, lanes, warps), the dimensions in ``order`` (fastest first) take the
-    next bits of their output dimension.  A tensor larger than the CTA tile repeats it through
-    further register bits (fastest dimension first); a smaller one broadcasts: lane and warp
-    bases past the tensor become zero, register bases past it are dropped (Triton's default).
+    next bits of their output dimension; ``cga = (CTAsPerCGA, CTASplitNum, CTAOrder)`` adds the
+    block bases.  Law: equal, basis for basis, to Triton's ``toLinearLayout(shape, #blocked)``
+    (see the conventions above; zero bases are broadcast, register ones included).
+    """
+    rank = _check_shape("blocked", shape, ("sizePerThread", size_per_thread),
+                        ("threadsPerWarp", threads_per_warp), ("warpsPerCTA", warps_per_cta))
+    _check_order("blocked: order", order, rank)
+    p = _Product(rank)
+    for name, counts in (("register", size_per_thread), ("lane", threads_per_warp), ("warp", warps_per_cta)):
+        for d in order:
+            p.take(name, d, counts[d])
+    return _with_cga(p.bases, order, shape, cga)
+
+
+def _mma_tile(rank: int, inner: int, outer: int, m: int, n: int, k_width: int) -> _Product:
+    """Register and lane bases of one mma fragment tile (PTX ``mma`` / ``wgmma`` fragments).
+
+    Registers take ``k_width`` consecutive elements of the inner dimension, lanes 4 along the
+    inner then 8 along the outer dimension, then registers repeat m/8 times along the outer and
+    n/(4·k_width) times along the inner dimension.
+    """
+    p = _Product(rank)
+    p.take("register", inner, k_width)
+    p.take("lane", inner, 4)
+    p.take("lane", outer, 8)
+    p.take("register", outer, m // 8)
+    p.take("register", inner, n // (4 * k_width))
+    return p
+
+
+def _mma_warp_order(version: int, rank: int) -> tuple:
+    # Ampere numbers warps row-major; Hopper column-major (a warpgroup's 4 warps go down M).
+    if version == 3:
+        return tuple(range(rank))
+    return tuple(reversed(range(rank)))
+
+
+def nvidia_mma(shape: Sequence[int], version: int, instr_shape: Sequence[int],
+               warps_per_cta: Sequence[int], cga=None) -> LinearLayout:
+    """Triton's ``#nvidia_mma`` accumulator layout (``version`` 2: Ampere mma, 3: Hopper wgmma).
+
+    ``instr_shape`` is the tile per warp (v2: ``(…, 16, 8)``; v3: ``(M, N, K)``, of which M, N
+    count).  Law: equal to Triton's ``toLinearLayout(shape, #nvidia_mma)``.
     """
     rank = len(shape)
-    for name, t in (("shape", shape), ("sizePerThread", size_per_thread),
-                    ("threadsPerWarp", threads_per_warp), ("warpsPerCTA", warps_per_cta)):
-        if len(t) != rank or not all(_pow2(x) for x in t):
-            raise ValueError(f"blocked: {name} {tuple(t)} must have {rank} power-of-two entries")
-    if sorted(order) != list(range(rank)):
-        raise ValueError(f"blocked: order {tuple(order)} is not a permutation of {rank} dimensions")
-    pos = [0] * rank
-    bases: dict[str, list] = {"register": [], "lane": [], "warp": []}
+    if version not in (2, 3):
+        raise ValueError(f"nvidia_mma: version {version} is not 2 (Ampere) or 3 (Hopper)")
+    tile = tuple(instr_shape)[:rank] if version == 2 else (1,) * (rank - 2) + tuple(instr_shape)[:2]
+    _check_shape("nvidia_mma", shape, ("instrShape", tile), ("warpsPerCTA", warps_per_cta))
+    if tile[-2] % 8 or tile[-1] % 8:
+        raise ValueError(f"nvidia_mma: instrShape {tuple(instr_shape)}: M and N must be multiples of 8")
+    order = tuple(reversed(range(rank)))
+    p = _mma_tile(rank, rank - 1, rank - 2, tile[-2], tile[-1], 2)
+    for d in _mma_warp_order(version, rank):
+        p.take("warp", d, warps_per_cta[d])
+    return _with_cga(p.bases, order, shape, cga)
 
-    def take(name, d, count):
-        for _ in range(count):
-            v = [0] * rank
-            if (1 << pos[d]) < shape[d]:
-                v[d] = 1 << pos[d]
-            elif name == "register":
-                pos[d] += 1
-                continue
-            bases[name].append(tuple(v))
-            pos[d] += 1
-    for name, per in (("register", size_per_thread), ("lane", threads_per_warp), ("warp", warps_per_cta)):
-        for d in order:
-            take(name, d, per[d].bit_length() - 1)
-    for d in order:
-        while (1 << pos[d]) < shape[d]:
-            take("register", d, 1)
-    return LinearLayout(bases, tuple((f"dim{d}", s) for d, s in enumerate(shape)))
+
+def nvidia_dot(shape: Sequence[int], op_idx: int, k_width: int, version: int,
+               warps_per_cta: Sequence[int], cga=None) -> LinearLayout:
+    """Triton's ``#dot_op<{opIdx, parent = #nvidia_mma, kWidth}>`` register layout.
+
+    Operand A (``op_idx`` 0) is M×K, B (1) is K×N; a fragment holds ``k_width`` consecutive K
+    elements per register group, and the warps of the parent's K direction broadcast (zero
+    bases).  Hopper (version 3) reads B from shared memory, so only A exists there.  Law: equal
+    to Triton's ``toLinearLayout(shape, #dot_op)``.
+    """
+    rank = len(shape)
+    if op_idx not in (0, 1) or (version == 3 and op_idx == 1) or version not in (2, 3):
+        raise ValueError(f"nvidia_dot: operand {op_idx} of an mma v{version} has no register layout")
+    _check_shape("nvidia_dot", shape, ("warpsPerCTA", warps_per_cta), ("kWidth", (k_width,) * rank))
+    k_dim = rank - 1 if op_idx == 0 else rank - 2
+    other = rank - 2 if op_idx == 0 else rank - 1
+    m, n = (16, 8 * k_width) if op_idx == 0 else (8, 8 * k_width)
+    p = _mma_tile(rank, k_dim, other, m, n, k_width)
+    for d in _mma_warp_order(version, rank):
+        if d == k_dim:
+            p.copies("warp", warps_per_cta[d])      # the parent's K-direction warps share A/B
+        else:
+            p.take("warp", d, warps_per_cta[d])
+    order = (k_dim, other) + tuple(reversed(range(rank - 2)))
+    return _with_cga(p.bases, order, shape, cga)
