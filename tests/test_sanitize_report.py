@@ -49,3 +49,19 @@ def test_results_and_table():
     assert not clean
     ok = {"memcheck": {"vcopy": "ok"}}
     assert san.table(["vcopy"], ["memcheck"], ok, {"memcheck": {}}) == (f"{'kernel':12s}    memcheck\n{'vcopy':12s}          ok", True)
+
+
+def test_a_later_row_replaces_an_earlier_one():
+    """Merged runs: a re-run after a fix replaces the first result; ranks still combine."""
+    assert san.parse_results("k  FAIL  1.0  x\nk  ok  1.0  y\n") == {"k": "ok"}
+    assert san.parse_results("c:d  0  ok  1.0\nc:d  1  FAIL  1.0\nc:d  0  ok  1.0\n") == {"d": "FAIL"}
+
+
+def test_host_api_error_codes_are_kept_apart():
+    log = ("========= Program hit CUDA_ERROR_INVALID_VALUE (error 1) due to \"invalid argument\" on CUDA API call "
+           "to cuGetProcAddress_v2.\n=========     Saved host backtrace up to driver entry point at error\n"
+           "========= ERROR SUMMARY: 1 error\n")
+    errors, _ = san.parse_report(log)
+    assert list(errors) == ["(host API: cuGetProcAddress_v2)"]
+    text, clean = san.table(["k"], ["memcheck"], {"memcheck": {"k": "ok"}}, {"memcheck": errors})
+    assert clean and "host API" not in text

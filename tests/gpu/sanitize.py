@@ -29,10 +29,16 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TOOLS = ("memcheck", "racecheck", "synccheck", "initcheck")
 #: options per tool: memcheck without the leak report (torch's caching allocator keeps memory by design)
-TOOL_ARGS = {"memcheck": ["--leak-check", "no"], "racecheck": [], "synccheck": [], "initcheck": []}
+#: and none reports API calls that return an error code (torch probes driver entry points that way);
+#: an axe launch that fails fails its check instead
+TOOL_ARGS = {t: ["--report-api-errors", "no"] for t in ("memcheck", "racecheck", "synccheck", "initcheck")}
+TOOL_ARGS["memcheck"] += ["--leak-check", "no"]
 _PREFIX = "========="
 _KERNEL = re.compile(r"(?<![\w:])([A-Za-z0-9_]+)_kernel\b(?!<)")    # axe's kernels: C names, no namespace
-_ROW = re.compile(r"^([A-Za-z_][\w:]*)\s+(?:\d+\s+)?(ok|FAIL|MISSING|NOCHECK)\s")   # run_dist rows carry the rank
+_ROW = re.compile(r"^([A-Za-z_][\w:]*)\s+(?:(\d+)\s+)?(ok|FAIL|MISSING|NOCHECK)\s")   # run_dist rows carry the rank
+#: a host API call that returned an error code (not a kernel's access): torch probes optional driver
+#: entry points with cuGetProcAddress; an axe launch that fails fails its check instead
+_API = re.compile(r"Program hit \S+ .* on CUDA API call to (\w+)")
 _SUMMARY = re.compile(r"ERROR SUMMARY: (\d+) error")
 
 
@@ -55,9 +61,11 @@ def parse_report(text: str, known=None) -> tuple[dict[str, list[str]], list[int]
         if not block:
             return
         head = block[0]
+        api = _API.search(head)
         names = [m.group(1) for line in block for m in _KERNEL.finditer(line)
                  if known is None or m.group(1) in known]
-        errors.setdefault(names[0] if names else "(not axe)", []).append(head)
+        key = f"(host API: {api.group(1)})" if api else names[0] if names else "(not axe)"
+        errors.setdefault(key, []).append(head)
         block.clear()
 
     for line in text.splitlines():
@@ -78,15 +86,18 @@ def parse_report(text: str, known=None) -> tuple[dict[str, list[str]], list[int]
 
 
 def parse_results(stdout: str) -> dict[str, str]:
-    """The runner's table rows → {artifact: "ok" | "FAIL" | ...} (a check that failed on any rank
-    is FAIL); cases started but never ended (the tool's time ran out) are absent."""
-    res = {}
+    """The runner's rows → {artifact: "ok" | "FAIL" | ...}: a later row for the same kernel and
+    rank replaces an earlier one (a re-run after a fix), and a kernel failed if it failed on any
+    rank.  Cases started but never ended (the tool's time ran out) are absent."""
+    last = {}
     for line in stdout.splitlines():
         m = _ROW.match(line.strip())
         if m:
-            name = m.group(1).split(":")[-1]
-            if res.get(name, "ok") == "ok":
-                res[name] = m.group(2)
+            last[(m.group(1).split(":")[-1], m.group(2))] = m.group(3)
+    res = {}
+    for (name, _rank), status in last.items():
+        if res.get(name, "ok") == "ok":
+            res[name] = status
     return res
 
 
@@ -95,7 +106,7 @@ def table(names: list[str], tools: list[str], results: dict, errors: dict) -> tu
     width = max([len(n) for n in names] + [12])
     lines = [f"{'kernel':{width}s}  " + "  ".join(f"{t:>10s}" for t in tools)]
     clean = True
-    for n in names + ["(not axe)"]:
+    for n in names + ["(not axe)"]:          # "(host API: ...)" records are listed below the table, not failed
         cells = []
         for t in tools:
             errs = len(errors[t].get(n, []))
@@ -123,6 +134,9 @@ def main(argv=None):
     ap.add_argument("--dist", action="store_true", help="the multi-GPU checks, under torchrun")
     ap.add_argument("--limit", type=float, default=520.0, help="seconds per tool (they run side by side)")
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/axe-sanitize"))
+    ap.add_argument("--report-only", action="store_true",
+                    help="run nothing: tabulate the .out/.log files already in --out; runs merged there are read in "
+                         "name order (sanitize-single-racecheck.1.out, .2.out, ...), a later row replacing an earlier one")
     ap.add_argument("--runner-args", default="", help="more arguments for run_all.py / run_dist.py, one string")
     args = ap.parse_args(argv)
     tools = [t for t in args.tools.split(",") if t]
@@ -131,17 +145,19 @@ def main(argv=None):
         ap.error(f"unknown tool(s) {bad}; choose from {TOOLS}")
     os.makedirs(args.out, exist_ok=True)
     tag = "dist" if args.dist else "single"
-    version = subprocess.run(["compute-sanitizer", "--version"], capture_output=True, text=True).stdout.strip()
+    version = "" if args.report_only else subprocess.run(["compute-sanitizer", "--version"], capture_output=True,
+                                                         text=True).stdout.strip()
     print(f"{datetime.datetime.now().isoformat(timespec='seconds')}  {version.splitlines()[-1] if version else '?'}",
           flush=True)
     only = (["--only", *args.only] if args.only else []) + args.runner_args.split()
     procs = {}
-    for t in tools:
+    for i, t in enumerate([] if args.report_only else tools):
         log = os.path.join(args.out, f"sanitize-{tag}-{t}-%p.log")
         if args.dist:
             import torch
             n = torch.cuda.device_count()
-            cmd = ["torchrun", "--nproc-per-node", str(n), "--no-python", *sanitizer_command(t, log),
+            cmd = ["torchrun", "--nproc-per-node", str(n), "--master-port", str(29500 + 17 * (i + 1)), "--no-python",
+                   *sanitizer_command(t, log),
                    sys.executable, os.path.join(ROOT, "tests", "gpu", "run_dist.py"), *only]
         else:
             cmd = [*sanitizer_command(t, log), sys.executable, os.path.join(ROOT, "tests", "gpu", "run_all.py"), *only]
@@ -162,8 +178,11 @@ def main(argv=None):
     known = set(os.listdir(art_dir)) if os.path.isdir(art_dir) else None
     results, errors, names = {}, {}, set()
     for t in tools:
-        with open(os.path.join(args.out, f"sanitize-{tag}-{t}.out")) as f:
-            stdout = f.read()
+        stdout = ""
+        for fn in sorted(os.listdir(args.out)):     # sanitize-single-memcheck.out, ...-memcheck.2.out (merged runs)
+            if fn.startswith(f"sanitize-{tag}-{t}.") and fn.endswith(".out"):
+                with open(os.path.join(args.out, fn)) as f:
+                    stdout += f.read()
         results[t] = parse_results(stdout)
         names |= set(results[t])
         text = ""
@@ -172,7 +191,7 @@ def main(argv=None):
                 with open(os.path.join(args.out, fn)) as f:
                     text += f.read()
         errors[t], _ = parse_report(text, known)
-        names |= {n for n in errors[t] if n != "(not axe)"}
+        names |= {n for n in errors[t] if not n.startswith("(")}
     if args.only:
         names |= set(args.only)
     text, clean = table(sorted(names), tools, results, errors)
