@@ -3,6 +3,15 @@
 Each of 128 threads holds 8 contiguous fp16 of the row (16-byte loads), squares in fp32 (a
 fused cast + multiply), the CTA sums the squares (warp shuffles + shared memory), and one
 fused elementwise pass scales, casts back and the row leaves with 16-byte stores.
+
+Two builds share the row's body (:func:`_normalize_row`):
+
+- ``rmsnorm`` (module level): the static example, ``ROWS x N`` fp16, ``eps`` compiled in — what
+  ``axe demo`` and ``tests/test_kernels.py`` build;
+- :func:`dynamic` ``(n, dtype)``: one artifact for every number of rows ``M`` (read off ``X`` at
+  launch; the grid is ``M``), ``eps`` a runtime ``float32`` argument; ``n`` (a multiple of
+  1024, threads then hold ``n / 128`` values in 16-byte chunks) and ``dtype`` are the
+  specialization.  ``axe.torch.ops.rmsnorm`` calls it.
 """
 
 from tvm.script import tirx as T
@@ -12,6 +21,31 @@ from axe.layout import S, tx
 
 ROWS, N, THREADS, EPS = 256, 1024, 128, 1e-6
 ROW = S[(THREADS, N // THREADS):(1 @ tx, 1)]      # over shape (1, N)
+VEC = 8                                           # 16-byte chunks of fp16/bf16
+
+
+def row_layout(n: int, kernel: str = "rmsnorm"):
+    """The register layout of one row of ``n`` values over shape ``(1, n)``: thread ``t`` holds
+    chunks ``t, t + 128, ...`` of 8 contiguous values (every 16-byte load of a warp is
+    coalesced).  ``n == 1024`` gives :data:`ROW`."""
+    if n <= 0 or n % (THREADS * VEC):
+        raise ValueError(f"{kernel}: row length n={n} must be a positive multiple of {THREADS * VEC}")
+    if n == THREADS * VEC:
+        return ROW
+    return S[(n // (THREADS * VEC), THREADS, VEC):(VEC, 1 @ tx, 1)]
+
+
+def row_params(n: int, dtype: str, **handles):
+    """Inside a kernel over any number of rows ``M``: match each handle (keyword = buffer name)
+    to an ``(M, n)`` tensor (16-byte aligned; ``M`` becomes the launch symbol read off the
+    first), launch one CTA of :data:`THREADS` per row, and return each tensor's current row as
+    a ``(1, n)`` :func:`axe.lang.param` at element offset ``row * n``."""
+    from tvm.script.ir_builder import IRBuilder
+    M = IRBuilder.name("M", T.int32())     # named as TVMScript names an assignment's target
+    bufs = [IRBuilder.name(name, T.match_buffer(h, (M, n), dtype, align=16)) for name, h in handles.items()]
+    bx, _ = Ax.launch([M], THREADS)
+    return [Ax.param(T.decl_buffer((1, n), dtype, data=b.data, elem_offset=bx * n), name=name.rstrip("_"))
+            for b, name in zip(bufs, handles)]
 
 
 def reference(X, W):
@@ -28,6 +62,22 @@ def inputs(device="cuda"):
             "Y": torch.zeros(ROWS, N, dtype=torch.float16, device=device)}
 
 
+def _normalize_row(X, W, Y, row, n, dtype, eps, layout):
+    """Normalize row ``row`` of ``X`` into ``Y`` (``eps`` a constant or a float32 argument)."""
+    x = Ax.registers((1, n), dtype, layout, name="x")
+    w = Ax.registers((1, n), dtype, layout, name="w")
+    sq = Ax.registers((1, n), "float32", layout, name="sq")
+    ss = Ax.registers((1, 1), "float32", "S[1:1]", name="ss")
+    Ax.copy(x, X[row:row + 1, :])
+    Ax.copy(w, W)
+    Ax.elementwise(sq, lambda v: T.Cast("float32", v) * T.Cast("float32", v), x)
+    Ax.reduce(ss, sq, "sum", dims=1)
+    Ax.elementwise(x, lambda v, s, g: T.Cast(dtype, T.Cast("float32", v)
+                                             * T.rsqrt(s * T.float32(1.0 / n) + eps)
+                                             * T.Cast("float32", g)), x, ss, w)
+    Ax.copy(Y[row:row + 1, :], x)
+
+
 @Ax.kernel(reference=reference, inputs=inputs, outputs=("Y",), grid=(ROWS,), threads=THREADS)
 def rmsnorm():
     @T.prim_func
@@ -37,16 +87,26 @@ def rmsnorm():
         X = Ax.param(X_)
         W = Ax.param(W_)
         Y = Ax.param(Y_)
-        x = Ax.registers((1, N), "float16", ROW, name="x")
-        w = Ax.registers((1, N), "float16", ROW, name="w")
-        sq = Ax.registers((1, N), "float32", ROW, name="sq")
-        ss = Ax.registers((1, 1), "float32", "S[1:1]", name="ss")
-        Ax.copy(x, X[bx:bx + 1, :])
-        Ax.copy(w, W)
-        Ax.elementwise(sq, lambda v: T.Cast("float32", v) * T.Cast("float32", v), x)
-        Ax.reduce(ss, sq, "sum", dims=1)
-        Ax.elementwise(x, lambda v, s, g: T.Cast("float16", T.Cast("float32", v)
-                                                 * T.rsqrt(s * T.float32(1.0 / N) + T.float32(EPS))
-                                                 * T.Cast("float32", g)), x, ss, w)
-        Ax.copy(Y[bx:bx + 1, :], x)
+        _normalize_row(X, W, Y, bx, N, "float16", T.float32(EPS), ROW)
     return rmsnorm
+
+
+def dynamic(n: int = N, dtype: str = "float16"):
+    """The RMSNorm kernel for rows of ``n`` ``dtype`` values and any number of rows ``M``:
+    ``rmsnorm_dyn(X: (M, n), W: (1, n), Y: (M, n), eps: float32)``, grid ``M``.  Each CTA sees
+    its row as a ``(1, n)`` buffer at element offset ``row * n`` of ``X`` / ``Y``, so the row's
+    operators are those of the static build."""
+    layout = row_layout(n)
+    if dtype not in ("float16", "bfloat16"):
+        raise ValueError(f"rmsnorm: dtype {dtype!r} must be float16 or bfloat16")
+
+    @Ax.kernel(name="rmsnorm_dyn", outputs=("Y",), threads=THREADS, dynamic=("M",))
+    def rmsnorm_dyn():
+        @T.prim_func
+        def rmsnorm_dyn(x_: T.handle, w_: T.handle, y_: T.handle, eps: T.float32):
+            W_ = T.match_buffer(w_, (1, n), dtype, align=16)
+            X, Y = row_params(n, dtype, X_=x_, Y_=y_)
+            W = Ax.param(W_, name="W")
+            _normalize_row(X, W, Y, 0, n, dtype, eps, layout)
+        return rmsnorm_dyn
+    return rmsnorm_dyn

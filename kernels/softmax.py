@@ -4,11 +4,17 @@ Each of 128 threads holds 8 contiguous fp16 of a 1024-wide row (16-byte loads); 
 the row maximum (warp shuffles + shared memory), one fused pass computes ``exp(x - max)`` in
 fp32, the CTA sums it, and a second fused pass scales by the reciprocal and casts back to fp16
 for 16-byte stores.
+
+Two builds share the row's body (:func:`_softmax_row`): ``softmax`` (module level, the static
+``ROWS x N`` fp16 example that ``axe demo`` and ``tests/test_kernels.py`` build) and
+:func:`dynamic` ``(n, dtype)``, one artifact for every number of rows ``M`` (grid ``M``),
+which ``axe.torch.ops.softmax`` calls.
 """
 
 from tvm.script import tirx as T
 
 import axe.lang as Ax
+from kernels.rmsnorm import row_layout, row_params
 from axe.layout import S, tx
 
 ROWS, N, THREADS = 256, 1024, 128
@@ -27,6 +33,22 @@ def inputs(device="cuda"):
             "Y": torch.zeros(ROWS, N, dtype=torch.float16, device=device)}
 
 
+def _softmax_row(X, Y, row, n, dtype, layout):
+    """Softmax of row ``row`` of ``X`` into ``Y``."""
+    x = Ax.registers((1, n), dtype, layout, name="x")
+    xf = Ax.registers((1, n), "float32", layout, name="xf")
+    e = Ax.registers((1, n), "float32", layout, name="e")
+    mx = Ax.registers((1, 1), "float32", ONE, name="mx")
+    sm = Ax.registers((1, 1), "float32", ONE, name="sm")
+    Ax.copy(x, X[row:row + 1, :])
+    Ax.cast(xf, x)
+    Ax.reduce(mx, xf, "max", dims=1)
+    Ax.elementwise(e, lambda v, m: T.exp(v - m), xf, mx)
+    Ax.reduce(sm, e, "sum", dims=1)
+    Ax.elementwise(x, lambda v, s: T.Cast(dtype, v * (T.float32(1) / s)), e, sm)
+    Ax.copy(Y[row:row + 1, :], x)
+
+
 @Ax.kernel(reference=reference, inputs=inputs, outputs=("Y",), grid=(ROWS,), threads=THREADS)
 def softmax():
     @T.prim_func
@@ -34,16 +56,23 @@ def softmax():
         bx, tx_ = Ax.launch(ROWS, THREADS)
         X = Ax.param(X_)
         Y = Ax.param(Y_)
-        x = Ax.registers((1, N), "float16", ROW, name="x")
-        xf = Ax.registers((1, N), "float32", ROW, name="xf")
-        e = Ax.registers((1, N), "float32", ROW, name="e")
-        mx = Ax.registers((1, 1), "float32", ONE, name="mx")
-        sm = Ax.registers((1, 1), "float32", ONE, name="sm")
-        Ax.copy(x, X[bx:bx + 1, :])
-        Ax.cast(xf, x)
-        Ax.reduce(mx, xf, "max", dims=1)
-        Ax.elementwise(e, lambda v, m: T.exp(v - m), xf, mx)
-        Ax.reduce(sm, e, "sum", dims=1)
-        Ax.elementwise(x, lambda v, s: T.Cast("float16", v * (T.float32(1) / s)), e, sm)
-        Ax.copy(Y[bx:bx + 1, :], x)
+        _softmax_row(X, Y, bx, N, "float16", ROW)
     return softmax
+
+
+def dynamic(n: int = N, dtype: str = "float16"):
+    """The softmax kernel for rows of ``n`` ``dtype`` values (``n`` a multiple of 1024) and any
+    number of rows ``M``: ``softmax_dyn(X: (M, n), Y: (M, n))``, grid ``M``; each CTA sees its
+    row as a ``(1, n)`` buffer at element offset ``row * n``."""
+    layout = row_layout(n, "softmax")
+    if dtype not in ("float16", "bfloat16"):
+        raise ValueError(f"softmax: dtype {dtype!r} must be float16 or bfloat16")
+
+    @Ax.kernel(name="softmax_dyn", outputs=("Y",), threads=THREADS, dynamic=("M",))
+    def softmax_dyn():
+        @T.prim_func
+        def softmax_dyn(x_: T.handle, y_: T.handle):
+            X, Y = row_params(n, dtype, X_=x_, Y_=y_)
+            _softmax_row(X, Y, 0, n, dtype, layout)
+        return softmax_dyn
+    return softmax_dyn
