@@ -1,0 +1,526 @@
+"""An executable NumPy model of the NKI subset axe emits, with trn1's hardware rules and a cost model.
+
+``run(source, name, inputs)`` execs the emitted NKI source text unchanged against a fake
+``neuronxcc.nki`` package (``nki.jit``, ``nki.language as nl``, ``nki.isa as nisa``) whose calls
+are NumPy implementations.  Every call checks the rules the hardware and the NKI compiler impose
+(:mod:`.hardware`: 128 partitions, SBUF/PSUM capacity, 8 PSUM banks, TensorE tile limits, dtypes,
+partition dimension first) and raises :class:`HardwareError` naming the call, the operand and the
+condition.  Each call is also charged to its engine (TensorE, VectorE, ScalarE, DMA) in a
+:class:`Cost` record.
+
+Semantics chosen to catch wrong kernels rather than hide them: a masked load writes only the
+elements its mask selects (the rest of the destination keeps what it held, as on hardware); a
+tile from ``nl.ndarray`` starts as NaN (uninitialised memory), ``nl.zeros`` as zeros.
+"""
+
+from __future__ import annotations
+
+import sys
+import types
+from dataclasses import dataclass, field
+from math import ceil, prod
+
+import numpy as np
+
+from . import hardware as hw
+
+__all__ = ["HardwareError", "Cost", "Machine", "run", "namespace"]
+
+try:
+    import ml_dtypes
+    _BF16 = ml_dtypes.bfloat16
+except ImportError:  # pragma: no cover - ml_dtypes comes with TVM
+    _BF16 = None
+
+_NP = {"float16": np.float16, "float32": np.float32, "bfloat16": _BF16, "int32": np.int32}
+
+
+class HardwareError(ValueError):
+    """Emitted NKI breaks a trn1 rule (or an NKI API rule): the message names call, operand, rule."""
+
+
+def _np_dtype(name):
+    return _NP[name]
+
+
+def _dtype_name(x) -> str:
+    if isinstance(x, str):
+        return x
+    for k, v in _NP.items():
+        if v is not None and np.dtype(x) == np.dtype(v):
+            return k
+    raise HardwareError(f"dtype {x!r} is not one the model supports ({sorted(_NP)})")
+
+
+@dataclass
+class Cost:
+    """Busy time per engine (seconds), bytes moved, TensorE flops and instruction counts."""
+
+    engine_s: dict = field(default_factory=lambda: {"tensor": 0.0, "vector": 0.0, "scalar": 0.0, "dma": 0.0})
+    counts: dict = field(default_factory=dict)
+    flops: float = 0.0
+    dma_bytes: int = 0
+
+    def charge(self, engine: str, seconds: float, what: str):
+        self.engine_s[engine] += seconds
+        self.counts[what] = self.counts.get(what, 0) + 1
+
+    @property
+    def time_s(self) -> float:
+        """Estimated time with the engines overlapped perfectly (the busiest engine bounds it)."""
+        return max(self.engine_s.values())
+
+    @property
+    def serial_s(self) -> float:
+        """Estimated time with no overlap at all (an upper bound)."""
+        return sum(self.engine_s.values())
+
+    @property
+    def tensore_utilization(self) -> float:
+        """Useful TensorE flops over what the peak delivers in :attr:`time_s`."""
+        t = self.time_s
+        return self.flops / (hw.TENSORE_PEAK_FLOPS * t) if t > 0 else 0.0
+
+    def summary(self) -> str:
+        e = ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in self.engine_s.items())
+        return (f"estimated {self.time_s * 1e6:.1f} us (engines overlapped; {self.serial_s * 1e6:.1f} us serial); "
+                f"TensorE utilization {self.tensore_utilization:.1%}; {e}; "
+                f"{self.flops / 1e9:.2f} GFLOP, {self.dma_bytes / 1e6:.2f} MB DMA")
+
+
+def _engine_cycles(n_free: int) -> int:
+    return max(int(n_free), hw.MIN_INSTRUCTION_CYCLES)
+
+
+# --------------------------------------------------------------------------------------------
+# tensors, views and values
+
+
+class Tensor:
+    """An NKI tensor: ``buffer`` is "hbm", "sbuf" or "psum"; on-chip axis 0 is the partition dim."""
+
+    def __init__(self, machine, shape, dtype, buffer, name, data=None, fill=np.nan):
+        self.machine, self.shape, self.dtype, self.buffer, self.name = machine, tuple(shape), dtype, buffer, name
+        if data is None:
+            data = np.full(self.shape, fill, dtype=np.float32).astype(_np_dtype(dtype))
+        self.data = data
+
+    def __getitem__(self, idx):
+        return View(self, idx if isinstance(idx, tuple) else (idx,))
+
+    def __setitem__(self, idx, value):
+        View(self, idx if isinstance(idx, tuple) else (idx,)).write(value)
+
+    def __repr__(self):
+        return f"{self.buffer} tensor {self.name}{list(self.shape)} {self.dtype}"
+
+
+def _norm_index(t: Tensor, idx):
+    """Index arrays (broadcastable) for ``idx`` on ``t``: slices and ``...`` become aranges."""
+    if len(idx) == 1 and idx[0] is Ellipsis:
+        idx = tuple(slice(None) for _ in t.shape)
+    if len(idx) != len(t.shape):
+        raise HardwareError(f"index of {t!r}: {len(idx)} indices for {len(t.shape)} dimensions")
+    out, kinds = [], []
+    for d, (ix, n) in enumerate(zip(idx, t.shape)):
+        if isinstance(ix, slice):
+            lo, hi, step = ix.indices(n)
+            if step != 1:
+                raise HardwareError(f"index of {t!r}: dimension {d} slice step {step} (the model supports 1)")
+            if ix.stop is not None and ix.stop > n or (ix.start or 0) < 0:
+                raise HardwareError(f"index of {t!r}: dimension {d} slice {ix.start}:{ix.stop} outside extent {n}")
+            ar = np.arange(lo, hi)
+            kinds.append(("slice", d))
+        elif isinstance(ix, (int, np.integer)):
+            ar = np.array([int(ix)])
+            kinds.append(("int", d))
+        else:
+            ar = np.asarray(ix)
+            if ar.dtype.kind not in "iu":
+                raise HardwareError(f"index of {t!r}: dimension {d} index has dtype {ar.dtype}")
+            kinds.append(("grid", ar.shape))
+        out.append(ar)
+    return out, kinds
+
+
+class View:
+    """``tensor[idx]``: reads and writes through slices and ints (basic indexing) or through
+    ``nl.mgrid`` index grids and ints (grid indexing); the two forms are not mixed."""
+
+    def __init__(self, tensor: Tensor, idx):
+        self.tensor, self.idx = tensor, idx
+        arrays, kinds = _norm_index(tensor, idx)
+        if all(k[0] != "grid" for k in kinds):          # basic indexing: outer product of ranges
+            self.grids = list(np.ix_(*arrays))
+            self.full = tuple(len(a) for a in arrays)
+            self.shape = tuple(len(a) for a, k in zip(arrays, kinds) if k[0] == "slice")
+        else:
+            if any(k[0] == "slice" for k in kinds):
+                raise HardwareError(f"index of {tensor!r}: slices mixed with index grids (use nl.mgrid for every dim)")
+            self.grids = [np.asarray(a) if k[0] == "grid" else np.asarray(a).reshape(()) for a, k in zip(arrays, kinds)]
+            self.full = np.broadcast_shapes(*[g.shape for g in self.grids])
+            self.shape = self.full
+        if tensor.buffer != "hbm":
+            self._check_partition_first(arrays, kinds)
+
+    def _check_partition_first(self, arrays, kinds):
+        """[LOAD] the partition dimension is the first index of an on-chip tile."""
+        if kinds[0][0] == "grid":
+            shp = np.asarray(arrays[0]).shape
+            if len(shp) != 2 or shp[1] != 1:
+                raise HardwareError(f"index of {self.tensor!r}: the partition index must vary along the "
+                                    f"first (partition) dimension of the tile, got an index of shape {shp}")
+        if len(self.shape) and self.shape[0] > hw.PMAX:
+            raise HardwareError(f"{self.tensor!r}: a tile of {self.shape[0]} partitions > {hw.PMAX}")
+
+    def _in_bounds(self):
+        ok = np.ones(self.full, dtype=bool)
+        for g, n in zip(self.grids, self.tensor.shape):
+            ok = ok & (g >= 0) & (g < n)
+        return ok
+
+    def _mask(self, mask):
+        return np.ones(self.full, bool) if mask is None else np.broadcast_to(np.asarray(mask).reshape(
+            np.shape(mask) if np.ndim(mask) == len(self.full) else self.full), self.full)
+
+    def read(self, mask=None) -> np.ndarray:
+        """The selected elements as float32; out-of-bounds elements are an error unless masked off."""
+        sel = self._mask(mask)
+        ok = self._in_bounds()
+        if not ok[sel].all():
+            bad = np.argwhere(sel & ~ok)[0]
+            raise HardwareError(f"access to {self.tensor!r} out of bounds at tile element {tuple(bad)} "
+                                f"(shape {list(self.tensor.shape)}); mask it off")
+        clipped = tuple(np.clip(g, 0, n - 1) for g, n in zip(self.grids, self.tensor.shape))
+        vals = self.tensor.data[clipped].astype(np.float32)
+        return np.broadcast_to(vals, self.full).reshape(self.shape)
+
+    def put(self, data, mask=None):
+        """Write ``data`` (broadcast to the view) where ``mask`` holds, cast to the tensor's dtype."""
+        sel = self._mask(mask)
+        if not self._in_bounds()[sel].all():
+            raise HardwareError(f"write to {self.tensor!r} out of bounds (shape {list(self.tensor.shape)}); mask it off")
+        arr = np.broadcast_to(np.broadcast_to(data, self.shape).reshape(self.full), self.full)
+        idx = tuple(np.broadcast_to(g, self.full)[sel] for g in self.grids)
+        self.tensor.data[idx] = arr[sel].astype(_np_dtype(self.tensor.dtype))
+
+    def write(self, value):
+        v = as_value(value, f"assignment to {self.tensor!r}")
+        if self.tensor.buffer == "psum" and v.produced_by == "load":
+            raise HardwareError(f"assignment to {self.tensor!r}: nl.load writes SBUF, not PSUM")
+        if self.tensor.buffer == "hbm":
+            raise HardwareError(f"assignment to {self.tensor!r}: HBM is written by nl.store only")
+        if self.tensor.buffer == "sbuf" and v.produced_by == "matmul":
+            raise HardwareError(f"assignment to {self.tensor!r}: TensorE writes PSUM, not SBUF")
+        if v.shape and tuple(v.shape) != tuple(self.shape) and np.broadcast_shapes(v.shape, self.shape) != tuple(self.shape):
+            raise HardwareError(f"assignment to {self.tensor!r}: value shape {list(v.shape)} does not fit "
+                                f"the view {list(self.shape)}")
+        if self.tensor.buffer == "psum" and v.produced_by == "matmul":
+            self._check_bank()
+        self.put(v.data, v.mask)
+
+    def _check_bank(self):
+        """[ARCH] a TensorE result lands in one PSUM bank (2 KiB, 512 fp32 per partition)."""
+        flat = np.broadcast_to(self.grids[-1], self.full).ravel() if len(self.grids) > 1 else np.array([0])
+        inner = prod(self.tensor.shape[1:-1]) if len(self.tensor.shape) > 2 else 1
+        lo, hi = int(flat.min()) * inner, int(flat.max()) * inner
+        width = hw.PSUM_BANK_BYTES // 4
+        if lo // width != hi // width:
+            raise HardwareError(f"TensorE result into {self.tensor!r} free range [{lo}, {hi}] crosses a PSUM bank "
+                                f"({width} fp32 per bank)")
+
+    def __iadd__(self, other):
+        o = as_value(other, "+=")
+        if self.tensor.buffer != "psum":
+            raise HardwareError(f"+= into {self.tensor!r}: accumulation happens in PSUM")
+        return Value(self.read() + o.data, "float32", "psum", None, "matmul")
+
+    @property
+    def buffer(self):
+        return self.tensor.buffer
+
+    @property
+    def dtype(self):
+        return self.tensor.dtype
+
+
+@dataclass
+class Value:
+    """An on-chip tile produced by an instruction (float32 math, ``dtype`` its declared type)."""
+
+    data: np.ndarray
+    dtype: str
+    buffer: str
+    mask: object = None
+    produced_by: str = ""
+
+    @property
+    def shape(self):
+        return self.data.shape
+
+
+def as_value(x, what) -> Value:
+    if isinstance(x, Value):
+        return x
+    if isinstance(x, View):
+        if x.tensor.buffer == "hbm":
+            raise HardwareError(f"{what}: operand {x.tensor!r} is in HBM; compute reads SBUF/PSUM tiles "
+                                "(nl.load it first)")
+        return Value(x.read(), x.tensor.dtype, x.tensor.buffer)
+    if isinstance(x, Tensor):
+        return as_value(x[...], what)
+    if isinstance(x, (int, float, np.floating)):
+        return Value(np.float32(x), "float32", "const")
+    raise HardwareError(f"{what}: operand of type {type(x).__name__} is not an NKI tile")
+
+
+def _round(data, dtype):
+    """Values as stored in ``dtype`` (rounding), returned as float32."""
+    return np.asarray(data).astype(_np_dtype(dtype)).astype(np.float32)
+
+
+# --------------------------------------------------------------------------------------------
+# the machine: allocation rules and the NKI calls
+
+
+class Machine:
+    """One NeuronCore: allocations by name, the cost record, and the NKI calls bound to them."""
+
+    def __init__(self):
+        self.cost = Cost()
+        self.alloc = {}        # name -> (buffer, bytes per partition)
+
+    # -- allocation ------------------------------------------------------------------------
+    def allocate(self, call, shape, dtype, buffer, name, fill):
+        dtype = _dtype_name(dtype)
+        shape = tuple(int(s) for s in shape)
+        if buffer in ("sbuf", "psum"):
+            if shape[0] > hw.PMAX:
+                raise HardwareError(f"{call} {name}: partition dimension {shape[0]} > {hw.PMAX} partitions")
+            per = prod(shape[1:]) * hw.DTYPE_BYTES[dtype]
+            if buffer == "psum" and dtype != "float32":
+                raise HardwareError(f"{call} {name}: PSUM tiles hold float32 accumulators, got {dtype}")
+            self.alloc[name] = (buffer, per)
+            self._check_capacity(call, name)
+        return Tensor(self, shape, dtype, buffer, name, fill=fill)
+
+    def _check_capacity(self, call, name):
+        sb = sum(b for k, (buf, b) in self.alloc.items() if buf == "sbuf")
+        if sb > hw.SBUF_PARTITION_BYTES:
+            raise HardwareError(f"{call} {name}: SBUF needs {sb} bytes per partition > {hw.SBUF_PARTITION_BYTES}")
+        ps = [b for k, (buf, b) in self.alloc.items() if buf == "psum"]
+        if sum(ps) > hw.PSUM_PARTITION_BYTES:
+            raise HardwareError(f"{call} {name}: PSUM needs {sum(ps)} bytes per partition > {hw.PSUM_PARTITION_BYTES}")
+        banks = sum(ceil(b / hw.PSUM_BANK_BYTES) for b in ps)
+        if banks > hw.PSUM_BANKS:
+            raise HardwareError(f"{call} {name}: PSUM tiles need {banks} banks > {hw.PSUM_BANKS}")
+
+    # -- DMA ------------------------------------------------------------------------------
+    def load(self, src, *, mask=None, dtype=None):
+        if not isinstance(src, View) or src.tensor.buffer != "hbm":
+            raise HardwareError(f"nl.load: src must be an HBM tensor (indexed), got {src!r}")
+        if len(src.shape) < 1 or src.shape[0] > hw.PMAX:
+            raise HardwareError(f"nl.load: tile of {src.shape[0]} partitions > {hw.PMAX} ({src.tensor!r})")
+        data = src.read(mask)
+        out = dtype and _dtype_name(dtype) or src.tensor.dtype
+        m = None if mask is None else src._mask(mask).reshape(data.shape)
+        nbytes = int(data.size if m is None else m.sum()) * hw.DTYPE_BYTES[src.tensor.dtype]
+        self._dma(nbytes, "nl.load")
+        return Value(_round(data, out), out, "sbuf", m, "load")
+
+    def store(self, dst, value, *, mask=None):
+        if not isinstance(dst, View) or dst.tensor.buffer != "hbm":
+            raise HardwareError(f"nl.store: dst must be an HBM tensor (indexed), got {dst!r}")
+        v = as_value(value, "nl.store value")
+        if v.shape and v.shape[0] > hw.PMAX:
+            raise HardwareError(f"nl.store: tile of {v.shape[0]} partitions > {hw.PMAX}")
+        sel = dst._mask(mask)
+        dst.put(v.data, mask)
+        self._dma(int(sel.sum()) * hw.DTYPE_BYTES[dst.tensor.dtype], "nl.store")
+        if v.buffer == "psum":   # [LOAD] a PSUM tile is first copied to SBUF
+            self._engine("vector", v.shape, "psum->sbuf copy")
+
+    def _dma(self, nbytes, what):
+        self.cost.dma_bytes += nbytes
+        self.cost.charge("dma", nbytes / hw.HBM_BYTES_PER_S + hw.DMA_FIXED_S, what)
+
+    def _engine(self, engine, shape, what):
+        free = prod(shape[1:]) if len(shape) > 1 else 1
+        self.cost.charge(engine, _engine_cycles(free) / hw.ENGINE_HZ, what)
+
+    # -- TensorE --------------------------------------------------------------------------
+    def nc_matmul(self, stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False,
+                  is_transpose=False, tile_position=(), tile_size=(), mask=None):
+        for nm, t in (("stationary", stationary), ("moving", moving)):
+            if not isinstance(t, View) or t.tensor.buffer != "sbuf":
+                raise HardwareError(f"nisa.nc_matmul: {nm} must be an SBUF tile, got {t!r}")
+            if t.tensor.dtype not in hw.MATMUL_IN_DTYPES:
+                raise HardwareError(f"nisa.nc_matmul: {nm} dtype {t.tensor.dtype} not in {hw.MATMUL_IN_DTYPES}")
+            if len(t.shape) != 2:
+                raise HardwareError(f"nisa.nc_matmul: {nm} must be a 2-D tile [partition, free], got {t.shape}")
+        (k1, m), (k2, n) = stationary.shape, moving.shape
+        if stationary.tensor.dtype != moving.tensor.dtype:
+            raise HardwareError(f"nisa.nc_matmul: stationary {stationary.tensor.dtype} and moving "
+                                f"{moving.tensor.dtype} must share a dtype")
+        if k1 != k2 or k1 > hw.MATMUL_CONTRACTION:
+            raise HardwareError(f"nisa.nc_matmul: contraction (partition) sizes {k1} and {k2} must be equal "
+                                f"and <= {hw.MATMUL_CONTRACTION}")
+        if m > hw.MATMUL_STATIONARY_FREE:
+            raise HardwareError(f"nisa.nc_matmul: stationary free size {m} > {hw.MATMUL_STATIONARY_FREE}")
+        if n > hw.MATMUL_MOVING_FREE:
+            raise HardwareError(f"nisa.nc_matmul: moving free size {n} > {hw.MATMUL_MOVING_FREE}")
+        a, b = stationary.read(), moving.read()
+        self.cost.flops += 2.0 * k1 * m * n
+        self.cost.charge("tensor", _engine_cycles(n) * hw.TENSORE_CYCLE_S, "nisa.nc_matmul")
+        return Value(a.T.astype(np.float64) @ b.astype(np.float64), "float32", "psum", None, "matmul")
+
+    def nc_transpose(self, data, *, mask=None, dtype=None, engine=None):
+        if not isinstance(data, View) or data.tensor.buffer not in ("sbuf", "psum"):
+            raise HardwareError(f"nisa.nc_transpose: data must be an on-chip tile, got {data!r}")
+        p, f = data.shape
+        if p > hw.PMAX or f > hw.PMAX:
+            raise HardwareError(f"nisa.nc_transpose: TensorE transposes at most {hw.PMAX}x{hw.PMAX}, got {p}x{f}")
+        self.cost.charge("tensor", _engine_cycles(p) * hw.TENSORE_CYCLE_S, "nisa.nc_transpose")
+        return Value(data.read().T.copy(), "float32", "psum", None, "matmul")
+
+
+# --------------------------------------------------------------------------------------------
+# elementwise and reductions (nki.language), charged to VectorE / ScalarE
+
+
+def _operands(what, *xs):
+    vals = [as_value(x, what) for x in xs]
+    shapes = [v.shape for v in vals if v.buffer != "const"]
+    parts = {s[0] for s in shapes if len(s)}
+    if len(parts) > 1:
+        raise HardwareError(f"{what}: operands have partition sizes {sorted(parts)}; NKI broadcasts along "
+                            "the free dimension only")
+    return vals
+
+
+def _out_dtype(vals, dtype):
+    if dtype is not None:
+        return _dtype_name(dtype)
+    names = [v.dtype for v in vals if v.buffer != "const"] or ["float32"]
+    return "float32" if "float32" in names else names[0]
+
+
+def _unary(machine, fn, engine, name):
+    def op(x, *, dtype=None, mask=None):
+        (v,) = _operands(f"nl.{name}", x)
+        out = _out_dtype([v], dtype)
+        machine._engine(engine, v.shape, f"nl.{name}")
+        return Value(_round(fn(v.data), out), out, "sbuf")
+    op.__name__ = name
+    return op
+
+
+def _binary(machine, fn, name):
+    def op(x, y, *, dtype=None, mask=None):
+        vals = _operands(f"nl.{name}", x, y)
+        out = _out_dtype(vals, dtype)
+        shape = np.broadcast_shapes(*[np.shape(v.data) for v in vals])
+        machine._engine("vector", shape, f"nl.{name}")
+        return Value(_round(fn(vals[0].data, vals[1].data), out), out, "sbuf")
+    op.__name__ = name
+    return op
+
+
+def _reduce(machine, fn, name):
+    def op(x, axis, *, dtype=None, mask=None, keepdims=False):
+        (v,) = _operands(f"nl.{name}", x)
+        axes = tuple(axis) if isinstance(axis, (list, tuple)) else (axis,)
+        if 0 in axes:
+            raise HardwareError(f"nl.{name}: axis 0 is the partition dimension; VectorE reduces along the "
+                                "free dimension (transpose first, or reduce on TensorE)")
+        out = _out_dtype([v], dtype)
+        machine._engine("vector", v.shape, f"nl.{name}")
+        return Value(_round(fn(v.data, axis=axes, keepdims=keepdims), out), out, "sbuf")
+    op.__name__ = name
+    return op
+
+
+def _copy(machine):
+    def copy(x, *, dtype=None, mask=None):
+        (v,) = _operands("nl.copy", x)
+        out = _out_dtype([v], dtype) if dtype is not None else v.dtype
+        machine._engine("vector", v.shape, "nl.copy")
+        return Value(_round(v.data, out), out, "sbuf")
+    return copy
+
+
+class _Mgrid:
+    """``nl.mgrid[0:p, 0:f]``: index grids of shapes (p, 1) and (1, f)."""
+
+    def __getitem__(self, key):
+        key = key if isinstance(key, tuple) else (key,)
+        return np.ogrid[key]
+
+
+def namespace(machine: Machine):
+    """The fake ``neuronxcc`` package bound to ``machine``: ``{module name: module}``."""
+    nl = types.ModuleType("neuronxcc.nki.language")
+    for name in ("float16", "bfloat16", "float32", "int32"):
+        setattr(nl, name, name)
+    nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm = "sbuf", "psum", "hbm", "hbm"
+
+    def ndarray(shape, dtype, buffer=None, name=""):
+        return machine.allocate("nl.ndarray", shape, dtype, buffer or "sbuf", name or f"t{id(shape)}", np.nan)
+
+    def zeros(shape, dtype, buffer=None, name=""):
+        return machine.allocate("nl.zeros", shape, dtype, buffer or "sbuf", name or f"t{id(shape)}", 0.0)
+
+    def full(shape, fill_value, dtype, buffer=None, name=""):
+        return machine.allocate("nl.full", shape, dtype, buffer or "sbuf", name or f"t{id(shape)}", float(fill_value))
+
+    nl.ndarray, nl.zeros, nl.full = ndarray, zeros, full
+    nl.affine_range = lambda *a: range(*a)
+    nl.sequential_range = lambda *a: range(*a)
+    nl.mgrid = _Mgrid()
+    nl.load, nl.store = machine.load, machine.store
+    nl.copy = _copy(machine)
+    for name, fn, eng in (("exp", np.exp, "scalar"), ("sqrt", np.sqrt, "scalar"),
+                          ("rsqrt", lambda a: 1.0 / np.sqrt(a), "scalar"), ("negative", np.negative, "vector"),
+                          ("abs", np.abs, "vector"), ("reciprocal", lambda a: 1.0 / a, "vector")):
+        setattr(nl, name, _unary(machine, fn, eng, name))
+    for name, fn in (("add", np.add), ("subtract", np.subtract), ("multiply", np.multiply),
+                     ("divide", np.divide), ("maximum", np.maximum), ("minimum", np.minimum)):
+        setattr(nl, name, _binary(machine, fn, name))
+    for name, fn in (("max", np.max), ("min", np.min), ("sum", np.sum)):
+        setattr(nl, name, _reduce(machine, fn, name))
+
+    isa = types.ModuleType("neuronxcc.nki.isa")
+    isa.nc_matmul, isa.nc_transpose = machine.nc_matmul, machine.nc_transpose
+
+    nki = types.ModuleType("neuronxcc.nki")
+    nki.jit = lambda fn=None, **kw: fn if fn is not None else (lambda f: f)
+    nki.language, nki.isa = nl, isa
+    root = types.ModuleType("neuronxcc")
+    root.nki = nki
+    return {"neuronxcc": root, "neuronxcc.nki": nki, "neuronxcc.nki.language": nl, "neuronxcc.nki.isa": isa}
+
+
+def run(source: str, name: str, inputs: dict, dtypes: dict | None = None):
+    """Exec ``source`` (unchanged) against the model and call kernel ``name`` on numpy ``inputs``
+    (by parameter name).  Returns ``(outputs as a tuple of numpy arrays, Cost)``."""
+    machine = Machine()
+    mods = namespace(machine)
+    saved = {k: sys.modules.get(k) for k in mods}
+    sys.modules.update(mods)
+    try:
+        scope: dict = {"__name__": f"axe_nki_{name}"}
+        exec(compile(source, f"<nki {name}>", "exec"), scope)
+        fn = scope[name]
+        args = {}
+        for k, arr in inputs.items():
+            dt = (dtypes or {}).get(k) or _dtype_name(arr.dtype)
+            args[k] = Tensor(machine, arr.shape, dt, "hbm", k, data=np.array(arr, dtype=_np_dtype(dt)))
+        out = fn(**args)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+    outs = out if isinstance(out, tuple) else (out,)
+    return tuple(o.data for o in outs), machine.cost
