@@ -14,6 +14,7 @@ _COMMAND_MODULES = [
     "axe.layout.cli",   # axe layout ...
     "axe.lang.cli",     # axe build / axe explain
     "axe.demo",         # axe demo (the README's main job)
+    "axe.torch.cli",    # axe cache list / clear / build
 ]
 
 

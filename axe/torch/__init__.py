@@ -1,0 +1,23 @@
+"""axe kernels as PyTorch functions.
+
+- :mod:`axe.torch.cache` — the on-disk artifact cache (``$AXE_CACHE_DIR``, shipped folders);
+- :mod:`axe.torch.jit` — :class:`JitKernel`: a kernel factory called on tensors, built on first
+  call per specialization, cached, launched through :mod:`axe.runtime`;
+- :mod:`axe.torch.ops` — ``torch.library`` custom ops ``axe::rmsnorm``, ``axe::softmax``,
+  ``axe::gemm`` (with fake implementations for ``torch.compile`` and CUDA graphs);
+- :mod:`axe.torch.distributed` — distributed kernels taking and returning DTensors.
+
+Importing this package imports neither torch nor TVM; its modules import torch when used.
+"""
+
+__all__ = ["ArtifactCache", "ArtifactMissing", "CacheKey", "JitKernel"]
+
+
+def __getattr__(name):
+    if name in ("ArtifactCache", "ArtifactMissing", "CacheKey"):
+        from . import cache
+        return getattr(cache, name)
+    if name == "JitKernel":
+        from .jit import JitKernel
+        return JitKernel
+    raise AttributeError(f"module 'axe.torch' has no attribute {name!r}")
