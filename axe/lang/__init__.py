@@ -46,3 +46,7 @@ __all__ += ["counter_publish", "counter_wait", "fence_gpu", "flag_set", "flag_ta
 from .mesh import Mesh, current_mesh, device_rank, devices, dtensor, fence_system, mesh, signal, wait
 
 __all__ += ["Mesh", "current_mesh", "device_rank", "devices", "dtensor", "fence_system", "mesh", "signal", "wait"]
+from axe.backends.cuda.schedules.tcgen05 import commit as tcgen05_commit, pair as cta_pair
+from axe.backends.cuda.tmem import tmem, tmem_free
+
+__all__ += ["tcgen05_commit", "cta_pair", "tmem", "tmem_free"]

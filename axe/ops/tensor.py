@@ -17,7 +17,7 @@ from axe.layout.slicing import slice_block
 
 __all__ = ["Tensor", "as_operand", "register_tensor", "lookup_tensor", "reset_tensors", "MEMORY_SCOPES"]
 
-MEMORY_SCOPES = ("global", "shared", "local")
+MEMORY_SCOPES = ("global", "shared", "local", "tmem")   # tmem: Blackwell tensor memory (TLane/TCol)
 
 
 def _inner(L):

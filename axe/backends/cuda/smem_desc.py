@@ -22,7 +22,7 @@ from axe.layout.iters import Iter
 from axe.schedules.emit import is_zero
 
 __all__ = ["K_INST", "SWIZZLE_CODE", "SWIZZLE_CODE_SM100", "core_atom", "SmemOperand", "smem_operand",
-           "descriptor_bits", "descriptor_bits_sm100", "emit_descriptor"]
+           "descriptor_bits", "descriptor_bits_sm100", "emit_descriptor", "pick_n"]
 
 K_INST = 16                                   # k16 for 16-bit inputs
 SWIZZLE_CODE = {0: 0, 128: 1, 64: 2, 32: 3}   # descriptor bits 62-63 (sm_90 layout type)
@@ -231,3 +231,22 @@ def emit_descriptor(op: SmemOperand, t, mn0, k0, hi):
     hi_expr = T.bitwise_or(T.shift_left(T.Cast("uint64", T.uint32(hi >> 32)), T.uint64(32)),
                            T.Cast("uint64", T.uint32(hi & 0xFFFFFFFF)))
     return T.bitwise_or(T.Cast("uint64", lo), hi_expr)
+
+
+def pick_n(ns, outer_of, b_of):
+    """The first n of ``ns`` whose accumulator placement ``outer_of(n)`` and B operand ``b_of(n)``
+    both exist: ``(n, outer, b)``; else the reasons (a str, the middle ones elided)."""
+    reasons = []
+    for n in ns:
+        outer = outer_of(n)
+        if isinstance(outer, str):
+            reasons.append(f"N={n}: {outer}")
+            continue
+        b = b_of(n)
+        if isinstance(b, str):
+            reasons.append(f"N={n}: {b}")
+            continue
+        return n, outer, b
+    if len(reasons) > 3:
+        reasons = reasons[:2] + [f"... {len(reasons) - 3} more N ...", reasons[-1]]
+    return " | ".join(reasons)

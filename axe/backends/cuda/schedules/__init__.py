@@ -1,7 +1,7 @@
 """CUDA schedules (Hopper sm_90a, Blackwell sm_100a); importing registers them."""
 
 from . import ldmatrix, reduce, tma, vector  # noqa: F401
-from . import mma, wgmma  # noqa: F401
+from . import mma, wgmma, tcgen05  # noqa: F401
 from . import bulk, devices, nvshmem  # noqa: F401
 
-__all__ = ["ldmatrix", "reduce", "tma", "vector", "mma", "wgmma", "devices", "nvshmem", "bulk"]
+__all__ = ["ldmatrix", "reduce", "tma", "vector", "mma", "wgmma", "tcgen05", "devices", "nvshmem", "bulk"]

@@ -39,7 +39,7 @@ from axe.schedules.emit import is_zero
 from axe.schedules.registry import add_schedule
 
 from ..smem_desc import (K_INST, SWIZZLE_CODE, SmemOperand, core_atom, descriptor_bits,  # noqa: F401
-                         emit_descriptor, smem_operand)
+                         emit_descriptor, pick_n, smem_operand)
 
 __all__ = ["d_fragment", "a_fragment", "core_atom", "SmemOperand", "smem_operand", "WgmmaPlan",
            "wgmma_plan", "emit_wait", "descriptor_bits", "SWIZZLE_CODE"]
@@ -132,25 +132,11 @@ def wgmma_plan(call, ctx):
     thread = _thread_kind(C)
     if thread is None:
         return f"C ({C.name}) layout {C.layout} names thread axes {sorted(C.thread_axes())}, not lane/warp or tx"
-    reasons = []
-    chosen = None
-    for n in range(min(256, N_total), 7, -8):
-        if N_total % n:
-            continue
-        outer = _register_outer(C, (M, N_total), d_fragment(n, thread), (64, n), f"C ({C.name})")
-        if isinstance(outer, str):
-            reasons.append(f"N={n}: {outer}")
-            continue
-        b = smem_operand(B, "B", n)
-        if isinstance(b, str):
-            reasons.append(f"N={n}: {b}")
-            continue
-        chosen = (n, outer, b)
-        break
-    if chosen is None:
-        if len(reasons) > 3:
-            reasons = reasons[:2] + [f"... {len(reasons) - 3} more N ...", reasons[-1]]
-        return "no N in 8..256 fits: " + " | ".join(reasons)
+    chosen = pick_n([n for n in range(min(256, N_total), 7, -8) if N_total % n == 0],
+                    lambda n: _register_outer(C, (M, N_total), d_fragment(n, thread), (64, n), f"C ({C.name})"),
+                    lambda n: smem_operand(B, "B", n))
+    if isinstance(chosen, str):
+        return "no N in 8..256 fits: " + chosen
     n, outer, b = chosen
     if A.mem == "shared":
         a = smem_operand(A, "A", 64)
