@@ -1,0 +1,169 @@
+"""axe's kernels as ``torch.library`` custom ops: ``torch.ops.axe.rmsnorm``, ``.softmax``, ``.gemm``.
+
+Each op allocates its output, launches an axe kernel through a :class:`~axe.torch.jit.JitKernel`
+(built on the first call of a specialization, cached on disk) and has a fake implementation
+(``register_fake``: output shape, dtype and device, and the same argument checks), so that
+``torch.compile(fullgraph=True)`` traces through it without a graph break, and launches on the
+current stream through torch's allocator so that CUDA graphs capture it (call it once before
+capturing: the first call builds or loads the kernel).
+
+- ``rmsnorm(x, weight, eps=1e-6)``: ``x`` (..., n) fp16/bf16, ``weight`` (n,): one artifact per
+  (n, dtype) serves every number of rows (``kernels/rmsnorm.py:dynamic``);
+- ``softmax(x)``: over the last dimension, one artifact per (n, dtype)
+  (``kernels/softmax.py:dynamic``);
+- ``gemm(a, b, transpose_b=False)``: ``a @ b`` (``b`` (K, N)) or ``a @ b.T`` (``b`` (N, K)),
+  fp16/bf16, through the static GEMM builds of ``kernels/gemm.py`` — one artifact per (M, N, K,
+  dtype, layout of b) until the GEMM takes a runtime M (then its spec drops ``M``).
+
+Inputs that are not contiguous, or whose data is not 16-byte aligned (a sliced view), are
+copied first: the kernels load 16-byte vectors.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from .jit import JitKernel
+
+__all__ = ["rmsnorm", "softmax", "gemm", "KERNELS", "spec_rows", "spec_gemm"]
+
+#: the repository root, where ``kernels/`` lives (not an installed package)
+ROOT = Path(__file__).resolve().parents[2]
+_DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+_INT32 = 2**31 - 1
+
+
+def _dtype(op: str, name: str, t) -> str:
+    if t.dtype not in _DTYPES:
+        raise TypeError(f"axe::{op}: {name} has dtype {t.dtype}, expected float16 or bfloat16")
+    return _DTYPES[t.dtype]
+
+
+def _row_length(op: str, x) -> int:
+    """The checked row length of ``x`` for a row-wise kernel (a multiple of 1024; every element
+    index of the (M, n) view fits the kernel's int32 arithmetic)."""
+    if x.dim() < 1:
+        raise ValueError(f"axe::{op}: x must have at least one dimension, got a scalar")
+    n = int(x.shape[-1])
+    if n <= 0 or n % 1024:
+        raise ValueError(f"axe::{op}: the last dimension of x is {n}; the axe kernel needs a positive "
+                         "multiple of 1024")
+    if x.numel() > _INT32:
+        raise ValueError(f"axe::{op}: x has {x.numel()} elements; the kernel indexes with int32 (at most {_INT32})")
+    return n
+
+
+def spec_rows(X, *rest) -> dict:
+    """The specialization of a row-wise kernel: row length and dtype (the row count is read at
+    launch)."""
+    return {"n": int(X.shape[1]), "dtype": _DTYPES.get(X.dtype, str(X.dtype))}
+
+
+def spec_gemm(b_major: str):
+    """The static GEMM's specialization for B stored ``b_major`` (``"row"``: K x N, ``"col"``:
+    N x K): every size and the dtype."""
+    def spec(A, B, C) -> dict:
+        return {"M": int(A.shape[0]), "N": int(C.shape[1]), "K": int(A.shape[1]),
+                "dtype": _DTYPES.get(A.dtype, str(A.dtype)), "b_major": b_major}
+    return spec
+
+
+#: the jit kernels behind the ops (their ``loader``, ``cache`` and ``target`` may be replaced)
+KERNELS = {
+    "rmsnorm": JitKernel("kernels.rmsnorm:dynamic", spec_rows, path=ROOT),
+    "softmax": JitKernel("kernels.softmax:dynamic", spec_rows, path=ROOT),
+    "gemm": JitKernel("kernels.gemm:make", spec_gemm("row"), path=ROOT),
+    "gemm_nt": JitKernel("kernels.gemm:make", spec_gemm("col"), path=ROOT),
+}
+
+
+def _ready(t):
+    """``t`` itself when contiguous and 16-byte aligned, else a fresh contiguous copy."""
+    if t.is_contiguous() and t.data_ptr() % 16 == 0:
+        return t
+    return t.contiguous() if not t.is_contiguous() else t.clone()
+
+
+# --- rmsnorm ---------------------------------------------------------------------------------
+
+def _check_rmsnorm(x, weight):
+    n = _row_length("rmsnorm", x)
+    dt = _dtype("rmsnorm", "x", x)
+    if tuple(weight.shape) != (n,):
+        raise ValueError(f"axe::rmsnorm: weight has shape {tuple(weight.shape)}, expected ({n},) (x's last dimension)")
+    if weight.dtype != x.dtype:
+        raise TypeError(f"axe::rmsnorm: weight has dtype {weight.dtype}, x has {x.dtype}; they must agree")
+    if weight.device != x.device:
+        raise ValueError(f"axe::rmsnorm: weight is on {weight.device}, x on {x.device}")
+    return n, dt
+
+
+@torch.library.custom_op("axe::rmsnorm", mutates_args=())
+def rmsnorm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
+    """``x / sqrt(mean(x², -1) + eps) * weight`` over the last dimension (fp32 inside)."""
+    n, _ = _check_rmsnorm(x, weight)
+    rows = _ready(x).reshape(-1, n)
+    y = torch.empty_like(rows)
+    KERNELS["rmsnorm"](rows, _ready(weight).reshape(1, n), y, float(eps))
+    return y.view(x.shape)
+
+
+@rmsnorm.register_fake
+def _(x, weight, eps=1e-6):
+    _check_rmsnorm(x, weight)
+    return x.new_empty(x.shape)
+
+
+# --- softmax ---------------------------------------------------------------------------------
+
+@torch.library.custom_op("axe::softmax", mutates_args=())
+def softmax(x: torch.Tensor) -> torch.Tensor:
+    """``softmax(x, dim=-1)`` (fp32 inside, the result in x's dtype)."""
+    n = _row_length("softmax", x)
+    _dtype("softmax", "x", x)
+    rows = _ready(x).reshape(-1, n)
+    y = torch.empty_like(rows)
+    KERNELS["softmax"](rows, y)
+    return y.view(x.shape)
+
+
+@softmax.register_fake
+def _(x):
+    _row_length("softmax", x)
+    _dtype("softmax", "x", x)
+    return x.new_empty(x.shape)
+
+
+# --- gemm ------------------------------------------------------------------------------------
+
+def _gemm_shape(a, b, transpose_b: bool):
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"axe::gemm: a and b must be matrices, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    _dtype("gemm", "a", a)
+    if b.dtype != a.dtype:
+        raise TypeError(f"axe::gemm: b has dtype {b.dtype}, a has {a.dtype}; they must agree")
+    M, K = a.shape
+    Kb, N = (b.shape[1], b.shape[0]) if transpose_b else tuple(b.shape)
+    if Kb != K:
+        raise ValueError(f"axe::gemm: a is {M}x{K} but b{'.T' if transpose_b else ''} is {Kb}x{N}: the inner "
+                         "dimensions differ")
+    return int(M), int(N)
+
+
+@torch.library.custom_op("axe::gemm", mutates_args=())
+def gemm(a: torch.Tensor, b: torch.Tensor, transpose_b: bool = False) -> torch.Tensor:
+    """``a @ b`` (or ``a @ b.T`` with ``transpose_b``), fp32 accumulation, output in a's dtype."""
+    M, N = _gemm_shape(a, b, transpose_b)
+    c = a.new_empty((M, N))
+    if not (M and N and a.shape[1]):
+        return c.zero_()               # an empty product (the GEMM builds need whole tiles)
+    KERNELS["gemm_nt" if transpose_b else "gemm"](_ready(a), _ready(b), c)
+    return c
+
+
+@gemm.register_fake
+def _(a, b, transpose_b=False):
+    M, N = _gemm_shape(a, b, transpose_b)
+    return a.new_empty((M, N))
