@@ -156,8 +156,25 @@ def build_func(k: Kernel, target: str = "sm_90a", features=()):
     return func.with_attr("global_symbol", k.name), ctx
 
 
+def _backend_builder(target: str):
+    """The ``build_kernel(k, func, ctx, target)`` hook of the target family's backend
+    (``axe.backends.<family>.build``), or None where the backend has none (CUDA builds below)."""
+    import importlib
+    from axe.schedules.context import target_family
+    try:
+        mod = importlib.import_module(f"axe.backends.{target_family(target)}.build")
+    except ModuleNotFoundError:
+        return None
+    return getattr(mod, "build_kernel", None)
+
+
 def compile_kernel(k: Kernel, target: str = "sm_90a", features=()):
-    """Build the artifact (CUDA source, PTX, cubin, launch metadata) through the CUDA backend."""
+    """Build the artifact through the target's backend: CUDA source, PTX, cubin and launch
+    metadata for ``sm_*``; a backend with a ``build_kernel`` hook (trn1: NKI source) builds its own."""
+    builder = _backend_builder(target)
+    if builder is not None:
+        func, ctx = build_func(k, target, features)
+        return builder(k, func, ctx, target)
     from axe.backends.cuda.build import build
     func, ctx = build_func(k, target, features)
     art = build(func, target=target, name=k.name, tensormaps=tuple(ctx.tensormaps),

@@ -55,20 +55,37 @@ def register(op: str, name: str, family: str = "*", priority: int = 0, requires:
     return deco
 
 
+_NO_GENERIC: set = set()     # families whose backend declares GENERIC = False
+
+
 def _load_backends(family: str) -> None:
+    """Import the target-independent schedules and the family's backend, found by convention as
+    ``axe.backends.<family>.schedules`` (a new target adds a folder, not a line here).  A backend
+    module with ``GENERIC = False`` opts out of the target-independent schedules."""
     import importlib
     importlib.import_module("axe.schedules.generic")
-    if family == "cuda":
-        importlib.import_module("axe.backends.cuda.schedules")
+    name = f"axe.backends.{family}.schedules"
+    try:
+        mod = importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name not in (name, f"axe.backends.{family}"):
+            raise
+        return
+    if getattr(mod, "GENERIC", True) is False:
+        _NO_GENERIC.add(family)
+
+
+def _applies(s: Schedule, family: str) -> bool:
+    return s.family == family or (s.family == "*" and family not in _NO_GENERIC)
 
 
 def candidates(op: str, family: str) -> list[Schedule]:
     """Schedules for ``op`` on a target family, most preferred first."""
     _load_backends(family)
-    found = [s for s in _REGISTRY if s.op == op and s.family in ("*", family)]
+    found = [s for s in _REGISTRY if s.op == op and _applies(s, family)]
     return sorted(found, key=lambda s: -s.priority)
 
 
 def all_schedules(family: str | None = None) -> list[Schedule]:
     _load_backends(family or "cuda")
-    return [s for s in _REGISTRY if family is None or s.family in ("*", family)]
+    return [s for s in _REGISTRY if family is None or _applies(s, family)]

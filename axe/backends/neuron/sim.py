@@ -286,7 +286,8 @@ def _round(data, dtype):
 class Machine:
     """One NeuronCore: allocations by name, the cost record, and the NKI calls bound to them."""
 
-    def __init__(self):
+    def __init__(self, numerics: bool = True):
+        self.numerics = numerics   # False: TensorE results are zeros (cost-model runs of big shapes)
         self.cost = Cost()
         self.alloc = {}        # name -> (buffer, bytes per partition)
 
@@ -300,8 +301,9 @@ class Machine:
             per = prod(shape[1:]) * hw.DTYPE_BYTES[dtype]
             if buffer == "psum" and dtype != "float32":
                 raise HardwareError(f"{call} {name}: PSUM tiles hold float32 accumulators, got {dtype}")
-            self.alloc[name] = (buffer, per)
-            self._check_capacity(call, name)
+            if name:                 # unnamed tiles are temporaries of one statement
+                self.alloc[name] = (buffer, per)
+                self._check_capacity(call, name)
         return Tensor(self, shape, dtype, buffer, name, fill=fill)
 
     def _check_capacity(self, call, name):
@@ -369,10 +371,12 @@ class Machine:
             raise HardwareError(f"nisa.nc_matmul: stationary free size {m} > {hw.MATMUL_STATIONARY_FREE}")
         if n > hw.MATMUL_MOVING_FREE:
             raise HardwareError(f"nisa.nc_matmul: moving free size {n} > {hw.MATMUL_MOVING_FREE}")
-        a, b = stationary.read(), moving.read()
         self.cost.flops += 2.0 * k1 * m * n
         self.cost.charge("tensor", _engine_cycles(n) * hw.TENSORE_CYCLE_S, "nisa.nc_matmul")
-        return Value(a.T.astype(np.float64) @ b.astype(np.float64), "float32", "psum", None, "matmul")
+        if not self.numerics:
+            return Value(np.zeros((m, n), np.float32), "float32", "psum", None, "matmul")
+        a, b = stationary.read(), moving.read()
+        return Value((a.T.astype(np.float64) @ b.astype(np.float64)).astype(np.float32), "float32", "psum", None, "matmul")
 
     def nc_transpose(self, data, *, mask=None, dtype=None, engine=None):
         if not isinstance(data, View) or data.tensor.buffer not in ("sbuf", "psum"):
@@ -465,13 +469,13 @@ def namespace(machine: Machine):
     nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm = "sbuf", "psum", "hbm", "hbm"
 
     def ndarray(shape, dtype, buffer=None, name=""):
-        return machine.allocate("nl.ndarray", shape, dtype, buffer or "sbuf", name or f"t{id(shape)}", np.nan)
+        return machine.allocate("nl.ndarray", shape, dtype, buffer or "sbuf", name, np.nan)
 
     def zeros(shape, dtype, buffer=None, name=""):
-        return machine.allocate("nl.zeros", shape, dtype, buffer or "sbuf", name or f"t{id(shape)}", 0.0)
+        return machine.allocate("nl.zeros", shape, dtype, buffer or "sbuf", name, 0.0)
 
     def full(shape, fill_value, dtype, buffer=None, name=""):
-        return machine.allocate("nl.full", shape, dtype, buffer or "sbuf", name or f"t{id(shape)}", float(fill_value))
+        return machine.allocate("nl.full", shape, dtype, buffer or "sbuf", name, float(fill_value))
 
     nl.ndarray, nl.zeros, nl.full = ndarray, zeros, full
     nl.affine_range = lambda *a: range(*a)
@@ -500,10 +504,12 @@ def namespace(machine: Machine):
     return {"neuronxcc": root, "neuronxcc.nki": nki, "neuronxcc.nki.language": nl, "neuronxcc.nki.isa": isa}
 
 
-def run(source: str, name: str, inputs: dict, dtypes: dict | None = None):
+def run(source: str, name: str, inputs: dict, dtypes: dict | None = None, numerics: bool = True):
     """Exec ``source`` (unchanged) against the model and call kernel ``name`` on numpy ``inputs``
-    (by parameter name).  Returns ``(outputs as a tuple of numpy arrays, Cost)``."""
-    machine = Machine()
+    (by parameter name).  Returns ``(outputs as a tuple of numpy arrays, Cost)``.  With
+    ``numerics=False`` every rule is still checked and every instruction charged, but TensorE
+    results are zeros (fast cost estimates of large shapes)."""
+    machine = Machine(numerics)
     mods = namespace(machine)
     saved = {k: sys.modules.get(k) for k in mods}
     sys.modules.update(mods)

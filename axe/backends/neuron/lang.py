@@ -1,0 +1,74 @@
+"""Trainium constructs a kernel body uses: the NeuronCore scope and SBUF/PSUM tiles.
+
+A trn1 kernel is an ``@Ax.kernel`` TVMScript factory like a GPU one: parameters are HBM tensors
+(``Ax.param``), loops are ``T.parallel`` (independent iterations: ``nl.affine_range``) or
+``T.serial`` (carried state: ``nl.sequential_range``), and operators (``Ax.copy``, ``Ax.gemm``,
+``Ax.elementwise``, ``Ax.reduce``) dispatch on their operands' layouts to the neuron schedules.
+On-chip tiles come from :func:`sbuf` and :func:`psum`; their layouts map the logical shape to the
+axes ``P`` (partition) and ``F`` (free), e.g. ``S[(128, 512):(1@P, 1@F)]``.
+"""
+
+from __future__ import annotations
+
+from math import prod
+
+from axe.layout import Layout, S, parse
+from axe.ops import tensor as _tensor_mod
+from axe.ops.scope import ExecScope, push_scope, reset_scopes
+from axe.ops.tensor import Tensor, register_tensor
+
+from . import hardware as hw
+from .emit_stmt import nki_stmt
+
+__all__ = ["core", "sbuf", "psum", "tile_layout"]
+
+# SBUF and PSUM are memory scopes of their own (not GPU shared memory or registers).
+if "sbuf" not in _tensor_mod.MEMORY_SCOPES:
+    _tensor_mod.MEMORY_SCOPES = tuple(_tensor_mod.MEMORY_SCOPES) + ("sbuf", "psum")
+
+_NL_DTYPE = {"float16": "nl.float16", "bfloat16": "nl.bfloat16", "float32": "nl.float32"}
+
+
+def core():
+    """Enter the NeuronCore scope (a trn1 kernel runs on one NeuronCore; no grid, no threads)."""
+    reset_scopes()
+    push_scope(ExecScope("kernel", None, 1))
+
+
+def tile_layout(shape, partition_dim: int = 0) -> Layout:
+    """The plain tile layout: ``partition_dim`` on P (stride 1), the other dim contiguous on F."""
+    r, c = shape
+    return S[(r, c):(1 @ _ax("P"), 1 @ _ax("F"))] if partition_dim == 0 else S[(r, c):(1 @ _ax("F"), 1 @ _ax("P"))]
+
+
+def _ax(name):
+    from axe.layout.coord import axis
+    return axis(name)
+
+
+def _alloc(kind, shape, dtype, layout, name, init):
+    import tvm
+    shape = tuple(shape)
+    L = tile_layout(shape) if layout is None else (parse(layout) if isinstance(layout, str) else layout)
+    if prod(shape) != L.size:
+        raise ValueError(f"{kind} {name}: shape {shape} has {prod(shape)} elements, layout {L} has {L.size}")
+    pspan, fspan = L.span("P"), L.span("F")
+    if pspan > hw.PMAX:
+        raise ValueError(f"{kind} {name}: layout {L} spans {pspan} partitions > {hw.PMAX}")
+    if dtype not in _NL_DTYPE:
+        raise ValueError(f"{kind} {name}: dtype {dtype} is not one of {sorted(_NL_DTYPE)}")
+    buf = tvm.tirx.decl_buffer((pspan * fspan,), dtype, name, scope=f"trn.{kind}")
+    fill = "nl.zeros" if init == 0 else "nl.ndarray"
+    nki_stmt(f"{name} = {fill}(({pspan}, {fspan}), dtype={_NL_DTYPE[dtype]}, buffer=nl.{kind}, name=\"{name}\")")
+    return register_tensor(Tensor(buf, L, shape, dtype, kind, name=name))
+
+
+def sbuf(shape, dtype, layout=None, name="sb", zero=True) -> Tensor:
+    """An SBUF tile (``nl.zeros`` where written: allocate it inside a loop for a fresh tile each
+    iteration, which masked loads of ragged edges rely on); ``zero=False``: ``nl.ndarray``."""
+    return _alloc("sbuf", shape, dtype, layout, name, 0 if zero else None)
+
+
+def psum(shape, dtype="float32", layout=None, name="ps", zero=True) -> Tensor:
+    """A PSUM tile (float32 accumulators; a bank holds 512 per partition)."""
+    return _alloc("psum", shape, dtype, layout, name, 0 if zero else None)

@@ -1,0 +1,58 @@
+"""GEMM for Trainium (trn1) in axe: ``C = A·B``, fp16/bf16 in, fp32 accumulation in PSUM, C in
+the input dtype.  One 512×512 block of C per (m, n); K in steps of 128.
+
+The layouts carry the whole TensorE mapping (the Axe paper §3.4): A's tile holds K on the
+partitions and M on the free axis (so the DMA transposes it), B's tile K on the partitions, and
+the accumulator splits its 512 rows into 4 partition blocks of 128 at free offsets 0, 512, 1024,
+1536 — one PSUM bank each.  ``Ax.gemm`` intersects the iters and issues 4 ``nc_matmul``
+(K=128, M=128, N=512) per k-step; ragged edges are masked loads into zeroed tiles.
+"""
+
+from tvm.script import tirx as T
+
+import axe.lang as Ax
+from axe.backends.neuron import lang as trn
+from axe.layout import F, P, S
+
+BM, BN, BK = 512, 512, 128
+A_TILE = S[(BM, BK):(1 @ F, 1 @ P)]                          # A[m, k]: k on partitions
+B_TILE = S[(BK, BN):(1 @ P, 1 @ F)]                          # B[k, n]: k on partitions
+C_TILE = S[(BM // 128, 128, BN):(BN @ F, 1 @ P, 1 @ F)]      # C[m, n]: 4 x 128 rows, a bank each
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def reference(A, B):
+    import numpy as np
+    return {"C": (A.astype(np.float32) @ B.astype(np.float32))}
+
+
+def nki_gemm(M=1024, N=1024, K=1024, dtype="float16"):
+    """The kernel for an M×K by K×N product (any sizes; ragged edges masked)."""
+    MT, NT, KT = _cdiv(M, BM), _cdiv(N, BN), _cdiv(K, BK)
+
+    @Ax.kernel(name="nki_gemm", reference=reference, outputs=("C",), shape=(M, N, K), dtype=dtype)
+    def kernel():
+        @T.prim_func
+        def nki_gemm(A_: T.Buffer((M, K), dtype), B_: T.Buffer((K, N), dtype), C_: T.Buffer((M, N), dtype)):
+            trn.core()
+            A, B, C = Ax.param(A_), Ax.param(B_), Ax.param(C_)
+            for m in T.parallel(MT):
+                for n in T.parallel(NT):
+                    acc = trn.psum((BM, BN), "float32", C_TILE, name="acc")
+                    for k in T.parallel(KT):
+                        a = trn.sbuf((BM, BK), dtype, A_TILE, name="a")
+                        b = trn.sbuf((BK, BN), dtype, B_TILE, name="b")
+                        Ax.copy(a, A[m * BM:(m + 1) * BM, k * BK:(k + 1) * BK])
+                        Ax.copy(b, B[k * BK:(k + 1) * BK, n * BN:(n + 1) * BN])
+                        Ax.gemm(acc, a, b)
+                    out = trn.sbuf((BM, BN), dtype, C_TILE, name="out")
+                    Ax.cast(out, acc)
+                    Ax.copy(C[m * BM:(m + 1) * BM, n * BN:(n + 1) * BN], out)
+        return nki_gemm
+    return kernel
+
+
+gemm_1024 = nki_gemm()
