@@ -65,3 +65,13 @@ def test_host_api_error_codes_are_kept_apart():
     assert list(errors) == ["(host API: cuGetProcAddress_v2)"]
     text, clean = san.table(["k"], ["memcheck"], {"memcheck": {"k": "ok"}}, {"memcheck": errors})
     assert clean and "host API" not in text
+
+
+def test_progress_lines_are_not_rows():
+    assert san.parse_results("  dist_rs_w2: ok (0.3 s)\ncheck_x:dist_rs_w2     0  ok  1.0\n") == {"dist_rs_w2": "ok"}
+
+
+def test_other_libraries_reports_are_listed_not_judged():
+    errors = {"racecheck": {"(not axe)": ["Error: Race reported between Read access at nvjet_sm90"]}}
+    text, clean = san.table(["k"], ["racecheck"], {"racecheck": {"k": "ok"}}, errors)
+    assert clean and "(not axe)" in text and "1 err" in text
