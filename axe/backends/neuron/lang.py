@@ -20,7 +20,7 @@ from axe.ops.tensor import Tensor, register_tensor
 from . import hardware as hw
 from .emit_stmt import nki_stmt
 
-__all__ = ["core", "sbuf", "psum", "tile_layout"]
+__all__ = ["core", "sbuf", "psum", "tile_layout", "keep_columns"]
 
 # SBUF and PSUM are memory scopes of their own (not GPU shared memory or registers).
 if "sbuf" not in _tensor_mod.MEMORY_SCOPES:
@@ -72,3 +72,21 @@ def sbuf(shape, dtype, layout=None, name="sb", zero=True) -> Tensor:
 def psum(shape, dtype="float32", layout=None, name="ps", zero=True) -> Tensor:
     """A PSUM tile (float32 accumulators; a bank holds 512 per partition)."""
     return _alloc("psum", shape, dtype, layout, name, 0 if zero else None)
+
+
+def keep_columns(t: Tensor, start, limit: int, fill: float = -30000.0) -> None:
+    """Set the columns of tile ``t`` whose global index ``start + c`` is ``>= limit`` to ``fill``
+    (``nisa.affine_select``), e.g. scores of keys past a ragged sequence end.  Emits nothing when
+    no column can be past the end (``limit`` a multiple of the tile width and ``start`` too)."""
+    from .tiles import blocks, nki_name, py_expr
+    cols = t.shape[1]
+    if isinstance(start, int) and start + cols <= limit or (not isinstance(start, int) and limit % cols == 0):
+        return
+    for b in blocks(t):
+        if b.dp != 0:
+            raise ValueError(f"keep_columns({t.describe()}): columns must lie on the free axis")
+        p = f"{b.p0} + i_p" if b.p0 else "i_p"
+        f = f"{b.f0} + i_f" if b.f0 else "i_f"
+        box = f"{nki_name(t)}[{p}, {f}]"
+        nki_stmt(f"i_p, i_f = nl.mgrid[0:{b.n}, 0:{b.cols}]")
+        nki_stmt(f"{box} = nisa.affine_select(({py_expr(start)} + i_f < {limit}), {box}, {float(fill)!r})")

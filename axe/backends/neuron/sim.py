@@ -496,6 +496,17 @@ def namespace(machine: Machine):
     isa = types.ModuleType("neuronxcc.nki.isa")
     isa.nc_matmul, isa.nc_transpose = machine.nc_matmul, machine.nc_transpose
 
+    def affine_select(pred, on_true_tile, on_false_value, *, mask=None, dtype=None):
+        (v,) = _operands("nisa.affine_select", on_true_tile)
+        if not isinstance(on_false_value, (int, float)):
+            raise HardwareError("nisa.affine_select: on_false_value must be a compile-time constant scalar")
+        sel = np.broadcast_to(np.asarray(pred, dtype=bool), v.shape)
+        out = _out_dtype([v], dtype) if dtype is not None else v.dtype
+        machine._engine("vector", v.shape, "nisa.affine_select")
+        return Value(_round(np.where(sel, v.data, np.float32(on_false_value)), out), out, "sbuf")
+
+    isa.affine_select = affine_select
+
     nki = types.ModuleType("neuronxcc.nki")
     nki.jit = lambda fn=None, **kw: fn if fn is not None else (lambda f: f)
     nki.language, nki.isa = nl, isa
