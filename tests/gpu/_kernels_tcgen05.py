@@ -6,9 +6,7 @@
   the warpgroup reads C with ``Ax.copy`` (tcgen05.ld, one row per thread) and stores it.
   ``b_major="K"`` passes the transposed view of an N×K tile; ``a_tmem``: A is first copied from
   shared into TMEM (tcgen05.cp) and the MMA reads it there (ts form).
-- ``tcgen05_pair(N, K)``: a cluster of 2 CTAs, one M=256 ``cta_group::2`` MMA over the pair
-  (A's rows, B's columns and C's rows split over the two CTAs in the layouts), issued by the even
-  CTA, committed to both CTAs' barriers; each CTA reads its 128 rows of C.
+  (A cta_group::2 pair kernel is not written yet: the pair schedule is checked by plan and model only.)
 """
 
 from tvm.script import tirx as T
