@@ -13,7 +13,6 @@ import importlib.util
 import os
 import shutil
 import sys
-import time
 import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -41,21 +40,20 @@ def main(argv=None):
     if not args.only and os.path.isdir(args.out):
         shutil.rmtree(args.out)  # no stale artifacts from removed cases
     os.makedirs(args.out, exist_ok=True)
-    failures = 0
-    for case_name, mod in load_cases():
-        for name, builder in getattr(mod, "BUILDS", {}).items():
-            if args.only and name not in args.only:
-                continue
-            t = time.time()
+    from axe.progress import Progress
+    jobs = [(case_name, name, builder) for case_name, mod in load_cases()
+            for name, builder in getattr(mod, "BUILDS", {}).items() if not args.only or name in args.only]
+    with Progress(len(jobs), "build", stream=sys.stdout) as p:
+        for case_name, name, builder in jobs:
             try:
-                art = builder()
-                art.save(os.path.join(args.out, name))
-                print(f"built {name:24s} ({case_name}) {len(art.cubin):7d} B cubin  {time.time() - t:5.1f} s")
+                with p.step(f"{name:24s} ({case_name})"):
+                    art = builder()
+                    art.save(os.path.join(args.out, name))
+                p.note(f"  {name}: {len(art.cubin)} B cubin")
             except Exception:  # noqa: BLE001 - report every failing case, then fail
-                failures += 1
-                print(f"FAILED {name} ({case_name}):\n{traceback.format_exc()}")
-    print(f"artifacts in {args.out}; {failures} failed")
-    return 1 if failures else 0
+                p.note(f"FAILED {name} ({case_name}):\n{traceback.format_exc()}")
+    print(f"artifacts in {args.out}; {p.failed} failed")
+    return 1 if p.failed else 0
 
 
 if __name__ == "__main__":

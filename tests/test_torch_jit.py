@@ -242,3 +242,20 @@ def test_compile_fullgraph_without_graph_breaks(ops):
         x = torch.randn(m, 1024, dtype=torch.float16)
         want = torch.softmax((_rmsnorm_ref(x, w, 1e-6) * 2).float(), -1).half() + 1
         torch.testing.assert_close(compiled(x, w), want)
+
+
+def test_without_tvm_loads_what_tvm_built(ops, monkeypatch):
+    """A machine without TVM (its version unknown) finds the entries built here, builds nothing,
+    and names the command for one it lacks."""
+    from axe.torch import cache as cache_mod
+    torch.ops.axe.softmax(torch.randn(2, 1024, dtype=torch.float16))          # built here, with TVM
+    monkeypatch.setattr(cache_mod, "tvm_version", lambda: None)
+    k = ops.KERNELS["softmax"]
+    bare = JitKernel(k.kernel, k.spec, path=k.path, cache=k.cache, loader=CpuLaunch, target="sm_90a", progress=False)
+    bare._build = lambda *a: pytest.fail("built without TVM")
+    x = torch.randn(9, 1024, dtype=torch.float16)
+    y = torch.empty_like(x)
+    bare(x, y)
+    torch.testing.assert_close(y, torch.softmax(x.float(), -1).half())
+    with pytest.raises(cache_mod.ArtifactMissing, match="axe cache build kernels.softmax:dynamic dtype=float16 n=3072"):
+        bare(torch.randn(2, 3072, dtype=torch.float16), torch.empty(2, 3072, dtype=torch.float16))

@@ -198,8 +198,7 @@ class CacheKey:
 
     def build_command(self) -> str:
         """The command that builds this entry where TVM is installed."""
-        return (f"AXE_CACHE_DIR=<dir> axe cache build {self.kernel} --target {self.target} "
-                + " ".join(self.spec_words())).rstrip()
+        return f"AXE_CACHE_DIR=<dir> axe cache build {' '.join([self.kernel, *self.spec_words()])} --target {self.target}"
 
 
 def _slug(kernel: str) -> str:

@@ -1,6 +1,6 @@
 """``axe cache list|clear|build|dir``: the on-disk artifact cache (:mod:`axe.torch.cache`).
 
-``axe cache build MODULE:FUNCTION --target sm_90a NAME=VALUE ...`` builds one entry (the
+``axe cache build MODULE:FUNCTION NAME=VALUE ... --target sm_90a`` builds one entry (the
 command an :class:`~axe.torch.cache.ArtifactMissing` error names); ``--spec-file`` builds
 many, one line ``MODULE:FUNCTION TARGET NAME=VALUE ...`` each, with a progress display.
 """

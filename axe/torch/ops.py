@@ -79,9 +79,10 @@ KERNELS = {
 }
 
 
-def _ready(t):
-    """``t`` itself when contiguous and 16-byte aligned, else a fresh contiguous copy."""
-    if t.is_contiguous() and t.data_ptr() % 16 == 0:
+def _ready(t, align: int = 16):
+    """``t`` itself when contiguous and ``align``-byte aligned, else a fresh contiguous copy
+    (torch's allocator aligns fresh tensors to far more than 64 bytes)."""
+    if t.is_contiguous() and t.data_ptr() % align == 0:
         return t
     return t.contiguous() if not t.is_contiguous() else t.clone()
 
@@ -159,7 +160,8 @@ def gemm(a: torch.Tensor, b: torch.Tensor, transpose_b: bool = False) -> torch.T
     c = a.new_empty((M, N))
     if not (M and N and a.shape[1]):
         return c.zero_()               # an empty product (the GEMM builds need whole tiles)
-    KERNELS["gemm_nt" if transpose_b else "gemm"](_ready(a), _ready(b), c)
+    # the GEMM's tensor maps want 64-byte aligned operands (its launch.json says so)
+    KERNELS["gemm_nt" if transpose_b else "gemm"](_ready(a, 64), _ready(b, 64), c)
     return c
 
 
