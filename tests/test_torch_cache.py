@@ -143,6 +143,21 @@ def test_without_tvm_any_tvm_build_serves_and_a_miss_says_how_to_build(tmp_path)
     assert cache.find(key(tvm="0.28", n=1024)) is None
 
 
+def test_without_tvm_the_newest_build_of_the_release_serves(tmp_path):
+    cache = ArtifactCache(tmp_path, shipped=[])
+    k = key(n=1024)
+
+    def with_axe(axe, tvm="0.27"):
+        return CacheKey(k.kernel, k.source, axe, tvm, k.target, k.spec)
+    old = cache.get(with_axe("0.1.0+aaaa"), fake_artifact)
+    os.utime(old / "key.json", (1, 1))                       # built long ago
+    new = cache.get(with_axe("0.1.0+bbbb"), fake_artifact)
+    cache.get(with_axe("0.2.0+cccc"), fake_artifact)         # another release: never served
+    assert cache.find(with_axe("0.1.0+dddd", tvm=None)) == new
+    assert cache.find(with_axe("0.1.0+dddd")) is None        # with TVM: only the exact tree
+    assert cache.find(with_axe("0.3.0+aaaa", tvm=None)) is None
+
+
 def test_list_and_clear_leave_shipped_folders(tmp_path):
     shipped = tmp_path / "shipped"
     ArtifactCache(shipped, shipped=[]).get(key(n=1024), fake_artifact)

@@ -12,8 +12,9 @@ version, the target and the specialization (the factory's keyword arguments).
 - Concurrent builders are safe: a builder takes ``fcntl.flock`` on ``<digest>.lock``, looks
   again (a process that waited finds the other's entry), builds into a temporary folder beside
   the entry and ``os.rename``\\ s it into place, so an entry is either absent or whole.
-- Where TVM is not installed its version is unknown (``tvm=None``): a lookup then accepts an
-  entry built by any TVM, and a miss raises :class:`ArtifactMissing` naming the key, the folders
+- Where TVM is not installed its version is unknown (``tvm=None``): a lookup then accepts the
+  newest entry built by any TVM from any source state of the same axe release (a serving
+  machine cannot rebuild, and need not carry the builder's exact tree), and a miss raises :class:`ArtifactMissing` naming the key, the folders
   searched and the ``axe cache build`` command that makes the entry.
 
 Neither TVM nor torch is imported here.
@@ -183,11 +184,16 @@ class CacheKey:
         return hashlib.sha256(json.dumps(self.fields(), sort_keys=True).encode()).hexdigest()
 
     def matches(self, fields: dict) -> bool:
-        """Whether an entry's ``key.json`` fields serve this key (TVM's version is compared only
-        when it is known here)."""
+        """Whether an entry's ``key.json`` fields serve this key.  Where TVM is absent
+        (``tvm=None``) nothing can be built here, so the builder's TVM version and axe source
+        fingerprint are not compared: any entry of the same axe release, kernel source, target
+        and specialization serves (:meth:`ArtifactCache.find` takes the newest)."""
         mine = self.fields()
         if self.tvm is None:
             mine.pop("tvm")
+            if str(fields.get("axe", "")).split("+")[0] != self.axe.split("+")[0]:
+                return False
+            mine.pop("axe")
         return all(fields.get(k) == v for k, v in mine.items())   # key.json also notes the build time
 
     def spec_words(self) -> list[str]:
