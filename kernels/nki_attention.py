@@ -40,13 +40,15 @@ def nki_attention(heads=2, seq=1024, dtype="bfloat16"):
     """The kernel for ``heads`` (batch × heads) sequences of ``seq`` tokens, head dim 128."""
     QT, KT, scale = _cdiv(seq, BQ), _cdiv(seq, BK), 1.0 / sqrt(D)
 
-    @Ax.kernel(name="nki_attention", reference=reference, outputs=("O",), shape=(heads, seq, D), dtype=dtype)
+    @Ax.kernel(name="nki_attention", reference=reference, outputs=("O",), shape=(heads, seq, D), dtype=dtype,
+               targets=("trn1",))
     def kernel():
         @T.prim_func
         def nki_attention(Q_: T.Buffer((heads, seq, D), dtype), K_: T.Buffer((heads, seq, D), dtype),
                           V_: T.Buffer((heads, seq, D), dtype), O_: T.Buffer((heads, seq, D), dtype)):
             trn.core()
-            Q, K, V, O = Ax.param(Q_), Ax.param(K_), Ax.param(V_), Ax.param(O_)
+            Q, K = trn.hbm(Q_, (1, BK, D)), trn.hbm(K_, (1, BK, D))
+            V, O = trn.hbm(V_, (1, BK, D)), trn.hbm(O_, (1, BK, D))
             for h in T.parallel(heads):
                 for qi in T.parallel(QT):
                     q = trn.sbuf((BQ, D), dtype, Q_TILE, name="q")

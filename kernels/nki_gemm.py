@@ -33,12 +33,13 @@ def nki_gemm(M=1024, N=1024, K=1024, dtype="float16"):
     """The kernel for an M×K by K×N product (any sizes; ragged edges masked)."""
     MT, NT, KT = _cdiv(M, BM), _cdiv(N, BN), _cdiv(K, BK)
 
-    @Ax.kernel(name="nki_gemm", reference=reference, outputs=("C",), shape=(M, N, K), dtype=dtype)
+    @Ax.kernel(name="nki_gemm", reference=reference, outputs=("C",), shape=(M, N, K), dtype=dtype,
+               targets=("trn1",))
     def kernel():
         @T.prim_func
         def nki_gemm(A_: T.Buffer((M, K), dtype), B_: T.Buffer((K, N), dtype), C_: T.Buffer((M, N), dtype)):
             trn.core()
-            A, B, C = Ax.param(A_), Ax.param(B_), Ax.param(C_)
+            A, B, C = trn.hbm(A_, (BM, BK)), trn.hbm(B_, (BK, BN)), trn.hbm(C_, (BM, BN))
             for m in T.parallel(MT):
                 for n in T.parallel(NT):
                     acc = trn.psum((BM, BN), "float32", C_TILE, name="acc")

@@ -29,8 +29,10 @@ def _construct(stmt) -> str:
     """A name for the CUDA-side construct ``stmt`` is (for the error)."""
     import tvm
     tx = tvm.tirx
-    if isinstance(stmt, tx.AttrStmt) and stmt.attr_key in ("thread_extent", "virtual_thread"):
-        return f"a GPU thread/CTA binding ({stmt.node}: Ax.launch, T.thread_binding)"
+    if isinstance(stmt, tx.AttrStmt):
+        if stmt.attr_key in ("thread_extent", "virtual_thread", "tirx.device_entry") or "cta" in stmt.attr_key:
+            return f"a GPU thread/CTA binding ({stmt.attr_key}: Ax.launch, T.cta_id, T.thread_binding)"
+        return f"the TIR attribute {stmt.attr_key}"
     if isinstance(stmt, tx.Evaluate) and isinstance(stmt.value, tvm.ir.Call):
         return f"the GPU instruction {stmt.value.op.name}"
     if isinstance(stmt, tx.BufferStore):
@@ -51,14 +53,14 @@ def _body_lines(stmt, indent, out, target):
         out.append(pad + text)
         return
     if isinstance(stmt, tx.For):
-        kind = {tx.ForKind.PARALLEL: "nl.affine_range", tx.ForKind.SERIAL: "nl.sequential_range",
-                tx.ForKind.UNROLLED: "nl.affine_range"}.get(stmt.kind)
+        kind = {tx.ForKind.PARALLEL: "nl.affine_range({n})", tx.ForKind.SERIAL: "nl.sequential_range(0, {n}, 1)",
+                tx.ForKind.UNROLLED: "nl.affine_range({n})"}.get(stmt.kind)
         if kind is None:
             raise TargetError(f"loop {stmt.loop_var.name}: kind {stmt.kind} has no NKI form on {target} "
                               "(T.parallel or T.serial)")
         if not (isinstance(stmt.min, tx.IntImm) and int(stmt.min) == 0):
             raise TargetError(f"loop {stmt.loop_var.name}: NKI ranges start at 0 (got {stmt.min})")
-        out.append(f"{pad}for {stmt.loop_var.name} in {kind}({int(stmt.extent)}):")
+        out.append(f"{pad}for {stmt.loop_var.name} in {kind.format(n=int(stmt.extent))}:")
         before = len(out)
         _body_lines(stmt.body, indent + 1, out, target)
         if len(out) == before:

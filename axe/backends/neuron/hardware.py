@@ -15,7 +15,8 @@ PMAX = 128                       # [LOAD] nl.tile_size.pmax: partitions of SBUF 
 SBUF_PARTITION_BYTES = 192 * 1024   # [ARCH] 24 MiB / 128 partitions
 PSUM_PARTITION_BYTES = 16 * 1024    # [ARCH] 2 MiB / 128 partitions
 PSUM_BANK_BYTES = 2 * 1024          # [ARCH] one bank: 2 KiB per partition (512 fp32)
-PSUM_BANKS = 8                      # [ARCH]
+PSUM_BANKS = 8                      # [ARCH]; the model allocates PSUM tiles bank by bank (assumption:
+                                    # two tiles never share a bank), so 8 tiles at most
 MATMUL_STATIONARY_FREE = 128        # [ISA] stationary free size <= 128 (M)
 MATMUL_MOVING_FREE = 512            # [ISA] moving free size <= 512 (N)
 MATMUL_CONTRACTION = PMAX           # [ISA] partition (K) <= 128, equal for both inputs
@@ -25,8 +26,10 @@ TENSORE_PEAK_FLOPS = 92e12     # [TRN1] bf16/fp16 dense per NeuronCore (TOOLCHAI
 # One nc_matmul streams the moving tile through the 128x128 array one column per cycle; the cycle
 # that makes 128*128*2 flop/cycle equal the documented peak is 2*128*128/92e12 s (about 2.8 GHz).
 TENSORE_CYCLE_S = 2 * 128 * 128 / TENSORE_PEAK_FLOPS
-# Assumption (not from a datasheet): each TensorE, VectorE or ScalarE instruction costs at least
-# 64 cycles (fixed issue/drain overhead), so narrow tiles are charged as 64 columns.
+# [ISA] nki.isa.tensor_copy: "Estimated instruction cost: max(MIN_II, N) engine cycles, where N is
+# the number of elements per partition"; the pages do not give MIN_II's value: 64 is our assumption.
+# The same max(MIN_II, N) form is charged to every VectorE/ScalarE op and, with N the moving free
+# size, to every nc_matmul.  [ISA] nki.isa.affine_select: "150 + N GpSimd Engine cycles".
 MIN_INSTRUCTION_CYCLES = 64
 # Assumption: VectorE and ScalarE process one element per partition per cycle at 1.4 GHz
 # (NeuronCore-v2 engine clock as stated in the Neuron architecture pages; the NKI ISA pages give

@@ -20,7 +20,7 @@ from axe.ops.tensor import Tensor, register_tensor
 from . import hardware as hw
 from .emit_stmt import nki_stmt
 
-__all__ = ["core", "sbuf", "psum", "tile_layout", "keep_columns"]
+__all__ = ["core", "hbm", "sbuf", "psum", "tile_layout", "keep_columns"]
 
 # SBUF and PSUM are memory scopes of their own (not GPU shared memory or registers).
 if "sbuf" not in _tensor_mod.MEMORY_SCOPES:
@@ -33,6 +33,19 @@ def core():
     """Enter the NeuronCore scope (a trn1 kernel runs on one NeuronCore; no grid, no threads)."""
     reset_scopes()
     push_scope(ExecScope("kernel", None, 1))
+
+
+def hbm(buf, pad_to=None, name=None) -> Tensor:
+    """Kernel parameter ``buf`` (an HBM tensor) seen with each dim rounded up to a multiple of
+    ``pad_to`` (same strides: the padding is never read or written, the DMA masks it), so whole
+    tiles can be sliced at ragged edges.  Law: element x (inside the parameter) is at the same
+    address as in the row-major parameter."""
+    shape = tuple(int(s) for s in buf.shape)
+    pad = tuple(pad_to) if pad_to is not None else (1,) * len(shape)
+    padded = tuple(-(-e // p) * p for e, p in zip(shape, pad))
+    from .tiles import row_major_strides
+    L = S[padded:row_major_strides(shape)]
+    return register_tensor(Tensor(buf, L, padded, str(buf.dtype), "global", name=name or buf.name))
 
 
 def tile_layout(shape, partition_dim: int = 0) -> Layout:

@@ -16,7 +16,7 @@ from axe.schedules.registry import add_schedule
 
 from . import hardware as hw
 from .emit_stmt import nki_stmt
-from .tiles import blocks, box_text, find_box, nki_name, onchip_kind, py_expr
+from .tiles import blocks, box_text, find_box, nki_name, onchip_kind, py_expr, row_major_strides
 from .tensore import plan_matmul
 
 GENERIC = False     # the target-independent (scalar TIR) schedules do not apply to Trainium
@@ -35,17 +35,41 @@ class Plan:
         return self.text
 
 
+def gpu_memory(call) -> str | None:
+    """The reason to decline when an operand lives in GPU shared memory or registers."""
+    for k, t in call.operands.items():
+        if t.mem in ("shared", "local", "tmem"):
+            return (f"{k} {t.name} is in GPU {t.mem} memory (Ax.shared/Ax.registers): a CUDA-only construct, "
+                    "meaningless on Trainium; use axe.backends.neuron.lang.sbuf/psum")
+    return None
+
+
+def _checked(check):
+    """``check`` preceded by the GPU-memory test every neuron schedule shares."""
+    def run(call, ctx):
+        return gpu_memory(call) or check(call, ctx)
+    run.__doc__ = check.__doc__
+    return run
+
+
 def _emit(call, plan, ctx):
     for line in plan.lines:
         nki_stmt(line)
 
 
+def hbm_extent(t):
+    """The extents of the NKI array behind HBM tensor ``t`` (its kernel parameter's shape)."""
+    return tuple(int(s) for s in t.origin.buffer.shape)
+
+
 def _hbm_dims(t, tile_shape):
     """The two root dimensions of HBM region ``t`` that carry the tile's rows and columns."""
     root = t.origin
-    if not equivalent(root.layout, S[tuple(root.shape)]):
+    real = hbm_extent(t)
+    if len(real) != len(root.shape) or not equivalent(root.layout, S[tuple(root.shape):row_major_strides(real)]):
         raise LayoutError(f"{root.describe()}: HBM tensors are NKI arrays indexed by logical position; "
-                          "their layout must be row-major")
+                          f"their layout must be row-major over the parameter's shape {list(real)} "
+                          "(padded views: axe.backends.neuron.lang.hbm)")
     ext = list(t.shape)
     lead = len(ext) - 2
     if lead < 0 or any(e != 1 for e in ext[:lead]) or tuple(ext[lead:]) != tuple(tile_shape):
@@ -60,7 +84,7 @@ def _hbm_access(t, tile_shape, dp, lo, c0):
     d0, d1 = _hbm_dims(t, tile_shape)
     root, idx, masks = t.origin, [], []
     kept = {(d0, d1)[dp]: (lo, "i_p"), (d0, d1)[1 - dp]: (c0, "i_f")}
-    for d, (start, extent) in enumerate(zip(t.starts, root.shape)):
+    for d, (start, extent) in enumerate(zip(t.starts, hbm_extent(t))):
         s = py_expr(start)
         if d not in kept:
             idx.append(s)
@@ -302,4 +326,4 @@ for _op, _name, _prio, _check, _req in (
         ("reduce", "free_axis", 20, _check_reduce_free, "the reduced dim on F"),
         ("reduce", "partitions_tensore", 10, _check_reduce_partitions, "sum of the dim on P, into a PSUM row"),
         ("gemm", "nc_matmul", 10, _check_gemm, "K on P in A and B; M on F of A and P of C; N on F of B and C")):
-    add_schedule(_op, _name, "neuron", _prio, _req, check=_check, emit=_emit)
+    add_schedule(_op, _name, "neuron", _prio, _req, check=_checked(_check), emit=_emit)

@@ -56,7 +56,8 @@ def _dtype_name(x) -> str:
 class Cost:
     """Busy time per engine (seconds), bytes moved, TensorE flops and instruction counts."""
 
-    engine_s: dict = field(default_factory=lambda: {"tensor": 0.0, "vector": 0.0, "scalar": 0.0, "dma": 0.0})
+    engine_s: dict = field(default_factory=lambda: {"tensor": 0.0, "vector": 0.0, "scalar": 0.0, "gpsimd": 0.0,
+                                                     "dma": 0.0})
     counts: dict = field(default_factory=dict)
     flops: float = 0.0
     dma_bytes: int = 0
@@ -162,6 +163,40 @@ class View:
             self.shape = self.full
         if tensor.buffer != "hbm":
             self._check_partition_first(arrays, kinds)
+        self.fast = self._as_slices()
+
+    def _as_slices(self):
+        """``(slices, axes)`` when every index is a unit-stride range along one axis of the view
+        (or a constant) inside the tensor: the view is then a transposed NumPy slice (fast path).
+        ``axes[i]`` is the view axis of the i-th kept tensor dim.  None otherwise."""
+        slices, axes = [], []
+        for g, n in zip(self.grids, self.tensor.shape):
+            g = np.asarray(g)
+            varying = [a for a, e in enumerate(g.shape) if e > 1]
+            if not varying:
+                c = int(g.reshape(-1)[0])
+                if not 0 <= c < n:
+                    return None
+                slices.append(c)
+                continue
+            if len(varying) > 1 or len(g.shape) != len(self.full):
+                return None
+            flat = g.reshape(-1)
+            lo = int(flat[0])
+            if lo < 0 or lo + flat.size > n or not np.array_equal(flat, np.arange(lo, lo + flat.size)):
+                return None
+            slices.append(slice(lo, lo + flat.size))
+            axes.append(varying[0])
+        if len(set(axes)) != len(axes):
+            return None
+        return tuple(slices), axes
+
+    def _region(self):
+        """The tensor's storage under this view, arranged with the view's full shape (a NumPy view)."""
+        slices, axes = self.fast
+        region = self.tensor.data[slices]
+        order = sorted(range(len(axes)), key=lambda i: axes[i])
+        return np.transpose(region, order).reshape(self.full)
 
     def _check_partition_first(self, arrays, kinds):
         """[LOAD] the partition dimension is the first index of an on-chip tile."""
@@ -185,6 +220,8 @@ class View:
 
     def read(self, mask=None) -> np.ndarray:
         """The selected elements as float32; out-of-bounds elements are an error unless masked off."""
+        if self.fast is not None:
+            return self._region().astype(np.float32).reshape(self.shape)
         sel = self._mask(mask)
         ok = self._in_bounds()
         if not ok[sel].all():
@@ -197,6 +234,12 @@ class View:
 
     def put(self, data, mask=None):
         """Write ``data`` (broadcast to the view) where ``mask`` holds, cast to the tensor's dtype."""
+        if self.fast is not None and not self.tensor.machine.numerics:
+            return                      # cost-only run: in bounds, nothing to compute
+        if self.fast is not None:
+            arr = np.broadcast_to(data, self.shape).reshape(self.full).astype(_np_dtype(self.tensor.dtype))
+            np.copyto(self._region(), arr, where=True if mask is None else self._mask(mask))
+            return
         sel = self._mask(mask)
         if not self._in_bounds()[sel].all():
             raise HardwareError(f"write to {self.tensor!r} out of bounds (shape {list(self.tensor.shape)}); mask it off")
@@ -323,12 +366,15 @@ class Machine:
             raise HardwareError(f"nl.load: src must be an HBM tensor (indexed), got {src!r}")
         if len(src.shape) < 1 or src.shape[0] > hw.PMAX:
             raise HardwareError(f"nl.load: tile of {src.shape[0]} partitions > {hw.PMAX} ({src.tensor!r})")
-        data = src.read(mask)
         out = dtype and _dtype_name(dtype) or src.tensor.dtype
+        if src.fast is not None and not self.numerics:     # cost-only run: in bounds, skip the data
+            data = np.zeros(src.shape, np.float32)
+        else:
+            data = src.read(mask)
         m = None if mask is None else src._mask(mask).reshape(data.shape)
         nbytes = int(data.size if m is None else m.sum()) * hw.DTYPE_BYTES[src.tensor.dtype]
         self._dma(nbytes, "nl.load")
-        return Value(_round(data, out), out, "sbuf", m, "load")
+        return Value(_round(data, out) if self.numerics else data, out, "sbuf", m, "load")
 
     def store(self, dst, value, *, mask=None):
         if not isinstance(dst, View) or dst.tensor.buffer != "hbm":
@@ -376,11 +422,12 @@ class Machine:
         if not self.numerics:
             return Value(np.zeros((m, n), np.float32), "float32", "psum", None, "matmul")
         a, b = stationary.read(), moving.read()
-        return Value((a.T.astype(np.float64) @ b.astype(np.float64)).astype(np.float32), "float32", "psum", None, "matmul")
+        # fp32 products and sums, as PSUM (einsum: no BLAS threads to fight over on small tiles)
+        return Value(np.einsum("km,kn->mn", a, b), "float32", "psum", None, "matmul")
 
     def nc_transpose(self, data, *, mask=None, dtype=None, engine=None):
-        if not isinstance(data, View) or data.tensor.buffer not in ("sbuf", "psum"):
-            raise HardwareError(f"nisa.nc_transpose: data must be an on-chip tile, got {data!r}")
+        if not isinstance(data, View) or data.tensor.buffer != "sbuf":
+            raise HardwareError(f"nisa.nc_transpose: TensorE reads its input from SBUF, got {data!r}")
         p, f = data.shape
         if p > hw.PMAX or f > hw.PMAX:
             raise HardwareError(f"nisa.nc_transpose: TensorE transposes at most {hw.PMAX}x{hw.PMAX}, got {p}x{f}")
@@ -445,8 +492,8 @@ def _reduce(machine, fn, name):
 
 
 def _copy(machine):
-    def copy(x, *, dtype=None, mask=None):
-        (v,) = _operands("nl.copy", x)
+    def copy(src, *, mask=None, dtype=None):
+        (v,) = _operands("nl.copy", src)
         out = _out_dtype([v], dtype) if dtype is not None else v.dtype
         machine._engine("vector", v.shape, "nl.copy")
         return Value(_round(v.data, out), out, "sbuf")
@@ -478,8 +525,8 @@ def namespace(machine: Machine):
         return machine.allocate("nl.full", shape, dtype, buffer or "sbuf", name, float(fill_value))
 
     nl.ndarray, nl.zeros, nl.full = ndarray, zeros, full
-    nl.affine_range = lambda *a: range(*a)
-    nl.sequential_range = lambda *a: range(*a)
+    nl.affine_range = lambda start, stop=None, step=1: range(start, stop, step) if stop is not None else range(start)
+    nl.sequential_range = lambda start, stop, step: range(start, stop, step)
     nl.mgrid = _Mgrid()
     nl.load, nl.store = machine.load, machine.store
     nl.copy = _copy(machine)
@@ -502,7 +549,8 @@ def namespace(machine: Machine):
             raise HardwareError("nisa.affine_select: on_false_value must be a compile-time constant scalar")
         sel = np.broadcast_to(np.asarray(pred, dtype=bool), v.shape)
         out = _out_dtype([v], dtype) if dtype is not None else v.dtype
-        machine._engine("vector", v.shape, "nisa.affine_select")
+        # [ISA affine_select]: "150 + N GpSimd Engine cycles", N elements per partition
+        machine.cost.charge("gpsimd", (150 + prod(v.shape[1:])) / hw.ENGINE_HZ, "nisa.affine_select")
         return Value(_round(np.where(sel, v.data, np.float32(on_false_value)), out), out, "sbuf")
 
     isa.affine_select = affine_select
@@ -532,7 +580,8 @@ def run(source: str, name: str, inputs: dict, dtypes: dict | None = None, numeri
         for k, arr in inputs.items():
             dt = (dtypes or {}).get(k) or _dtype_name(arr.dtype)
             args[k] = Tensor(machine, arr.shape, dt, "hbm", k, data=np.array(arr, dtype=_np_dtype(dt)))
-        out = fn(**args)
+        with (np.errstate(under="ignore") if numerics else np.errstate(all="ignore")):   # exp underflows to 0 by design
+            out = fn(**args)
     finally:
         for k, v in saved.items():
             if v is None:

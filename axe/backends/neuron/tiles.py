@@ -17,7 +17,7 @@ from itertools import product
 
 from axe.layout import LayoutError, SwizzledLayout, group
 
-__all__ = ["Block", "blocks", "box_text", "find_box", "ONCHIP", "onchip_kind", "nki_name", "var_name", "py_expr"]
+__all__ = ["Block", "blocks", "box_text", "find_box", "ONCHIP", "onchip_kind", "nki_name", "var_name", "py_expr", "row_major_strides"]
 
 ONCHIP = ("sbuf", "psum")
 
@@ -116,6 +116,15 @@ def find_box(t, rect):
             f = b.f0 + c0
             return box_text(nki_name(t), p, an, f, cn), b.dp
     raise LayoutError(f"{t.describe()}: region {rect} spans several partition blocks")
+
+
+def row_major_strides(shape) -> tuple:
+    """Strides of a row-major array of ``shape`` (the last dim contiguous)."""
+    strides, acc = [], 1
+    for e in reversed(shape):
+        strides.append(acc)
+        acc *= e
+    return tuple(reversed(strides))
 
 
 def box_text(name, p, n, f, m) -> str:

@@ -1,0 +1,234 @@
+"""The Trainium backend: TensorE dispatch by iter intersection, kernels on the NKI model against
+NumPy on fresh random data (ragged sizes included), the cost model's accounting, the trn1 build
+and its errors.  Oracles: NumPy products and softmax, flop and byte counts from the shapes."""
+
+import json
+import os
+from math import ceil
+
+import ml_dtypes
+import numpy as np
+import pytest
+from tvm.script import tirx as T
+
+import axe.lang as Ax
+from axe.backends.neuron import hardware as hw
+from axe.backends.neuron import lang as trn
+from axe.layout import F, P, S
+from axe.lang import KernelError, compile_kernel, explain
+from axe.schedules.registry import candidates
+from kernels.nki_attention import nki_attention
+from kernels.nki_attention import reference as attention_reference
+from kernels.nki_gemm import nki_gemm
+
+NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+
+
+def _rng():
+    seed = int.from_bytes(os.urandom(4), "little")
+    return np.random.default_rng(seed), seed
+
+
+# ---------------------------------------------------------------------------------------------
+# TensorE dispatch
+
+
+def _gemm_kernel(a_layout, b_layout, c_layout, M=128, N=512, K=128, io=True):
+    @Ax.kernel(name="mm", outputs=("C",), targets=("trn1",))
+    def k():
+        @T.prim_func
+        def mm(A_: T.Buffer((M, K), "float16"), B_: T.Buffer((K, N), "float16"), C_: T.Buffer((M, N), "float16")):
+            trn.core()
+            A, B, C = Ax.param(A_), Ax.param(B_), Ax.param(C_)
+            a = trn.sbuf((M, K), "float16", a_layout, name="a")
+            b = trn.sbuf((K, N), "float16", b_layout, name="b")
+            acc = trn.psum((M, N), "float32", c_layout, name="acc")
+            if io:
+                Ax.copy(a, A[0:M, 0:K])
+                Ax.copy(b, B[0:K, 0:N])
+            Ax.gemm(acc, a, b)
+            if io:
+                out = trn.sbuf((M, N), "float16", c_layout, name="out")
+                Ax.cast(out, acc)
+                Ax.copy(C[0:M, 0:N], out)
+        return mm
+    return k
+
+
+A_OK = S[(128, 128):(1 @ F, 1 @ P)]
+B_OK = S[(128, 512):(1 @ P, 1 @ F)]
+C_OK = S[(128, 512):(1 @ P, 1 @ F)]
+
+
+@pytest.mark.parametrize("a, b, c, reason", [
+    (S[(128, 128):(1 @ P, 1 @ F)], B_OK, C_OK, "K piece 0 is on F in A but P in B"),
+    (A_OK, S[(128, 512):(512 @ F, 1 @ F)], C_OK, "K piece 0 is on P in A but F in B"),
+    (S[(128, 128):(1 @ P, 1 @ F)], S[(128, 512):(512 @ F, 1 @ F)], C_OK, "no K iter lies on the partitions"),
+    (A_OK, B_OK, S[(128, 512):(1 @ F, 128 @ F)], "no M iter is on the free axis of A and the partitions of C"),
+    (A_OK, B_OK, S[(128, 4, 128):(1 @ P, 128 @ F, 1 @ F)], None),
+])
+def test_tensore_declines_with_reason(a, b, c, reason):
+    k = _gemm_kernel(a, b, c, io=False)   # only the gemm: some of these tiles no DMA could fill
+    if reason is None:          # N split in pieces on F that are still contiguous: one instruction
+        assert "1 x nisa.nc_matmul K=128 M=128 N=512" in explain(k, "trn1")
+        return
+    with pytest.raises(KernelError, match="no schedule fits gemm") as err:
+        explain(k, "trn1")
+    assert reason in str(err.value) and "- nc_matmul" in str(err.value)
+
+
+def test_tensore_loops_over_what_exceeds_one_instruction():
+    # K = 256 as 2 x 128 on F, M = 256 as 2 x 128 partition blocks of C, N = 1024 (> 512): 2*2*2 = 8
+    M, N, K = 256, 1024, 256
+    a = S[(256, 2, 128):(1 @ F, 256 @ F, 1 @ P)]
+    b = S[(2, 128, 1024):(1024 @ F, 1 @ P, 1 @ F)]
+    c = S[(2, 128, 1024):(1024 @ F, 1 @ P, 1 @ F)]
+    text = explain(_gemm_kernel(a, b, c, M, N, K), "trn1")
+    assert "8 x nisa.nc_matmul K=128 M=128 N=512" in text and "loops: M 2, N 2, K 2" in text
+    art = compile_kernel(_gemm_kernel(a, b, c, M, N, K), "trn1")
+    rng, seed = _rng()
+    A = rng.standard_normal((M, K)).astype(np.float16)
+    B = rng.standard_normal((K, N)).astype(np.float16)
+    out, _ = art.run(A=A, B=B)
+    ref = A.astype(np.float32) @ B.astype(np.float32)
+    assert np.abs(out["C"].astype(np.float32) - ref).max() <= 2e-3 * np.abs(ref).max(), seed
+
+
+def test_c_crossing_a_psum_bank_is_declined():
+    c = S[(128, 512):(1 @ P, 1 @ F)] + 256 @ F
+    with pytest.raises(KernelError, match="crosses a PSUM bank"):
+        explain(_gemm_kernel(A_OK, B_OK, c, io=False), "trn1")
+
+
+# ---------------------------------------------------------------------------------------------
+# kernels on the model against NumPy
+
+
+@pytest.mark.parametrize("M, N, K, dtype", [(512, 512, 512, "float16"), (1000, 700, 300, "bfloat16"),
+                                            (130, 513, 129, "float16")])
+def test_gemm_matches_numpy(M, N, K, dtype):
+    art = compile_kernel(nki_gemm(M, N, K, dtype), "trn1")
+    rng, seed = _rng()
+    A = rng.standard_normal((M, K)).astype(NP[dtype])
+    B = rng.standard_normal((K, N)).astype(NP[dtype])
+    out, cost = art.run(A=A, B=B)
+    ref = A.astype(np.float32) @ B.astype(np.float32)
+    tol = 4e-3 if dtype == "float16" else 2e-2
+    assert np.abs(out["C"].astype(np.float32) - ref).max() <= tol * np.abs(ref).max(), seed
+    assert cost.flops == 2 * 512 * 512 * 128 * ceil(M / 512) * ceil(N / 512) * ceil(K / 128)  # whole tiles issued
+
+
+@pytest.mark.parametrize("n", [512, 1024, 2048])
+def test_gemm_cost_model_accounting(n):
+    """Figure 13's square sizes through the cost model (TensorE results not computed)."""
+    art = compile_kernel(nki_gemm(n, n, n), "trn1")
+    Z = np.zeros((n, n), np.float16)
+    _, cost = art.run(numerics=False, A=Z, B=Z)
+    t = n // 512
+    assert cost.flops == 2 * n ** 3
+    assert cost.dma_bytes == 2 * (n * n * t + n * n * t + n * n)     # A per n-block, B per m-block, C once
+    assert cost.counts["nisa.nc_matmul"] == (n // 128) * t * (n // 128)
+    assert cost.engine_s["tensor"] == pytest.approx(cost.counts["nisa.nc_matmul"] * 512 * hw.TENSORE_CYCLE_S)
+    assert 0.5 < cost.tensore_utilization <= 1.0
+
+
+@pytest.mark.parametrize("heads, seq", [(2, 512), (1, 640), (1, 300)])
+def test_attention_matches_numpy(heads, seq):
+    art = compile_kernel(nki_attention(heads, seq, "bfloat16"), "trn1")
+    rng, seed = _rng()
+    Q, K, V = (rng.standard_normal((heads, seq, 128)).astype(ml_dtypes.bfloat16) for _ in range(3))
+    out, cost = art.run(Q=Q, K=K, V=V)
+    ref = attention_reference(Q, K, V)["O"]
+    assert np.abs(out["O"].astype(np.float32) - ref).max() <= 2e-2, seed
+    qt, kt = ceil(seq / 128), ceil(seq / 512)
+    assert cost.counts["nisa.nc_matmul"] == heads * qt * kt * 5          # QK^T + 4 PV pieces per block
+    assert cost.counts["nisa.nc_transpose"] == heads * qt * kt * 4
+
+
+def test_attention_cost_model_long_sequence():
+    art = compile_kernel(nki_attention(1, 2048, "bfloat16"), "trn1")
+    Z = np.zeros((1, 2048, 128), ml_dtypes.bfloat16)
+    _, cost = art.run(numerics=False, Q=Z, K=Z, V=Z)
+    assert cost.flops == 4 * 2048 * 2048 * 128          # Q·Kᵀ and P·V, no causal skipping
+    assert 0 < cost.tensore_utilization < 1 and cost.time_s == max(cost.engine_s.values())
+
+
+# ---------------------------------------------------------------------------------------------
+# build, errors, registry
+
+
+def test_build_writes_source_and_manifest_that_run_unchanged(tmp_path):
+    art = compile_kernel(nki_gemm(256, 256, 256), "trn1")
+    path = art.save(str(tmp_path))
+    man = json.load(open(tmp_path / "nki_gemm.manifest.json"))
+    assert man["target"] == "trn1" and man["inputs"] == ["A", "B"] and man["outputs"] == ["C"]
+    assert {s["chosen"] for s in man["schedules"]} == {"dma_load", "nc_matmul", "engine", "dma_store"}
+    from axe.backends.neuron.sim import run
+    rng, seed = _rng()
+    A, B = (rng.standard_normal((256, 256)).astype(np.float16) for _ in range(2))
+    (C,), _ = run(open(path).read(), "nki_gemm", {"A": A, "B": B})
+    np.testing.assert_array_equal(C, art.run(A=A, B=B)[0]["C"])
+
+
+def test_cli_build_trn1(tmp_path, capsys):
+    from axe.cli import main
+    assert main(["build", "kernels/nki_gemm.py", "--target", "trn1", "-o", str(tmp_path)]) == 0
+    assert (tmp_path / "nki_gemm" / "nki_gemm.py").exists()
+    assert (tmp_path / "nki_gemm" / "nki_gemm.manifest.json").exists()
+
+
+def _launching_kernel(on_chip):
+    """A GPU-style kernel (``Ax.launch``) staging a tile through ``on_chip(shape, dtype)``."""
+    @Ax.kernel(name="gpu_style", outputs=("B",))
+    def k():
+        @T.prim_func
+        def gpu_style(A_: T.Buffer((128, 64), "float16"), B_: T.Buffer((128, 64), "float16")):
+            bx, tx = Ax.launch(1, 128)
+            A, B = Ax.param(A_), Ax.param(B_)
+            s = on_chip((128, 64), "float16")
+            Ax.copy(s, A[0:128, 0:64])
+            Ax.copy(B[0:128, 0:64], s)
+        return gpu_style
+    return k
+
+
+def test_cuda_constructs_in_a_trn1_build_are_named():
+    with pytest.raises(KernelError, match=r"GPU shared memory .*CUDA-only construct"):
+        compile_kernel(_launching_kernel(lambda shape, dt: Ax.shared(shape, dt, name="s")), "trn1")
+    from axe.backends.neuron.emit import TargetError
+    with pytest.raises(TargetError, match=r"GPU thread/CTA binding .*CUDA-only construct: it has no meaning on trn1"):
+        compile_kernel(_launching_kernel(lambda shape, dt: trn.sbuf(shape, dt, name="t")), "trn1")
+
+
+def test_registry_loads_backends_by_family():
+    neuron = {s.name for s in candidates("copy", "neuron")}
+    cuda = {s.name for s in candidates("copy", "cuda")}
+    assert {"dma_load", "dma_store", "engine_copy", "tensore_transpose"} == neuron   # no scalar TIR schedules
+    assert "per_thread" in cuda and not (neuron & cuda)
+
+
+def test_reductions_over_partitions_and_free_axis():
+    @Ax.kernel(name="red", outputs=("R", "Cs"), targets=("trn1",))
+    def k():
+        @T.prim_func
+        def red(X_: T.Buffer((128, 300), "float32"), R_: T.Buffer((128, 1), "float32"),
+                Cs_: T.Buffer((1, 300), "float32")):
+            trn.core()
+            X, R, Cs = Ax.param(X_), Ax.param(R_), Ax.param(Cs_)
+            x = trn.sbuf((128, 300), "float32", name="x")
+            Ax.copy(x, X[0:128, 0:300])
+            r = trn.sbuf((128, 1), "float32", name="r")
+            Ax.reduce(r, x, "max", dims=1)
+            Ax.copy(R[0:128, 0:1], r)
+            cs = trn.psum((1, 300), "float32", name="cs")
+            Ax.reduce(cs, x, "sum", dims=0)
+            Ax.copy(Cs[0:1, 0:300], cs)
+        return red
+    text = explain(k, "trn1")
+    assert "partitions_tensore" in text and "declined: max along the partitions" not in text
+    art = compile_kernel(k, "trn1")
+    rng, seed = _rng()
+    X = rng.standard_normal((128, 300)).astype(np.float32)
+    out, _ = art.run(X=X)
+    np.testing.assert_allclose(out["R"][:, 0], X.max(1), rtol=1e-6, err_msg=str(seed))
+    np.testing.assert_allclose(out["Cs"][0], X.sum(0), rtol=1e-4, atol=1e-4, err_msg=str(seed))

@@ -1,0 +1,78 @@
+"""Every NKI call axe emits is one the NKI API reference documents, with documented arguments
+(axe/backends/neuron/nki_api.py re-types the reference as data), and the NumPy model accepts
+exactly those signatures."""
+
+import ast
+import inspect
+
+import numpy as np
+import pytest
+
+from axe.backends.neuron import nki_api
+from axe.backends.neuron.sim import Machine, namespace
+from axe.lang import compile_kernel
+from kernels.nki_attention import nki_attention
+from kernels.nki_gemm import nki_gemm
+
+
+def _dotted(node):
+    if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+        return f"{node.value.id}.{node.attr}"
+    return None
+
+
+def _check_source(src):
+    """``(calls checked, problems)``: each nl./nisa./nki. call bound to its documented signature."""
+    tree = ast.parse(src)
+    problems, checked = [], 0
+    called = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            name = _dotted(node.func)
+            if name is None or name.split(".")[0] not in ("nl", "nisa", "nki"):
+                continue
+            called.add(id(node.func))
+            if name not in nki_api.CALLS:
+                problems.append(f"line {node.lineno}: {name} is not in the NKI reference table")
+                continue
+            try:
+                nki_api.signature(name).bind(*node.args, **{k.arg: k.value for k in node.keywords})
+                checked += 1
+            except TypeError as err:
+                problems.append(f"line {node.lineno}: {name}: {err}")
+    for node in ast.walk(tree):
+        name = _dotted(node)
+        if name and name.split(".")[0] in ("nl", "nisa", "nki") and id(node) not in called:
+            if name not in nki_api.ATTRIBUTES:
+                problems.append(f"line {node.lineno}: {name} is not a documented NKI name")
+    return checked, problems
+
+
+@pytest.mark.parametrize("kernel", [nki_gemm(1000, 700, 300, "bfloat16"), nki_attention(1, 300)],
+                         ids=["gemm", "attention"])
+def test_emitted_calls_match_the_reference(kernel):
+    src = compile_kernel(kernel, "trn1").source
+    checked, problems = _check_source(src)
+    assert not problems, "\n".join(problems)
+    assert checked >= 10
+
+
+def test_the_check_catches_an_undocumented_argument():
+    checked, problems = _check_source("nl.load(A, masks=1)\nnisa.nc_matmul(a)\nnl.gather(x)\nnl.float64")
+    assert len(problems) == 4
+
+
+def test_the_model_implements_the_documented_signatures():
+    mods = namespace(Machine())
+    short = {"nl": mods["neuronxcc.nki.language"], "nisa": mods["neuronxcc.nki.isa"], "nki": mods["neuronxcc.nki"]}
+    for name in nki_api.CALLS:
+        mod, attr = name.split(".")
+        fn = getattr(short[mod], attr)
+        doc = nki_api.signature(name)
+        got = inspect.signature(fn)
+        for p in doc.parameters.values():
+            assert p.name in got.parameters, f"{name}: the model lacks documented parameter {p.name}"
+            assert got.parameters[p.name].kind == p.kind, f"{name}: {p.name} kind differs from the reference"
+    for name in nki_api.ATTRIBUTES:
+        mod, attr = name.split(".")
+        assert hasattr(short[mod], attr), name
