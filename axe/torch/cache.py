@@ -313,7 +313,8 @@ class ArtifactCache:
     def clear(self, kernel: str | None = None) -> tuple[int, int]:
         """Remove the cache's entries (of ``kernel`` only, if given), their lock files and
         leftover temporary folders; shipped folders are never touched.  Returns ``(entries,
-        bytes)`` removed."""
+        bytes)`` removed.  Run it while no process builds into the cache: a builder holding a
+        lock file that is removed could race a newcomer (at worst one extra build)."""
         n = size = 0
         if not self.root.is_dir():
             return 0, 0
