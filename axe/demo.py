@@ -3,8 +3,10 @@
 1. the layout algebra on the specification's worked examples;
 2. every kernel in ``kernels/`` built for every CUDA target (sm_90a, sm_100a), with what each
    operator chose and the instructions the PTX holds; artifacts under ``build/demo/``;
-3. what can run here: kernels run only where a CUDA GPU is present (``tests/gpu`` runs them on
-   one); on a CPU machine the demo says so.
+3. the Trainium kernels (``kernels/nki_*.py``) built to NKI source and run on axe's NumPy model of
+   NKI against numpy, with the cost model's estimates;
+4. what can run here: CUDA kernels run only where a CUDA GPU is present (``tests/gpu`` runs them
+   on one); on a CPU machine the demo says so.
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ def _kernels() -> None:
         if path.name.startswith("_"):
             continue
         for name, k in load_kernels(str(path)).items():
+            if k.meta.get("targets") and TARGETS[0] not in k.meta["targets"]:
+                continue                  # a kernel for other targets only (section 3: Trainium)
             print(f"\n-- {path.relative_to(ROOT)}::{name}")
             print(explain(k, TARGETS[0]))
             for target in TARGETS:
@@ -73,7 +77,7 @@ def _kernels() -> None:
 
 
 def _run() -> None:
-    print("\n== 3. running ==")
+    print("\n== 4. running ==")
     try:
         import torch
         gpu = torch.cuda.is_available()
@@ -86,10 +90,18 @@ def _run() -> None:
     os.system(f"python3 {ROOT / 'tests' / 'gpu' / 'run_all.py'}")
 
 
+def _trainium() -> None:
+    """Section 3: the trn1 kernels built to NKI source and run on axe's NumPy model of NKI."""
+    print("\n== 3. Trainium (trn1): NKI source run on axe's NumPy model of NKI ==")
+    from axe.backends.neuron.demo import run_demo
+    run_demo(ROOT / "build" / "demo" / "trn1")
+
+
 def main(args=None) -> int:
     """Run the demo; returns the exit status."""
     _layouts()
     _kernels()
+    _trainium()
     _run()
     return 0
 

@@ -1,4 +1,4 @@
-"""``axe build FILE[::KERNEL] --target sm_90a -o DIR`` and ``axe explain FILE[::KERNEL]``."""
+"""``axe build FILE[::KERNEL] --target sm_90a|sm_100a|trn1 -o DIR`` and ``axe explain FILE[::KERNEL]``."""
 
 from __future__ import annotations
 
@@ -45,7 +45,22 @@ def _user_errors() -> tuple:
     from axe.backends.cuda.artifact import ArtifactError
     from axe.backends.cuda.build import BuildError
     from .kernel import KernelError
-    return (KernelError, BuildError, ArtifactError)
+    return (KernelError, BuildError, ArtifactError) + _backend_errors()
+
+
+def _backend_errors() -> tuple:
+    """User errors other backends declare (``USER_ERRORS`` of ``axe.backends.<family>.build``)."""
+    import importlib
+    import pkgutil
+    import axe.backends
+    found = ()
+    for info in pkgutil.iter_modules(axe.backends.__path__):
+        try:
+            mod = importlib.import_module(f"axe.backends.{info.name}.build")
+        except ModuleNotFoundError:
+            continue
+        found += tuple(getattr(mod, "USER_ERRORS", ()))
+    return found
 
 
 def _build(args) -> int:
@@ -84,10 +99,10 @@ def _explain(args) -> int:
 def add_commands(subparsers) -> None:
     b = subparsers.add_parser("build", help="build the kernels of a file into artifacts")
     b.add_argument("file", help="FILE.py or FILE.py::KERNEL")
-    b.add_argument("--target", default="sm_90a", help="sm_90a or sm_100a")
+    b.add_argument("--target", default="sm_90a", help="sm_90a, sm_100a or trn1 (NKI source + manifest)")
     b.add_argument("-o", "--output", default="build", help="output directory")
     b.set_defaults(func=_build)
     e = subparsers.add_parser("explain", help="show each operator call's schedule candidates")
     e.add_argument("file", help="FILE.py or FILE.py::KERNEL")
-    e.add_argument("--target", default="sm_90a")
+    e.add_argument("--target", default="sm_90a", help="sm_90a, sm_100a or trn1")
     e.set_defaults(func=_explain)

@@ -19,6 +19,7 @@ from .tiles import var_name
 __all__ = ["NkiArtifact", "build_kernel", "TargetError", "TARGETS"]
 
 TARGETS = ("trn1",)
+USER_ERRORS = (TargetError,)     # reported by ``axe build/explain`` without a traceback
 
 
 @dataclass
