@@ -106,3 +106,20 @@ nl.store(O[0:128, 0:512], value=o[0:128, 0:512])'''
     assert cost.flops == 2 * 2 * 128 * 128 * 512
     assert cost.engine_s["tensor"] == pytest.approx(2 * 512 * hw.TENSORE_CYCLE_S)
     assert 0 < cost.tensore_utilization <= 1
+
+
+def test_activation_scales_adds_bias_then_applies_the_function():
+    rng = np.random.default_rng()
+    A = rng.standard_normal((128, 512)).astype(np.float32)
+    body = '''x = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.sbuf, name="x")
+x[0:128, 0:512] = nl.load(A[0:128, 0:512])
+b = nl.zeros((128, 1), dtype=nl.float32, buffer=nl.sbuf, name="b")
+b[0:128, 0:1] = nl.load(A[0:128, 0:1])
+y = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.sbuf, name="y")
+y[0:128, 0:512] = nisa.activation(nl.exp, x[0:128, 0:512], bias=nl.negative(b[0:128, 0:1]), scale=0.5)
+nl.store(O[0:128, 0:512], value=y[0:128, 0:512])'''
+    (out,), cost = _run(body, A)
+    np.testing.assert_allclose(out, np.exp(A * 0.5 - A[:, :1]), rtol=1e-6)
+    assert cost.counts["nisa.activation"] == 1 and cost.engine_s["scalar"] > 0
+    with pytest.raises(HardwareError, match=r"bias must be a \(128, 1\) vector"):
+        _run(body.replace("bias=nl.negative(b[0:128, 0:1])", "bias=x[0:128, 0:512]"), A)

@@ -28,6 +28,7 @@ CALLS = {
     "nl.sqrt": (("x",), ("dtype", "mask")),
     "nl.rsqrt": (("x",), ("dtype", "mask")),
     "nl.abs": (("x",), ("dtype", "mask")),
+    "nl.negative": (("x",), ("dtype", "mask")),
     "nl.add": (("x", "y"), ("dtype", "mask")),
     "nl.subtract": (("x", "y"), ("dtype", "mask")),
     "nl.multiply": (("x", "y"), ("dtype", "mask")),
@@ -43,11 +44,13 @@ CALLS = {
                                                   "tile_position", "tile_size", "mask")),
     "nisa.nc_transpose": (("data",), ("mask", "dtype", "engine")),
     "nisa.affine_select": (("pred", "on_true_tile", "on_false_value"), ("mask", "dtype")),
+    "nisa.activation": (("op", "data"), ("bias", "scale", "mask", "dtype")),
 }
 
-# names used as values (not called): dtypes, buffers, the index-grid object, the decorator
+# names used as values (not called): dtypes, buffers, the index-grid object, the decorator, and
+# activation functions passed to nisa.activation
 ATTRIBUTES = {"nl.float16", "nl.bfloat16", "nl.float32", "nl.sbuf", "nl.psum", "nl.shared_hbm", "nl.mgrid",
-              "nki.jit"}
+              "nki.jit", "nl.exp"}
 
 
 def signature(name: str):

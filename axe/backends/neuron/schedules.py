@@ -211,11 +211,30 @@ def nki_expr(e, names) -> str:
     raise LayoutError(f"elementwise: {kind} {e} has no NKI form here (supported: + - * / max min exp sqrt rsqrt abs, casts)")
 
 
+def activation_expr(e, names, vectors) -> str | None:
+    """``exp(x*scale ± bias)`` (x a tile, bias a per-partition vector) as one ScalarE
+    ``nisa.activation`` (it scales and adds the bias before the function at no extra cost), else None."""
+    import tvm
+    tx = tvm.tirx
+    if not (isinstance(e, tvm.ir.Call) and e.op.name == "tirx.exp"):
+        return None
+    a, bias = e.args[0], ""
+    if isinstance(a, (tx.Sub, tx.Add)) and isinstance(a.b, tx.Var) and a.b.name in vectors:
+        bias = f", bias={names[a.b.name]}" if isinstance(a, tx.Add) else f", bias=nl.negative({names[a.b.name]})"
+        a = a.a
+    scale = 1.0
+    if isinstance(a, tx.Mul) and isinstance(a.b, tx.FloatImm):
+        a, scale = a.a, float(a.b.value)
+    if not isinstance(a, tx.Var) or a.name in vectors:
+        return None
+    return f"nisa.activation(nl.exp, {names[a.name]}{bias}, scale={scale!r})"
+
+
 def _with_dtype(text, dtype):
     """``text`` producing ``dtype``: the outermost call takes ``dtype=``; a bare tile is copied."""
     if text.endswith(f", dtype={NL_DTYPE[dtype]})"):
         return text
-    if text.startswith("nl.") and text.endswith(")") and "dtype=" not in text.rsplit("(", 1)[-1]:
+    if text.startswith(("nl.", "nisa.")) and text.endswith(")") and "dtype=" not in text.rsplit("(", 1)[-1]:
         return text[:-1] + f", dtype={NL_DTYPE[dtype]})"
     return f"nl.copy({text}, dtype={NL_DTYPE[dtype]})"
 
@@ -243,14 +262,16 @@ def _check_elementwise(call, ctx):
             if sdp != b.dp and r[1 - b.dp][1] != 1:
                 return f"src{i} holds dim {sdp} on the partitions, dst dim {b.dp}: transpose it first"
             names[f"x{i}"] = sbox
+        vectors = {f"x{i}" for i, s in enumerate(srcs) if s.shape[1 - b.dp] == 1 and dst.shape[1 - b.dp] != 1}
         if not srcs:
             text = f"nl.add(nl.zeros(({b.n}, {b.cols}), dtype={NL_DTYPE[dst.dtype]}), {nki_expr(expr, names)})"
         else:
-            text = _with_dtype(nki_expr(expr, names), dst.dtype)
+            text = _with_dtype(activation_expr(expr, names, vectors) or nki_expr(expr, names), dst.dtype)
         lines.append(f"{dbox} = {text}")
     name = call.attrs.get("name", "fused")
-    return Plan(f"{len(lines)} x {name} on {onchip_kind(dst).upper()} {nki_name(dst)} "
-                f"({'ScalarE' if 'nl.exp' in ''.join(lines) else 'VectorE'})", lines)
+    engine = "ScalarE activation" if "nisa.activation" in lines[0] else \
+        ("VectorE + ScalarE" if "nl.exp" in lines[0] else "VectorE")
+    return Plan(f"{len(lines)} x {name} on {onchip_kind(dst).upper()} {nki_name(dst)} ({engine})", lines)
 
 
 # ----------------------------------------------------------------------------------------------

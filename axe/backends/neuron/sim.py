@@ -463,7 +463,28 @@ def _unary(machine, fn, engine, name):
         machine._engine(engine, v.shape, f"nl.{name}")
         return Value(_round(fn(v.data), out), out, "sbuf")
     op.__name__ = name
+    op.numpy = fn          # what nisa.activation applies when given this function as its op
     return op
+
+
+def _activation(machine):
+    def activation(op, data, *, bias=None, scale=1.0, mask=None, dtype=None):
+        """[ISA] nki.isa.activation: op(data * scale + bias) on ScalarE, float32 math."""
+        if not hasattr(op, "numpy"):
+            raise HardwareError(f"nisa.activation: op {op!r} is not an nki.language activation function")
+        (v,) = _operands("nisa.activation", data)
+        if not isinstance(scale, (int, float)):
+            raise HardwareError("nisa.activation: the model supports a compile-time scalar scale only")
+        x = v.data * np.float32(scale)
+        if bias is not None:
+            (b,) = _operands("nisa.activation bias", bias)
+            if b.shape != (v.shape[0], 1):
+                raise HardwareError(f"nisa.activation: bias must be a ({v.shape[0]}, 1) vector, got {b.shape}")
+            x = x + b.data
+        out = _out_dtype([v], dtype) if dtype is not None else v.dtype
+        machine._engine("scalar", v.shape, "nisa.activation")
+        return Value(_round(op.numpy(x), out), out, "sbuf")
+    return activation
 
 
 def _binary(machine, fn, name):
@@ -554,6 +575,7 @@ def namespace(machine: Machine):
         return Value(_round(np.where(sel, v.data, np.float32(on_false_value)), out), out, "sbuf")
 
     isa.affine_select = affine_select
+    isa.activation = _activation(machine)
 
     nki = types.ModuleType("neuronxcc.nki")
     nki.jit = lambda fn=None, **kw: fn if fn is not None else (lambda f: f)
