@@ -10,6 +10,15 @@ from axe.backends.neuron.sim import HardwareError, run
 HEAD = "import neuronxcc.nki as nki\nimport neuronxcc.nki.language as nl\nimport neuronxcc.nki.isa as nisa\n\n"
 
 
+LOADED = '''x = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.sbuf, name="x")
+x[0:128, 0:512] = nl.load(A[0:128, 0:512])
+'''
+
+
+def _random():
+    return np.random.default_rng().standard_normal((128, 512)).astype(np.float32)
+
+
 def _run(body, inputs=None, out_shape=(128, 512)):
     src = HEAD + "@nki.jit\ndef k(A):\n    O = nl.ndarray(%r, dtype=nl.float32, buffer=nl.shared_hbm)\n" % (out_shape,)
     src += "".join("    " + line + "\n" for line in body.strip().splitlines()) + "    return O\n"
@@ -91,13 +100,10 @@ nl.store(O[0:128, 0:512], value=e[0:128, 0:512])'''
 
 
 def test_matmul_accumulates_in_psum_and_cost_counts_flops():
-    rng = np.random.default_rng()
-    A = rng.standard_normal((128, 512)).astype(np.float32)
-    body = '''a = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.sbuf, name="a")
-a[0:128, 0:512] = nl.load(A[0:128, 0:512])
-c = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum, name="c")
-c[0:128, 0:512] += nisa.nc_matmul(a[0:128, 0:128], a[0:128, 0:512])
-c[0:128, 0:512] += nisa.nc_matmul(a[0:128, 128:256], a[0:128, 0:512])
+    A = _random()
+    body = LOADED + '''c = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.psum, name="c")
+c[0:128, 0:512] += nisa.nc_matmul(x[0:128, 0:128], x[0:128, 0:512])
+c[0:128, 0:512] += nisa.nc_matmul(x[0:128, 128:256], x[0:128, 0:512])
 o = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.sbuf, name="o")
 o[0:128, 0:512] = nl.copy(c[0:128, 0:512])
 nl.store(O[0:128, 0:512], value=o[0:128, 0:512])'''
@@ -109,11 +115,8 @@ nl.store(O[0:128, 0:512], value=o[0:128, 0:512])'''
 
 
 def test_activation_scales_adds_bias_then_applies_the_function():
-    rng = np.random.default_rng()
-    A = rng.standard_normal((128, 512)).astype(np.float32)
-    body = '''x = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.sbuf, name="x")
-x[0:128, 0:512] = nl.load(A[0:128, 0:512])
-b = nl.zeros((128, 1), dtype=nl.float32, buffer=nl.sbuf, name="b")
+    A = _random()
+    body = LOADED + '''b = nl.zeros((128, 1), dtype=nl.float32, buffer=nl.sbuf, name="b")
 b[0:128, 0:1] = nl.load(A[0:128, 0:1])
 y = nl.zeros((128, 512), dtype=nl.float32, buffer=nl.sbuf, name="y")
 y[0:128, 0:512] = nisa.activation(nl.exp, x[0:128, 0:512], bias=nl.negative(b[0:128, 0:1]), scale=0.5)
