@@ -314,3 +314,41 @@ def test_scratch_is_per_stream():
     assert k._with_scratch(given, 0, 0x30, device="cpu") is given    # the caller's own scratch is kept
     k.release_scratch()
     assert k._with_scratch((x,), 0, 0x10, device="cpu")[1] is not s1[1]
+
+
+def test_bind_is_remembered_per_argument_signature():
+    """Kernel.bind checks a new argument signature fully and remembers it: a later call with the
+    same dtypes, shapes, strides, device and scalars gets the same configuration with its own
+    tensors, and only the data pointers' alignment is checked again; anything else that differs
+    goes through the full checks (same errors as bind_arguments)."""
+    import torch
+
+    from axe.backends.cuda.artifact import Artifact
+    from axe.runtime.launcher import Kernel, LaunchError, bind_arguments
+
+    launch = {"name": "k", "kernel": "k", "arch": "sm_90a", "grid": ["(M + 63) // 64", "n", 1], "block": [128, 1, 1],
+              "symbols": {"M": {"arg": "x", "dim": 0}},
+              "args": [{"name": "x", "kind": "tensor", "dtype": "float16", "shape": ["M", 64], "alignment": 16},
+                       {"name": "y", "kind": "tensor", "dtype": "float16", "shape": ["M", 64], "alignment": 16},
+                       {"name": "n", "kind": "scalar", "dtype": "int32"}]}
+    k = Kernel(Artifact("", "", b"\0", launch))
+    x, y = torch.zeros(200, 64, dtype=torch.float16), torch.zeros(200, 64, dtype=torch.float16)
+    first = k.bind(x, y, 3, device_type="cpu")
+    x2, y2 = torch.ones(200, 64, dtype=torch.float16), torch.ones(200, 64, dtype=torch.float16)
+    again = k.bind(x2, y2, 3, device_type="cpu")
+    full = bind_arguments(launch, (x2, y2, 3), device_type="cpu")
+    assert again.tensors["x"] is x2 and again.tensors["y"] is y2
+    assert (again.grid, again.block, again.env) == (full.grid, full.block, full.env) == (first.grid, first.block, first.env)
+    assert len(k._bound) == 1 and not next(iter(k._bound.values()))[1].tensors   # no tensor kept alive
+    base = torch.zeros(201 * 64 + 1, dtype=torch.float16)
+    odd = base[1:].view(201, 64)[:200]          # same shape and strides, pointer off by 2 bytes
+    with pytest.raises(LaunchError, match="'x' data pointer .* is not 16-byte aligned"):
+        k.bind(odd, y, 3, device_type="cpu")
+    assert k.bind(x, y, 5, device_type="cpu").grid == (4, 5, 1)          # another scalar: checked anew
+    assert k.bind(x[:70], y[:70], 3, device_type="cpu").grid == (2, 3, 1)  # another M
+    with pytest.raises(LaunchError, match="'y' has shape"):
+        k.bind(x, y[:70], 3, device_type="cpu")
+    with pytest.raises(LaunchError, match="'y' has dtype float32"):
+        k.bind(x, y.float(), 3, device_type="cpu")
+    with pytest.raises(LaunchError, match="'x' has strides"):
+        k.bind(torch.zeros(64, 200, dtype=torch.float16).t(), y, 3, device_type="cpu")
