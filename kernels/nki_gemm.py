@@ -1,11 +1,11 @@
 """GEMM for Trainium (trn1) in axe: ``C = A·B``, fp16/bf16 in, fp32 accumulation in PSUM, C in
-the input dtype.  One 512×512 block of C per (m, n); K in steps of 128.
+the input dtype.  One 512×1024 block of C per (m, n) (512×512 when N <= 512); K in steps of 128.
 
 The layouts carry the whole TensorE mapping (the Axe paper §3.4): A's tile holds K on the
 partitions and M on the free axis (so the DMA transposes it), B's tile K on the partitions, and
-the accumulator splits its 512 rows into 4 partition blocks of 128 at free offsets 0, 512, 1024,
-1536 — one PSUM bank each.  ``Ax.gemm`` intersects the iters and issues 4 ``nc_matmul``
-(K=128, M=128, N=512) per k-step; ragged edges are masked loads into zeroed tiles.
+the accumulator splits its 512 rows into 4 partition blocks of 128, each BN fp32 wide (two PSUM
+banks for BN = 1024: all 8 banks).  ``Ax.gemm`` intersects the iters and issues 4 × BN/512
+``nc_matmul`` (K=128, M=128, N=512) per k-step; ragged edges are masked loads into zeroed tiles.
 """
 
 from tvm.script import tirx as T
@@ -14,10 +14,16 @@ import axe.lang as Ax
 from axe.backends.neuron import lang as trn
 from axe.layout import F, P, S
 
-BM, BN, BK = 512, 512, 128
+BM, BK = 512, 128
 A_TILE = S[(BM, BK):(1 @ F, 1 @ P)]                          # A[m, k]: k on partitions
-B_TILE = S[(BK, BN):(1 @ P, 1 @ F)]                          # B[k, n]: k on partitions
-C_TILE = S[(BM // 128, 128, BN):(BN @ F, 1 @ P, 1 @ F)]      # C[m, n]: 4 x 128 rows, a bank each
+
+
+def tiles(N):
+    """The target configuration, in one place: C's block width and the B and C tile layouts."""
+    bn = 1024 if N > 512 else 512                            # wider blocks load A half as often
+    b_tile = S[(BK, bn):(1 @ P, 1 @ F)]                      # B[k, n]: k on partitions
+    c_tile = S[(BM // 128, 128, bn):(bn @ F, 1 @ P, 1 @ F)]  # C[m, n]: 4 x 128 rows, bn/512 banks each
+    return bn, b_tile, c_tile
 
 
 def _cdiv(a, b):
@@ -31,6 +37,7 @@ def reference(A, B):
 
 def nki_gemm(M=1024, N=1024, K=1024, dtype="float16"):
     """The kernel for an M×K by K×N product (any sizes; ragged edges masked)."""
+    BN, B_TILE, C_TILE = tiles(N)
     MT, NT, KT = _cdiv(M, BM), _cdiv(N, BN), _cdiv(K, BK)
 
     @Ax.kernel(name="nki_gemm", reference=reference, outputs=("C",), shape=(M, N, K), dtype=dtype,
