@@ -55,6 +55,23 @@ on a slot two fills ahead), one ring of 4 stages of 40 KiB feeds them in turn an
 releases each slot.  It is correct but measured slower on H200 (0.91 of cuBLAS against 0.98):
 64-row tiles fetch 40 KiB from L2 per 2·64·256·64 flops, 1.67× the cooperative tile's traffic.
 
+**Blackwell (sm_100a)** is the same kernel body with another :class:`Generation` (:data:`GENERATIONS`,
+picked from the build target inside the factory): the accumulator lives in tensor memory (one
+128×256 fp32 TMEM tile, 256 columns), so the MMAs need no consumer registers and are issued by one
+elected thread of the producer warpgroup's warp 1: per k-block it waits for the slot, runs
+``Ax.gemm`` (the layouts pick ``tcgen05.mma.cta_group::1`` M=128 N=256) and commits to the slot's
+*empty* barrier (the tensor core's completion frees it, one arrival); after a tile's last k-block it
+commits to the accumulator's *full* barrier (a one-slot :class:`~axe.lang.pipeline.Pipeline`).
+Warpgroups 1 and 2 are the epilogue: warp w of a warpgroup reaches only TMEM lanes 32·(w % 4), so
+each warpgroup reads all 128 rows of its own 128 columns (``Ax.copy`` TMEM → registers, which the
+register layout turns into ``tcgen05.ld.16x256b``: the fragment ``stmatrix`` stores), frees the
+accumulator for the next tile's MMAs (all 256 threads arrive on its *empty* barrier) and stores
+through the same chunked ``stmatrix`` + TMA-store path as on sm_90a (64-column chunks: 4 stages and
+2 × 16 KiB of chunk buffer fit in 224 KiB).  What differs is confined to :data:`GENERATIONS` and
+the two small per-generation steps (``mma`` vs ``mma_tcgen05``; the consumers' ``tile_loop`` vs
+``drain``).  The cooperative schedule is built for sm_100a; ping-pong, stream-K, clusters and the
+reduce-scatter epilogue are sm_90a-only for now and refused there by name.
+
 Shapes need not be multiples of the tile: TMA fills out-of-bounds loads with zeros (which add
 nothing to the products) and clips the stores at the matrix edge.
 """
@@ -70,6 +87,41 @@ IN_FLIGHT, EPILOGUE = 0, 128   # cooperative defaults: wgmma groups left in flig
 THREADS, PRODUCER_REGS, CONSUMER_REGS = 384, 40, 232
 HALF = BM // 2          # rows per consumer warpgroup
 ORDER = 3               # ping-pong: named barriers ORDER + w, "warpgroup w's turn" (1, 2: the epilogues')
+
+
+class Generation:
+    """What one GPU generation changes in the kernel (the body is shared): the MMA, where the
+    accumulator lives, each consumer warpgroup's ``part`` (rows, columns) of the BM×BN tile and how
+    the two split it, the default epilogue chunk, and how many arrivals free a pipeline slot."""
+
+    def __init__(self, mma, accumulator, part, split, epilogue, releases):
+        self.mma, self.accumulator, self.part, self.split = mma, accumulator, part, split
+        self.epilogue, self.releases = epilogue, releases
+
+    def acc_layout(self):
+        """The consumer warpgroup's register layout of its ``part``: wgmma's D fragment (sm_90a);
+        on sm_100a the tcgen05.ld 16x256b fragment (whose 8x8 blocks are stmatrix's) over 128 rows."""
+        if self.mma == "wgmma":
+            from axe.backends.cuda.schedules.wgmma import d_fragment
+            return d_fragment(self.part[1], "tx")
+        from axe.backends.cuda.schedules.tcgen05 import ld_fragment
+        return ld_fragment("16x256b", self.part[1] // 8, self.part[0])
+
+
+#: per generation: sm_90a — each consumer warpgroup runs wgmma on 64 rows × 256 columns in its
+#: registers and frees a slot itself (2 releases); sm_100a — one thread runs tcgen05.mma into a
+#: TMEM accumulator, whose commit frees the slot (1 release), and each epilogue warpgroup reads
+#: 128 rows × 128 columns (TMEM lanes are per warp, so the warpgroups split columns, not rows)
+GENERATIONS = {
+    "wgmma": Generation("wgmma", "registers", (HALF, BN), "rows", EPILOGUE, 2),
+    "tcgen05": Generation("tcgen05", "tmem", (BM, BN // 2), "columns", 64, 1),
+}
+
+
+def generation(target):
+    """The :class:`Generation` key of a CUDA target: ``tcgen05`` on sm_100a-family, else ``wgmma``."""
+    from axe.schedules.context import target_arch
+    return "tcgen05" if 100 <= target_arch(target) < 120 and target.endswith("a") else "wgmma"
 
 
 def swizzled(rows, cols, lead=()):
@@ -147,7 +199,10 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
     bm = HALF if pp else BM                  # rows of one scheduled tile (ping-pong: one warpgroup's)
     stages = stages or STAGES
     in_flight = (1 if pp else IN_FLIGHT) if in_flight is None else in_flight
+    epi_arg = epilogue
     epilogue = epilogue or (BN if pp else EPILOGUE)
+    wrows, wcols = GENERATIONS["wgmma"].part   # a consumer warpgroup's part of the tile (the factory
+    split_cols = False                         # sets sm_100a's: 128 rows x 128 columns)
     b_shape, b_tile = ((K, N), (BK, BN)) if b_major == "row" else ((N, K), (BN, BK))
     b_half = (BK, BN // 2) if b_major == "row" else (BN // 2, BK)      # one CTA's multicast share
     m_tiles = -(-M // bm)
@@ -158,14 +213,20 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
     k_iters = -(-K // BK)
     a_at, b_at = 0, stages * bm * BK                       # element offsets in the shared pool
     c_at = b_at + stages * BK * BN
-    if BN % epilogue or epilogue % 64:
-        raise ValueError(f"gemm: epilogue chunk {epilogue} must be a multiple of 64 dividing {BN}")
-    chunks = BN // epilogue
-    # chunk buffers per warpgroup: two (write one while the other stores) for 64-column chunks, else
-    # one (wait until the previous chunk's store has read it): 128-column chunks fit 4 stages that way
-    bufs = epilogue_bufs or (2 if chunks > 2 else 1)
-    if bufs not in (1, 2) or bufs > chunks:
-        raise ValueError(f"gemm: epilogue_bufs must be 1 or 2 and at most the {chunks} chunks, got {epilogue_bufs!r}")
+
+    def chunking(epilogue, cols):
+        """``(chunks, bufs)`` of a warpgroup's ``cols`` columns stored ``epilogue`` at a time."""
+        if cols % epilogue or epilogue % 64:
+            raise ValueError(f"gemm: epilogue chunk {epilogue} must be a multiple of 64 dividing {cols}")
+        chunks = cols // epilogue
+        # chunk buffers per warpgroup: two (write one while the other stores) for 64-column chunks, else
+        # one (wait until the previous chunk's store has read it): 128-column chunks fit 4 stages that way
+        bufs = epilogue_bufs or (2 if chunks > 2 else 1)
+        if bufs not in (1, 2) or bufs > chunks:
+            raise ValueError(f"gemm: epilogue_bufs must be 1 or 2 and at most the {chunks} chunks, got {epilogue_bufs!r}")
+        return chunks, bufs
+    chunks, bufs = chunking(epilogue, wcols)
+    sm90 = epilogue, chunks, bufs
     wait = in_flight if k_iters > 1 else 0                 # wgmma groups left running per k-block
     # stream-K tail: the last full wave and the partial one are split in k-iterations evenly over the CTAs
     tiles = sched.tiles
@@ -202,13 +263,13 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             Ax.cast(out, acc)
         elif add_chunk is None:     # a stream-K tile's first k-iterations: add the partial sum of the rest
             Ax.elementwise(out, lambda a, p: T.cast(a + p, dtype), acc, partial)
-        row = m_blk * bm + (0 if pp else wg * HALF)
+        row = m_blk * bm + (0 if pp or split_cols else wg * HALF)
         for j in range(chunks):
             # the store that last read this chunk's buffer (chunk j - bufs, or the previous tile's) is done
             Ax.tma_store_wait(bufs - 1, pred=leader)
             Ax.named_barrier(1 + wg, 128)
-            Cw = tile(pool, c_at + (wg * bufs + j % bufs) * (HALF * epilogue), (HALF, epilogue))
-            n0 = n_blk * BN + j * epilogue
+            Cw = tile(pool, c_at + (wg * bufs + j % bufs) * (wrows * epilogue), (wrows, epilogue))
+            n0 = n_blk * BN + (wg * wcols + j * epilogue if split_cols else j * epilogue)
             cols = slice(j * epilogue, (j + 1) * epilogue)
             if add_chunk is not None:
                 add_chunk(j, Cw, n0)
@@ -217,7 +278,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             Ax.fence_proxy_async()
             Ax.named_barrier(1 + wg, 128)
             if dest is None:
-                Ax.copy(C[row:row + HALF, n0:n0 + epilogue], Cw, fence=False, wait=False)
+                Ax.copy(C[row:row + wrows, n0:n0 + epilogue], Cw, fence=False, wait=False)
             else:           # one bulk copy of the chunk's image (a peer's staging has no tensor map)
                 Ax.copy(dest(row, n0), Cw, fence=False, wait=False, schedule="bulk")
 
@@ -392,6 +453,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         two k-blocks unless the tile has one): ``wait`` groups in flight, the last one waited for in
         straight-line code (ptxas moved a read of the last registers above a wait_group 0 placed
         after the loop); ``before_last`` runs before the last k-block is issued."""
+        mma = steps["mma"]      # this generation's k-block step
         mma(pool, pipe, acc, wg, base + k0, False, leader, wait)
         with T.serial(k0 + 1, k1 - 1) as kb:
             mma(pool, pipe, acc, wg, base + kb, True, leader, wait)
@@ -457,14 +519,60 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         if accumulate or not wait:
             pipe.release(i - wait, pred=leader)
 
+    def mma_tcgen05(pool, pipe, acc, wg, i, accumulate, leader, wait):
+        """sm_100a: wait for iteration i's slot; one elected thread runs tcgen05.mma over the whole
+        BM×BK slab into the TMEM accumulator and commits to the slot's empty barrier, so the slot
+        is freed when the tensor core has read it (``wg``, ``leader``, ``wait``: unused here)."""
+        s = pipe.slot(i)
+        pipe.wait(i)
+        with Ax.elect_one():
+            Ax.gemm(acc, tile(pool, a_at + s * (bm * BK), (BM, BK)), b_operand(pool, s), accumulate=accumulate,
+                    barrier=pipe.empty[s])
+
+    def issue_tiles(pool, pipe, acc_t, accp, cid, rank):
+        """sm_100a, warp 1 of the producer warpgroup: every tile's MMAs, each tile once the
+        epilogue has read the previous one out of TMEM; its completion committed to ``accp.full``."""
+        with T.serial(sched.count(cid)) as it:
+            accp.acquire(it)
+            Ax.tcgen05_fence_after()
+            tile_loop(pool, pipe, acc_t, 0, None, it * k_iters, 0, k_iters)
+            with Ax.elect_one():        # arrives when every MMA this thread issued has completed
+                Ax.tcgen05_commit((accp.full,))
+
+    def drain(acc_t, accp, acc, wg, j):
+        """sm_100a epilogue warpgroup ``wg``: wait for tile j's accumulator, read its 128 columns
+        of TMEM into registers (tcgen05.ld), then free the accumulator (all its threads arrive)."""
+        accp.wait(j)
+        for w in range(2):          # TMEM views have static columns: one branch per warpgroup
+            with guard(wg == w):
+                Ax.copy(acc, acc_t[:, w * wcols:(w + 1) * wcols])
+        Ax.tcgen05_fence_before()
+        accp.release(j)
+
+    steps = {"mma": mma}        # the factory sets sm_100a's
+
     n_tiles = -(-N // BN)
     a_shape = (world, M, K) if rs else (M, K)
     p_shape = (world, m_tiles * BM, n_tiles * BN) if rs else (1,)     # staging: one padded slot per source
     nsig = world * m_tiles * n_tiles * 2
 
     def factory():
-        from axe.backends.cuda.schedules.wgmma import d_fragment
-        acc_layout = d_fragment(BN, "tx")
+        from axe.schedules.context import current_context
+        nonlocal wrows, wcols, split_cols, epilogue, chunks, bufs
+        gen = GENERATIONS[generation(current_context().target)]
+        tc = gen.mma == "tcgen05"
+        if tc:
+            if pp or stream_k or rs or cluster > 1:
+                raise ValueError("gemm on sm_100a: only the cooperative schedule without stream_k, clusters or "
+                                 "reduce-scatter is built for tcgen05 so far (got " + ", ".join(
+                                     n for n, v in (("pingpong", pp), ("stream_k", stream_k), ("world>1", rs),
+                                                    (f"cluster={cluster}", cluster > 1)) if v) + ")")
+        # the closures read these: set them for this build (a kernel object builds for either target)
+        wrows, wcols = gen.part
+        split_cols = gen.split == "columns"
+        epilogue, chunks, bufs = (epi_arg or gen.epilogue, *chunking(epi_arg or gen.epilogue, wcols)) if tc else sm90
+        steps["mma"] = mma_tcgen05 if tc else mma
+        acc_layout = gen.acc_layout()
 
         # the reduce-scatter parameters (P_ ... timeout_ns) are unused, so dropped, when world == 1
         @T.prim_func
@@ -485,8 +593,11 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             W = Ax.param(W_, scratch=True)          # stream-K partial sums (fp32)
             F = Ax.param(F_, scratch=True)          # stream-K flags, one per CTA and warpgroup
             dist = distributed(A_, B_, C_, P_, Q_, peers, sig, err, rank_, epoch, timeout_ns, F, cid, tx)
-            pool = Ax.dynamic_shared(c_at + 2 * bufs * HALF * epilogue, dtype)
-            pipe = Ax.pipeline(stages, producers=2, consumers=1 if pp else 2, cluster=cluster)
+            pool = Ax.dynamic_shared(c_at + 2 * bufs * wrows * epilogue, dtype)
+            pipe = Ax.pipeline(stages, producers=2, consumers=1 if pp else gen.releases, cluster=cluster)
+            if tc:      # the TMEM accumulator (256 columns) and its one-slot pipeline: full <- the MMA
+                acc_t = Ax.tmem((BM, BN), "float32", name="acc_tmem")      # thread's commit, empty <- the
+                accp = Ax.pipeline(1, producers=1, consumers=2 * 128, name="accp")  # epilogues' 256 threads
             with Ax.role(0, 1, regs=PRODUCER_REGS):
                 with Ax.warps(0, 1):
                     for it in T.serial(dp_waves if stream_k else sched.count(cid)):
@@ -500,11 +611,14 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                             load(pool, pipe, A, B, dp_waves * k_iters + u - b0, m_blk, n_blk, u % k_iters, rank)
                 if rs and rs_comm is True and rs_push == "forward":
                     rs_forwarders(dist)
+                if tc:
+                    with Ax.warps(1, 2):
+                        issue_tiles(pool, pipe, acc_t, accp, cid, rank)
             with Ax.role(1, 3, regs=CONSUMER_REGS, each=True):
                 wg = Ax.warpgroup_index()
                 leader = tx % 128 == 0
-                acc = Ax.registers((HALF, BN), "float32", acc_layout, name="acc")
-                out = Ax.registers((HALF, BN), dtype, acc_layout, name="out")
+                acc = Ax.registers((wrows, wcols), "float32", acc_layout, name="acc")
+                out = Ax.registers((wrows, wcols), dtype, acc_layout, name="out")
                 if rs:
                     rs_begin(dist)
                 count = sched.count(cid)
@@ -514,9 +628,11 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                     m_blk, n_blk = coords(cid, rank, it)
                     if pp:      # my turn: the other warpgroup has issued the previous tile's main loop
                         when(it > 0, lambda: Ax.named_barrier(ORDER + wg, 256))
-                    # ping-pong: pass the turn once every k-block but the last has been waited for
-                    tile_loop(pool, pipe, acc, wg, leader, it * k_iters, 0, k_iters, before_last=(
-                        lambda: when(it + 1 < count, lambda: Ax.named_barrier_arrive(ORDER + 1 - wg, 256))) if pp else None)
+                    if tc:      # the MMA thread computed the tile in TMEM
+                        drain(acc_t, accp, acc, wg, it)
+                    else:       # ping-pong: pass the turn once every k-block but the last has been waited for
+                        tile_loop(pool, pipe, acc, wg, leader, it * k_iters, 0, k_iters, before_last=(
+                            lambda: when(it + 1 < count, lambda: Ax.named_barrier_arrive(ORDER + 1 - wg, 256))) if pp else None)
                     if rs:
                         rs_store(acc, out, pool, C, dist, wg, leader, m_blk, n_blk)
                     else:
@@ -533,6 +649,8 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                         tile_loop(pool, pipe, acc, wg, leader, dp_waves * k_iters + t * k_iters - b0, k0, k1)
                         sk_finish(acc, out, pool, C, W, F, cid, wg, leader, m_blk, n_blk, k0, k1)
                 Ax.tma_store_wait(0, pred=leader)
+            if tc:
+                Ax.tmem_free(acc_t)
             if cluster > 1:
                 Ax.cluster_sync()                    # no CTA leaves while its peer may still arrive on it
         # one GPU: the reduce-scatter parameters leave the call signature

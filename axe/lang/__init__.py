@@ -47,6 +47,6 @@ from .mesh import Mesh, current_mesh, device_rank, devices, dtensor, fence_syste
 
 __all__ += ["Mesh", "current_mesh", "device_rank", "devices", "dtensor", "fence_system", "mesh", "signal", "wait"]
 from axe.backends.cuda.schedules.tcgen05 import commit as tcgen05_commit, pair as cta_pair
-from axe.backends.cuda.tmem import tmem, tmem_free
+from axe.backends.cuda.tmem import fence_after as tcgen05_fence_after, fence_before as tcgen05_fence_before, tmem, tmem_free
 
-__all__ += ["tcgen05_commit", "cta_pair", "tmem", "tmem_free"]
+__all__ += ["tcgen05_commit", "cta_pair", "tmem", "tmem_free", "tcgen05_fence_after", "tcgen05_fence_before"]

@@ -25,7 +25,7 @@ from axe.layout import Layout, S
 from axe.layout.coord import TCol, TLane  # noqa: F401  (registers the axes)
 
 __all__ = ["LANES", "COLUMNS", "columns_for", "check_layout", "alloc", "free", "allocation", "default_layout", "tmem",
-           "tmem_free"]
+           "tmem_free", "fence_before", "fence_after"]
 
 LANES, COLUMNS = 128, 512
 TMEM_AXES = ("TLane", "TCol")
@@ -82,11 +82,25 @@ def columns_for(L: Layout, dtype) -> int:
     return 1 << (n - 1).bit_length()
 
 
-def _sync_threads():
+def fence_before():
+    """``tcgen05.fence::before_thread_sync``: this thread's tcgen05 operations (an ld whose wait
+    has returned) are ordered before its next thread synchronisation (a barrier arrive)."""
     from tvm.script import tirx as T
     T.evaluate(T.ptx["tcgen05.fence::before_thread_sync"]())
-    T.evaluate(T.tvm_storage_sync("shared"))
+
+
+def fence_after():
+    """``tcgen05.fence::after_thread_sync``: this thread's later tcgen05 operations are ordered
+    after the thread synchronisation it just passed (a barrier wait)."""
+    from tvm.script import tirx as T
     T.evaluate(T.ptx["tcgen05.fence::after_thread_sync"]())
+
+
+def _sync_threads():
+    from tvm.script import tirx as T
+    fence_before()
+    T.evaluate(T.tvm_storage_sync("shared"))
+    fence_after()
 
 
 def alloc(scope, shape, dtype="float32", layout=None, cta_group: int = 1, name: str = "tmem", warp: int = 0,

@@ -1,0 +1,148 @@
+"""The GEMM of kernels/gemm.py on sm_100a: the same source picks tcgen05 with a TMEM accumulator.
+
+- it builds for sm_100a (fp16 and bf16, B row- and column-major), ptxas accepts it with no spills,
+  and its PTX holds the Blackwell instructions (tcgen05.alloc/mma/commit/ld/wait/dealloc) and no
+  wgmma; the sm_90a build of the same kernel object still uses wgmma and no tcgen05;
+- ``axe explain`` shows the tcgen05 choices (M=128 N=256 MMAs, tcgen05.ld.16x256b);
+- the tcgen05 schedule the kernel's own calls chose (the recorded operands and layouts) is run on
+  the NumPy model of the PTX ISA (tests/tcgen05_model.py) over two k-blocks, then read back with
+  the epilogue warpgroups' tcgen05.ld plans, and equals numpy's product;
+- options that are sm_90a-only are refused on sm_100a, naming them.
+"""
+
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tvm")
+os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import axe.lang as Ax  # noqa: E402
+import tcgen05_model as M  # noqa: E402
+from axe.backends.cuda.schedules import tcgen05 as tc  # noqa: E402
+from kernels import gemm  # noqa: E402
+from test_tcgen05 import B_AT, SM100, _desc, _smem_image  # noqa: E402
+
+BLACKWELL = ("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32", "tcgen05.relinquish_alloc_permit",
+             "tcgen05.mma.cta_group::1.kind::f16", "tcgen05.commit.cta_group::1.mbarrier::arrive::one",
+             "tcgen05.ld.sync.aligned.16x256b.x16.b32", "tcgen05.wait::ld.sync.aligned",
+             "tcgen05.fence::before_thread_sync", "tcgen05.fence::after_thread_sync",
+             "tcgen05.dealloc.cta_group::1.sync.aligned.b32")
+
+
+@pytest.mark.parametrize("kernel", [
+    lambda: gemm.gemm_fp16,                                    # what `axe build kernels/gemm.py` builds
+    lambda: gemm.gemm_bf16_nt,
+    lambda: gemm.make(1000, 1000, 1000, "float16", "col"),     # ragged: TMA zero-fills and clips
+    lambda: gemm.make(384, 768, 72, "bfloat16", "row"),        # two k-blocks, the second ragged
+], ids=["fp16_row", "bf16_col", "fp16_col_ragged", "bf16_row_k2"])
+def test_gemm_builds_for_sm100a(kernel):
+    k = kernel()
+    art = Ax.compile_kernel(k, "sm_100a")
+    assert art.cubin                                           # ptxas accepted the PTX for sm_100a
+    ptx = art.ptx
+    for ins in BLACKWELL:
+        assert ins in ptx, ins
+    assert "wgmma" not in ptx
+    # 3 gemm calls (first, middle, last k-block) x 4 instructions (K=64 in k16 steps) of M=128 N=256;
+    # nvcc may duplicate inlined code, so the PTX holds at least that many (the main loop's call is
+    # dead code, and gone, with two k-blocks)
+    plans = [tc.tcgen05_plan(r.call, SM100) for r in art.records if r.chosen == "tcgen05"]
+    assert [len(list(p.steps())) for p in plans] == [4, 4, 4]
+    live = min(-(-k.meta["K"] // gemm.BK), 3)
+    assert len(re.findall(r"tcgen05\.mma\.cta_group::1\.kind::f16", ptx)) >= 4 * live
+    res = art.launch["resources"]
+    assert res["spill_stores"] == 0 and res["spill_loads"] == 0, res
+    assert art.launch["block"][0] == gemm.THREADS
+    chosen = [r.call.op + ":" + r.chosen for r in art.records]
+    assert chosen.count("gemm:tcgen05") == 3 and chosen.count("copy:tcgen05_ld") == 2
+    assert "gemm:wgmma" not in chosen and chosen.count("copy:stmatrix") == 2     # 2 chunks of 64 columns
+    # the instruction descriptor, decoded by the model from Table 42's bits
+    f = M.decode_idesc(plans[0].idesc)
+    b_mn_major = k.meta["b_major"] == "row"                    # K×N row-major B: N contiguous
+    ab = {"float16": "f16", "bfloat16": "bf16"}[k.meta["dtype"]]
+    assert (f["m"], f["n"], f["ab"], f["trans_a"], f["trans_b"]) == (128, 256, ab, 0, int(b_mn_major))
+
+
+def test_sm90a_build_of_the_same_kernel_is_unchanged_wgmma():
+    """One kernel object builds for both targets: an sm_100a build in between leaves its sm_90a
+    build identical (TIR) to a fresh object's, and that one runs wgmma, no tcgen05."""
+    k = gemm.make(1024, 1024, 1024, epilogue=64)
+    Ax.build_func(k, "sm_100a")
+    func, ctx = Ax.build_func(k, "sm_90a")
+    assert func.script() == Ax.build_func(gemm.make(1024, 1024, 1024, epilogue=64), "sm_90a")[0].script()
+    chosen = [r.call.op + ":" + r.chosen for r in ctx.records]
+    assert "gemm:wgmma" in chosen and not any("tcgen05" in c for c in chosen)
+
+
+@pytest.fixture(scope="module")
+def records():
+    """The dispatch records of a 128×256×192 sm_100a build (three k-blocks: the first, the main
+    loop's one and the last gemm call each run once; one tile)."""
+    return Ax.build_func(gemm.make(128, 256, 192, "float16", "col"), "sm_100a")[1].records
+
+
+def test_explain_shows_the_tcgen05_choices():
+    text = Ax.explain(gemm.gemm_bf16_nt, "sm_100a")
+    assert "tcgen05        chosen: 4 x tcgen05.mma.cta_group::1.kind::f16 M=128 N=256 K=16 (ss" in text
+    assert "commit → pipe_empty[" in text
+    assert "tcgen05_ld     chosen: 2 x tcgen05.ld.sync.aligned.16x256b.x16.b32 per warp" in text
+    assert "wgmma" not in text and text.count("+ tcgen05        chosen") == 3
+
+
+def test_simulated_gemm_schedule_reproduces_numpy(records):
+    """The kernel's recorded tcgen05.mma calls (k-blocks 0, 1, 2 of a K=192 tile) run on the
+    model: each k-block's A and B written into shared bytes where the kernel's layouts put them,
+    the plan's instructions (descriptors, instruction descriptor, enable-input-d) executed, then
+    each epilogue warpgroup's tcgen05.ld plan reads its 128 columns into the kernel's register
+    layout; every (row, column) must equal A·B."""
+    rng = np.random.default_rng(1)
+    mmas = [r.call for r in records if r.chosen == "tcgen05"]
+    lds = [r.call for r in records if r.chosen == "tcgen05_ld"]
+    assert [c.attrs["accumulate"] for c in mmas] == [False, True, True]     # k_iters = 3
+    A_t, B_t = mmas[0].operands["A"], mmas[0].operands["B"]
+    (BM, BK), BN = A_t.shape, B_t.shape[1]
+    a_val = rng.standard_normal((BM, 3 * BK)).astype(np.float16)
+    b_val = rng.standard_normal((3 * BK, BN)).astype(np.float16)
+    tm = M.Tmem()
+    for kb, call in enumerate(mmas):
+        plan = tc.tcgen05_plan(call, SM100)
+        assert not isinstance(plan, str), plan
+        ks = slice(kb * BK, (kb + 1) * BK)
+        smem = _smem_image(np.zeros(2 * B_AT, np.uint8), call.operands["A"], a_val[:, ks])
+        smem = _smem_image(smem, call.operands["B"], b_val[ks], B_AT)
+        for mi, ni, ki, dcol, (am, ak), (bn, bk), k in plan.steps():
+            enable = bool(call.attrs["accumulate"] or k > 0)
+            M.mma([tm], [smem], dcol, _desc(plan.a, am, ak), _desc(plan.b, bn, bk, B_AT), plan.idesc, enable, 1)
+    got = np.full((BM, BN), np.nan, np.float32)
+    for ld_call in lds:                         # one per epilogue warpgroup (static TMEM columns)
+        ld = tc.ld_plan(ld_call, SM100)
+        assert not isinstance(ld, str), ld
+        regs_t = ld_call.operands["dst"]
+        rows, cols = regs_t.shape
+        for w in range(4):
+            regs = np.zeros((32, regs_t.layout.span("m")), np.float32)
+            for base, dl, col in ld.steps():
+                regs[:, base:base + ld.per_instr] = M.ld(tm, ld.shape, ld.num, w, ((32 * w + dl) << 16) | col)
+            for r in range(rows):
+                for j in range(cols):
+                    (x,) = regs_t.layout.map((r, j), regs_t.shape)
+                    if x["tx"] // 32 == w:
+                        got[r, ld.col0 + j] = regs[x["tx"] % 32, x["m"]]
+    want = a_val.astype(np.float32) @ b_val.astype(np.float32)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("kw, named", [({"schedule": "pingpong"}, "pingpong"), ({"stream_k": True}, "stream_k"),
+                                       ({"cluster": 2}, "cluster=2")])
+def test_sm90a_only_options_are_refused_on_sm100a(kw, named):
+    k = gemm.make(4096, 4096, 4096, **kw)
+    with pytest.raises(Ax.KernelError, match=f"sm_100a.*got {named}"):
+        Ax.build_func(k, "sm_100a")
+    Ax.build_func(k, "sm_90a")          # the same kernel object builds for sm_90a
