@@ -208,7 +208,8 @@ def test_registry_loads_backends_by_family():
     assert "per_thread" in cuda and not (neuron & cuda)
 
 
-def test_reductions_over_partitions_and_free_axis():
+def reductions_kernel():
+    """Row maxima on VectorE (free axis) and column sums on TensorE (partitions) of a 128x300 tile."""
     @Ax.kernel(name="red", outputs=("R", "Cs"), targets=("trn1",))
     def k():
         @T.prim_func
@@ -225,6 +226,11 @@ def test_reductions_over_partitions_and_free_axis():
             Ax.reduce(cs, x, "sum", dims=0)
             Ax.copy(Cs[0:1, 0:300], cs)
         return red
+    return k
+
+
+def test_reductions_over_partitions_and_free_axis():
+    k = reductions_kernel()
     text = explain(k, "trn1")
     assert "partitions_tensore" in text and "declined: max along the partitions" not in text
     art = compile_kernel(k, "trn1")

@@ -13,6 +13,7 @@ from axe.backends.neuron.sim import Machine, namespace
 from axe.lang import compile_kernel
 from kernels.nki_attention import nki_attention
 from kernels.nki_gemm import nki_gemm
+from tests.test_neuron import reductions_kernel
 
 
 def _dotted(node):
@@ -48,8 +49,8 @@ def _check_source(src):
     return checked, problems
 
 
-@pytest.mark.parametrize("kernel", [nki_gemm(1000, 700, 300, "bfloat16"), nki_attention(1, 300)],
-                         ids=["gemm", "attention"])
+@pytest.mark.parametrize("kernel", [nki_gemm(1000, 700, 300, "bfloat16"), nki_attention(1, 300), reductions_kernel()],
+                         ids=["gemm", "attention", "reductions"])
 def test_emitted_calls_match_the_reference(kernel):
     src = compile_kernel(kernel, "trn1").source
     checked, problems = _check_source(src)
