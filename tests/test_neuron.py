@@ -239,3 +239,31 @@ def test_reductions_over_partitions_and_free_axis():
     out, _ = art.run(X=X)
     np.testing.assert_allclose(out["R"][:, 0], X.max(1), rtol=1e-6, err_msg=str(seed))
     np.testing.assert_allclose(out["Cs"][0], X.sum(0), rtol=1e-4, atol=1e-4, err_msg=str(seed))
+
+
+def test_trainium_constructs_in_a_gpu_build_are_named():
+    with pytest.raises(KernelError, match=r"trn.core\(\) is a Trainium construct .* for sm_90a"):
+        explain(nki_gemm(256, 256, 256), "sm_90a")
+
+
+def test_cli_reports_a_cuda_construct_in_a_trn1_build(tmp_path, capsys):
+    from axe.cli import main
+    src = tmp_path / "gpu_kernel.py"
+    src.write_text('''from tvm.script import tirx as T
+import axe.lang as Ax
+from axe.backends.neuron import lang as trn
+
+@Ax.kernel(name="g", outputs=("B",))
+def g():
+    @T.prim_func
+    def g(A_: T.Buffer((128, 64), "float16"), B_: T.Buffer((128, 64), "float16")):
+        bx, tx = Ax.launch(1, 128)
+        A, B = Ax.param(A_), Ax.param(B_)
+        t = trn.sbuf((128, 64), "float16", name="t")
+        Ax.copy(t, A[0:128, 0:64])
+        Ax.copy(B[0:128, 0:64], t)
+    return g
+''')
+    assert main(["build", str(src), "--target", "trn1", "-o", str(tmp_path / "out")]) == 1
+    err = capsys.readouterr().err
+    assert "axe build:" in err and "CUDA-only construct" in err and "trn1" in err and "Traceback" not in err

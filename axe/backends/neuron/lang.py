@@ -29,8 +29,18 @@ if "sbuf" not in _tensor_mod.MEMORY_SCOPES:
 _NL_DTYPE = {"float16": "nl.float16", "bfloat16": "nl.bfloat16", "float32": "nl.float32"}
 
 
+def _require_trainium(construct: str) -> None:
+    """A Trainium construct in a build for another target is an error naming both."""
+    from axe.schedules.context import current_context
+    ctx = current_context()
+    if ctx.family != "neuron":
+        raise ValueError(f"{construct} is a Trainium construct (axe.backends.neuron.lang); this build is for "
+                         f"{ctx.target}")
+
+
 def core():
     """Enter the NeuronCore scope (a trn1 kernel runs on one NeuronCore; no grid, no threads)."""
+    _require_trainium("trn.core()")
     reset_scopes()
     push_scope(ExecScope("kernel", None, 1))
 
@@ -61,6 +71,7 @@ def _ax(name):
 
 def _alloc(kind, shape, dtype, layout, name, init):
     import tvm
+    _require_trainium(f"trn.{kind}({name})")
     shape = tuple(shape)
     L = tile_layout(shape) if layout is None else (parse(layout) if isinstance(layout, str) else layout)
     if prod(shape) != L.size:
