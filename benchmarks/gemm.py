@@ -9,7 +9,12 @@ reference, fresh random data) before it is timed.  Timing: ``triton.testing.do_b
 on random data.  Writes ``benchmarks/results/gemm-<date>-<device>.json`` (or ``--json``) and
 prints a table last.
 
-Usage (GPU machine): ``python3 benchmarks/gemm.py [--artifacts DIR] [--dtypes float16 bfloat16]``.
+On an sm_100 device (B200, compute capability 10.0) it loads the sm_100a artifacts
+(``build_gemm.py --target sm_100a``: tcgen05 with a TMEM accumulator, names ending ``_sm100``), on
+an H100/H200 the sm_90a ones; ``--target`` overrides.  (The sm_100a path is written but has not run:
+no B200 has been lent yet.)
+
+Usage (GPU machine): ``python3 benchmarks/gemm.py [--artifacts DIR] [--dtypes float16 bfloat16] [--target T]``.
 """
 
 import argparse
@@ -33,8 +38,19 @@ MODELS = {   # hidden, intermediate
 SHAPES = [(m, p, n, k) for m, (h, i) in MODELS.items() for p, n, k in (("up", i, h), ("down", h, i))]
 
 
-def artifact_name(dtype, n, k):
-    return f"gemm_{'f16' if dtype == 'float16' else 'bf16'}_{n}x{k}"
+#: build target -> (artifact name suffix, persistent CTAs: the SM count of the GPU it is built for, H100/H200 and B200)
+BUILD_TARGETS = {"sm_90a": ("", 132), "sm_100a": ("_sm100", 148)}
+
+
+def artifact_name(dtype, n, k, target="sm_90a"):
+    return f"gemm_{'f16' if dtype == 'float16' else 'bf16'}_{n}x{k}{BUILD_TARGETS[target][0]}"
+
+
+def device_target():
+    """The build target whose artifacts this device runs (compute capability 9.0 -> sm_90a, 10.0 -> sm_100a)."""
+    from axe.torch.jit import target_of
+    import torch
+    return target_of(torch.device("cuda"))
 
 
 def triton_matmul():
@@ -104,7 +120,7 @@ def _bench(fn):
     return do_bench(fn, warmup=100, rep=500, return_mode="median")
 
 
-def run(artifacts, dtypes):
+def run(artifacts, dtypes, target):
     import torch
 
     import axe.runtime as rt
@@ -116,7 +132,7 @@ def run(artifacts, dtypes):
     for dtype in dtypes:
         tdt = getattr(torch, dtype)
         for model, proj, n, k in SHAPES:
-            name = artifact_name(dtype, n, k)
+            name = artifact_name(dtype, n, k, target)
             kern = rt.load(os.path.join(artifacts, name))
             a, w, c, ref, err, ok = checked_run(kern, n, k, tdt, TOL[dtype])
             if not ok:
@@ -144,11 +160,15 @@ def main(argv=None):
     ap.add_argument("--artifacts", default=os.path.join(ROOT, ".carry", "gemm_bench"))
     ap.add_argument("--dtypes", nargs="*", default=["float16", "bfloat16"])
     ap.add_argument("--json", default=None)
+    ap.add_argument("--target", choices=sorted(BUILD_TARGETS), default=None,
+                    help="whose artifacts to load (default: the device's, from its compute capability)")
     args = ap.parse_args(argv)
     import torch
     import triton
 
-    rows = run(args.artifacts, args.dtypes)
+    target = args.target or device_target()
+    print(f"axe artifacts for {target} from {args.artifacts}", flush=True)
+    rows = run(args.artifacts, args.dtypes, target)
     dev = torch.cuda.get_device_name()
     date = datetime.date.today().isoformat()
     short = dev.replace("NVIDIA ", "").split()[0].lower()
@@ -160,7 +180,7 @@ def main(argv=None):
         t = [x["triton_vs_cublas"] for x in rows if x["dtype"] == dtype]
         summary[dtype] = {"axe_vs_cublas_median": statistics.median(r), "axe_vs_cublas_min": min(r),
                           "triton_vs_cublas_median": statistics.median(t), "triton_vs_cublas_min": min(t)}
-    result = {"benchmark": "gemm", "date": date, "device": dev, "sms": torch.cuda.get_device_properties(0).multi_processor_count,
+    result = {"benchmark": "gemm", "date": date, "device": dev, "target": target, "sms": torch.cuda.get_device_properties(0).multi_processor_count,
               "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
                            "python": platform.python_version()},
               "timing": "triton.testing.do_bench median, warmup 100 ms, rep 500 ms; random normal data; "

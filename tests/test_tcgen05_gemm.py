@@ -146,3 +146,29 @@ def test_sm90a_only_options_are_refused_on_sm100a(kw, named):
     with pytest.raises(Ax.KernelError, match=f"sm_100a.*got {named}"):
         Ax.build_func(k, "sm_100a")
     Ax.build_func(k, "sm_90a")          # the same kernel object builds for sm_90a
+
+
+# --- the GPU side: sm_100a artifacts are built, named, skipped and selected by arch ------------------
+
+def test_gpu_runner_skips_artifacts_the_device_cannot_run():
+    sys.path.insert(0, os.path.join(HERE, "gpu"))
+    import run_all
+    assert run_all.capability_of("sm_100a") == (10, 0) and run_all.capability_of("sm_90a") == (9, 0)
+    # arch-specific cubins run on exactly their capability; plain ones on later minors of the major
+    table = {("sm_100a", (10, 0)): True, ("sm_100a", (9, 0)): False, ("sm_90a", (10, 0)): False,
+             ("sm_90a", (9, 0)): True, ("sm_80", (8, 6)): True, ("sm_80", (9, 0)): False, ("sm_86", (8, 0)): False}
+    for (arch, cap), ok in table.items():
+        assert run_all.runs_on(arch, cap) is ok, (arch, cap)
+
+
+def test_sm100_gpu_cases_and_benchmark_names():
+    sys.path.insert(0, os.path.join(HERE, "gpu"))
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "benchmarks"))
+    import cases_gemm
+    import gemm as bench
+    sm100 = [n for n in cases_gemm.BUILDS if n.startswith("gemm_sm100_")]
+    assert len(sm100) == len(cases_gemm.SM100_CASES) == 20 and all(n in cases_gemm.CHECKS for n in sm100)
+    # run_check reads B's layout from the name's end: the marker must not hide it
+    assert all(n.endswith(("_row", "_col")) for n in sm100)
+    assert bench.artifact_name("bfloat16", 4096, 14336, "sm_100a") == "gemm_bf16_4096x14336_sm100"
+    assert bench.artifact_name("bfloat16", 4096, 14336) == "gemm_bf16_4096x14336"     # sm_90a names unchanged

@@ -25,6 +25,27 @@ def swizzled_rows(rows, cols, sw=128):
     return SwizzledLayout(L, Swizzle(sw.bit_length() - 5, 3, 3)) if sw else L
 
 
+def tile_setup(A_, B_, C_, A_map, B_map, M, K, bshape, dtype, sw, stages):
+    """The single-tile kernels' common start (inside the prim_func, after ``Ax.launch``): the
+    parameters (A and B through tensor maps), ``stages`` mbarriers and the ``sw``-swizzled shared
+    tiles As (M×K) and Bs (``bshape``).  Returns ``(A, B, Cg, bars, As, Bs)``."""
+    A = Ax.param(A_, tensormap=A_map)
+    B = Ax.param(B_, tensormap=B_map)
+    Cg = Ax.param(C_)
+    bars = Ax.mbarrier(count=1, stages=stages)
+    As = Ax.shared((M, K), dtype, swizzled_rows(M, K, sw), name="As")
+    Bs = Ax.shared(bshape, dtype, swizzled_rows(*bshape, sw), name="Bs")
+    return A, B, Cg, bars, As, Bs
+
+
+def tma_tiles(As, A, Bs, B, bars):
+    """TMA loads of A and B into As and Bs on barriers 0 and 1, and the waits for both."""
+    Ax.copy(As, A, barrier=bars[0])
+    Ax.copy(Bs, B, barrier=bars[1])
+    Ax.mbarrier_wait(bars, 0, 0)
+    Ax.mbarrier_wait(bars, 0, 1)
+
+
 def wgmma_tile(b_major="K", K=64, N=128, a_regs=False, dtype="float16", sw=128, name=None):
     from axe.backends.cuda.schedules.wgmma import a_fragment, d_fragment
     from axe.layout import tile
@@ -37,17 +58,9 @@ def wgmma_tile(b_major="K", K=64, N=128, a_regs=False, dtype="float16", sw=128, 
         def k(A_: T.Buffer((M, K), dtype), B_: T.Buffer(bshape, dtype), C_: T.Buffer((M, N), "float32"),
               A_map: T.handle("tensormap"), B_map: T.handle("tensormap")):
             bx, tx = Ax.launch(1, 128)
-            A = Ax.param(A_, tensormap=A_map)
-            B = Ax.param(B_, tensormap=B_map)
-            Cg = Ax.param(C_)
-            bars = Ax.mbarrier(count=1, stages=2)
-            As = Ax.shared((M, K), dtype, swizzled_rows(M, K, sw), name="As")
-            Bs = Ax.shared(bshape, dtype, swizzled_rows(*bshape, sw), name="Bs")
+            A, B, Cg, bars, As, Bs = tile_setup(A_, B_, C_, A_map, B_map, M, K, bshape, dtype, sw, 2)
             if sw != 0:
-                Ax.copy(As, A, barrier=bars[0])
-                Ax.copy(Bs, B, barrier=bars[1])
-                Ax.mbarrier_wait(bars, 0, 0)
-                Ax.mbarrier_wait(bars, 0, 1)
+                tma_tiles(As, A, Bs, B, bars)
             else:
                 # core-matrix tiles are not TMA boxes: ordinary copies, then the proxy fence
                 Ax.copy(As, A)

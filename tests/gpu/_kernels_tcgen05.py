@@ -14,8 +14,7 @@ from tvm.script import tirx as T
 import axe.lang as Ax
 from axe.layout import S
 
-from _kernels_gemm_ops import swizzled_rows
-
+from _kernels_gemm_ops import tile_setup, tma_tiles
 
 
 def tcgen05_tile(N=128, K=64, b_major="K", sw=128, a_tmem=False, dtype="float16", name=None):
@@ -30,18 +29,10 @@ def tcgen05_tile(N=128, K=64, b_major="K", sw=128, a_tmem=False, dtype="float16"
         def k(A_: T.Buffer((M, K), dtype), B_: T.Buffer(bshape, dtype), C_: T.Buffer((M, N), "float32"),
               A_map: T.handle("tensormap"), B_map: T.handle("tensormap")):
             bx, tx = Ax.launch(1, 128)
-            A = Ax.param(A_, tensormap=A_map)
-            B = Ax.param(B_, tensormap=B_map)
-            Cg = Ax.param(C_)
-            bars = Ax.mbarrier(count=1, stages=3)
-            As = Ax.shared((M, K), dtype, swizzled_rows(M, K, sw), name="As")
-            Bs = Ax.shared(bshape, dtype, swizzled_rows(*bshape, sw), name="Bs")
+            A, B, Cg, bars, As, Bs = tile_setup(A_, B_, C_, A_map, B_map, M, K, bshape, dtype, sw, 3)
             acc = Ax.tmem((M, N), "float32", name="acc", last=False)
             At = Ax.tmem((M, K), dtype, name="At")      # unused unless a_tmem
-            Ax.copy(As, A, barrier=bars[0])
-            Ax.copy(Bs, B, barrier=bars[1])
-            Ax.mbarrier_wait(bars, 0, 0)
-            Ax.mbarrier_wait(bars, 0, 1)
+            tma_tiles(As, A, Bs, B, bars)
             with Ax.warps(0, 1):
                 with Ax.elect_one():
                     Bv = Ax.permute(Bs, (1, 0)) if b_major == "K" else Bs

@@ -4,6 +4,11 @@ and the variants of :data:`VARIANTS` — the 2-CTA cluster build (``cluster=2``:
 pairs), 4 stages with the chunked epilogue and the ping-pong schedule (``pp``) — on square and ragged shapes, some with an odd
 number of block-rows (the last pair's second CTA lies past M).
 
+The same kernel built for Blackwell (``target="sm_100a"``: tcgen05, TMEM accumulator) is the
+variant ``sm100`` (artifacts ``gemm_sm100_<shape>_<dtype>_<B>``) on :data:`SM100_CASES`; ``run_all``
+skips them on a device that is not compute capability 10.0.  They are built and ptxas-checked on the
+CPU machine but have not run: no B200 has been lent yet.
+
 Each check draws fresh random inputs, poisons C with NaN before every launch and compares with
 torch in fp32 by ‖C − ref‖ / ‖ref‖ (the output is rounded to 16 bits once: fp16 lands near
 3e-4, bf16 near 3e-3).
@@ -48,6 +53,11 @@ CLUSTER_CASES = [(s, "float16", b, "c2") for s in ("square", "ragged", "ragged2"
                 [("sk_a", dt, b, "sk8") for dt in ("float16", "bfloat16") for b in ("row", "col")] + \
                 [("sk_b", "float16", b, "sk10") for b in ("row", "col")] + \
                 [("sk", dt, b, "sk") for dt in ("float16", "bfloat16") for b in ("row", "col")]
+#: Blackwell builds of the plain kernel (the cooperative schedule; cases as above, no variants)
+SM100_CASES = [(s, "float16", b, "sm100") for s in ("square", "tall", "wide", "ragged", "ragged2", "k1", "k2", "multi")
+               for b in ("row", "col")] + [(s, "bfloat16", b, "sm100") for s in ("square", "ragged") for b in ("row", "col")]
+#: variant tag -> build target (make()'s keywords are in VARIANTS)
+TARGETS = {"sm100": "sm_100a"}
 TOL = {"float16": 2e-3, "bfloat16": 1e-2}
 
 
@@ -61,11 +71,11 @@ def _builder(shape, dtype, b_major, variant=None):
         sys.path.insert(0, ROOT)
         from kernels import gemm
         return gemm.build(*SHAPES[shape], dtype=dtype, b_major=b_major, name=case_name(shape, dtype, b_major, variant),
-                          **VARIANTS.get(variant, {}))
+                          target=TARGETS.get(variant, "sm_90a"), **VARIANTS.get(variant, {}))
     return build
 
 
-BUILDS = {case_name(*c): _builder(*c) for c in CASES + CLUSTER_CASES}
+BUILDS = {case_name(*c): _builder(*c) for c in CASES + CLUSTER_CASES + SM100_CASES}
 
 
 def run_check(kernel, torch, runs=3):

@@ -3,7 +3,9 @@
 
 Loads ``.carry/artifacts/<name>/`` with ``axe.runtime.load``, runs the ``CHECKS`` of every
 ``tests/gpu/cases_*.py`` for which an artifact exists, and prints a short table last.  Exits 1
-if any check fails, any artifact has no check, or a check has no artifact.
+if any check fails, any artifact has no check, or a check has no artifact.  An artifact built for an
+arch the device cannot run (an sm_100a cubin on an H100) is skipped and listed as ``SKIP`` with
+both archs; skips do not fail the run.
 Usage: ``python3 tests/gpu/run_all.py [--artifacts DIR] [--only NAME ...]``.
 """
 
@@ -36,6 +38,26 @@ def load_checks():
     return checks
 
 
+def capability_of(arch):
+    """``sm_100a`` -> (10, 0), ``sm_90a`` -> (9, 0), ``sm_80`` -> (8, 0)."""
+    digits = arch[3:].rstrip("af")
+    return int(digits[:-1]), int(digits[-1])
+
+
+def runs_on(arch, cap):
+    """Whether a cubin built for ``arch`` loads on a device of compute capability ``cap``: an
+    arch-specific one (``sm_90a``, ``sm_100a``: tcgen05, wgmma, setmaxnreg) only on exactly that
+    capability; a plain ``sm_XY`` one on the same major version from minor Y up."""
+    want = capability_of(arch)
+    return tuple(cap) == want if arch.endswith(("a", "f")) else cap[0] == want[0] and cap[1] >= want[1]
+
+
+def arch_of(artifacts, name):
+    import json
+    with open(os.path.join(artifacts, name, "launch.json")) as f:
+        return json.load(f).get("arch", "sm_90a")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--artifacts", default=os.path.join(ROOT, ".carry", "artifacts"))
@@ -48,6 +70,7 @@ def main(argv=None):
 
     assert "tvm" not in sys.modules, "run_all must not import TVM"
     dev = torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA device"
+    cap = tuple(torch.cuda.get_device_capability()) if torch.cuda.is_available() else (0, 0)
     print(f"{datetime.datetime.now().isoformat(timespec='seconds')}  {dev}  torch {torch.__version__}")
     checks = load_checks()
     found = sorted(os.path.basename(os.path.dirname(p)) for p in glob.glob(os.path.join(args.artifacts, "*", "launch.json")))
@@ -63,6 +86,10 @@ def main(argv=None):
             continue
         if name not in checks:
             rows.append((name, "NOCHECK", "artifact without a check in tests/gpu/cases_*.py", 0.0))
+            continue
+        arch = arch_of(args.artifacts, name)
+        if not runs_on(arch, cap):
+            rows.append((name, "SKIP", f"built for {arch}; this device is compute capability {cap[0]}.{cap[1]}", 0.0))
             continue
         try:
             torch.manual_seed(int(time.time() * 1e6) % 2**31)  # fresh inputs every run
@@ -80,8 +107,10 @@ def main(argv=None):
     print(f"{'kernel':{width}s}  {'result':7s}  {'s':>5s}  detail")
     for name, status, detail, secs in rows:
         print(f"{name:{width}s}  {status:7s}  {secs:5.2f}  {detail}")
-    bad = [r for r in rows if r[1] != "ok"]
-    print(f"{len(rows) - len(bad)}/{len(rows)} ok on {dev}")
+    bad = [r for r in rows if r[1] not in ("ok", "SKIP")]
+    skipped = sum(r[1] == "SKIP" for r in rows)
+    print(f"{len(rows) - len(bad) - skipped}/{len(rows) - skipped} ok on {dev}"
+          + (f"; {skipped} skipped: built for an arch this device cannot run" if skipped else ""))
     return 1 if bad else 0
 
 
