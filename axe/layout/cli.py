@@ -34,6 +34,22 @@ def parse_shape(text: str) -> tuple[int, ...]:
     return shape
 
 
+#: most table rows (``--rows``), and most coordinates (rows × replica choices) ``explain`` lists
+MAX_ROWS = 4096
+MAX_LISTED = 1 << 16
+
+
+def parse_rows(text: str) -> int:
+    """``--rows``: an int in [0, MAX_ROWS]."""
+    try:
+        n = int(text) if len(text) <= 10 else -1
+    except ValueError:
+        n = -1
+    if not 0 <= n <= MAX_ROWS:
+        raise argparse.ArgumentTypeError(f"rows {text[:20]!r}: expected an integer from 0 to {MAX_ROWS}")
+    return n
+
+
 def _axis_order(L) -> list[str]:
     axes = [a for a in L.axes() if a != MEMORY]
     return axes + ([MEMORY] if MEMORY in L.axes() else [])
@@ -62,6 +78,10 @@ def explain(layout, shape=None, count: int = 16) -> str:
     ``shape`` and a table of the first ``count`` elements (replicas on following lines)."""
     L = parse(layout) if isinstance(layout, str) else layout
     inner = L.inner if isinstance(L, SwizzledLayout) else L
+    n = min(count, inner.size)
+    if n * inner.replica_size > MAX_LISTED:
+        raise LayoutError(f"explain lists every holder of its first {n} elements: {n} × "
+                          f"{inner.replica_size} replica choices of {L} is over {MAX_LISTED}")
     lines = [f"layout      {L}", f"canonical   {canonicalize(L)}"]
     if isinstance(L, SwizzledLayout):
         lines.append(f"swizzle     {L.swizzle} on {L.axis} (period {L.swizzle.period}), base {L.base}")
@@ -87,7 +107,6 @@ def explain(layout, shape=None, count: int = 16) -> str:
         except LayoutError as err:
             lines.append(f"grouped     not groupable by {shape}: {err}")
     axes = _axis_order(L)
-    n = min(count, inner.size)
     rows = [["index" if shape else "x", *(["x"] if shape else []), *axes]]
     for x in range(n):
         pts = sorted(L.map(x), key=lambda c: [c[a] for a in axes])
@@ -133,7 +152,7 @@ def add_commands(subparsers) -> None:
     p.add_argument("layout", help='layout text, e.g. "S[(8,2,4,2):(4@lane,1@warp,1@lane,1@reg)] + R[2:4@warp] + 5@warp"')
     p.add_argument("--shape", type=parse_shape, help="logical shape, e.g. 8,16 (needed to draw)")
     p.add_argument("--explain", action="store_true", help="print canonical form, spans, sizes and the first elements")
-    p.add_argument("--rows", type=int, default=16, help="elements in the --explain table (default 16)")
+    p.add_argument("--rows", type=parse_rows, default=16, help="elements in the --explain table (default 16)")
     p.add_argument("-o", "--output", help="write a picture (.svg, .png or .pdf)")
     p.add_argument("--color", help="axis that colours the cells (default: the coarsest non-memory axis)")
     p.add_argument("--labels", help="comma-separated axes written in each cell (default: the others)")

@@ -199,11 +199,19 @@ def _from_modes(modes: list) -> CuteLayout:
     return CuteLayout(tuple(e for e, _ in modes), tuple(d for _, d in modes))
 
 
-_TOKEN = re.compile(r"\s*(?:(-?\d+)|([(),:]))")
+_TOKEN = re.compile(r"\s*(?:(-?\d+)|([(),:]))", re.ASCII)
+_MAX_DIGITS = 1000
+#: deepest tuple nesting read: the CuteLayout value, its printing and its algebra recurse on
+#: the nesting, so deeper text is refused here instead of exhausting Python's stack later
+MAX_NESTING = 100
 
 
 def parse_cute(text: str) -> CuteLayout:
-    """Read CuTe's printed form ``((2,4),3):((1,8),2)`` (static ``_`` prefixes allowed)."""
+    """Read CuTe's printed form ``((2,4),3):((1,8),2)`` (static ``_`` prefixes allowed).
+
+    Law: ``parse_cute(str(L)) == L``; any other text raises ValueError naming what was
+    expected.  The reader keeps an explicit stack; nesting beyond ``MAX_NESTING`` is refused.
+    """
     src = text.replace("_", "")
     toks, pos = [], 0
     while pos < len(src):
@@ -211,35 +219,54 @@ def parse_cute(text: str) -> CuteLayout:
         if mt is None or mt.end() == pos:
             if src[pos:].strip() == "":
                 break
-            raise ValueError(f"parse_cute({text!r}): unexpected {src[pos:pos + 8]!r} at column {pos}")
+            raise ValueError(f"parse_cute({_short(text)}): unexpected {src[pos:pos + 8]!r} at column {pos}")
+        if mt.group(1) is not None and len(mt.group(1)) > _MAX_DIGITS:
+            raise ValueError(f"parse_cute({_short(text)}): an integer of {len(mt.group(1))} digits at column "
+                             f"{mt.start(1)} (at most {_MAX_DIGITS})")
         toks.append(int(mt.group(1)) if mt.group(1) is not None else mt.group(2))
         pos = mt.end()
     i = 0
 
     def tup():
+        """One int or parenthesized tuple from toks[i:], iteratively."""
         nonlocal i
-        if i < len(toks) and toks[i] == "(":
-            i += 1
-            items = [tup()]
-            while i < len(toks) and toks[i] == ",":
+        stack: list[list] = []
+        while True:
+            if i < len(toks) and toks[i] == "(":
                 i += 1
-                items.append(tup())
-            if i >= len(toks) or toks[i] != ")":
-                raise ValueError(f"parse_cute({text!r}): expected ')'")
+                stack.append([])
+                if len(stack) > MAX_NESTING:
+                    raise ValueError(f"parse_cute({_short(text)}): tuples nested deeper than {MAX_NESTING}")
+                continue
+            if not (i < len(toks) and _is_int(toks[i])):
+                raise ValueError(f"parse_cute({_short(text)}): expected an int or '('")
+            value = toks[i]
             i += 1
-            return tuple(items)
-        if i < len(toks) and _is_int(toks[i]):
-            i += 1
-            return toks[i - 1]
-        raise ValueError(f"parse_cute({text!r}): expected an int or '('")
+            while True:                      # close as many tuples as the text closes
+                if not stack:
+                    return value
+                stack[-1].append(value)
+                if i < len(toks) and toks[i] == ",":
+                    i += 1
+                    break                    # the next item of the innermost tuple
+                if i >= len(toks) or toks[i] != ")":
+                    raise ValueError(f"parse_cute({_short(text)}): expected ')'")
+                i += 1
+                value = tuple(stack.pop())
     shape = tup()
     if i >= len(toks) or toks[i] != ":":
+        if i != len(toks):
+            raise ValueError(f"parse_cute({_short(text)}): trailing text")
         return CuteLayout(shape)
     i += 1
     stride = tup()
     if i != len(toks):
-        raise ValueError(f"parse_cute({text!r}): trailing text")
+        raise ValueError(f"parse_cute({_short(text)}): trailing text")
     return CuteLayout(shape, stride)
+
+
+def _short(text: str) -> str:
+    return repr(text) if len(text) <= 120 else f"{text[:60]!r}…({len(text)} characters)"
 
 
 # --- coalesce -------------------------------------------------------------------------------

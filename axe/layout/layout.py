@@ -215,8 +215,17 @@ def _spans(shard: Iterable[Iter], replica: Iterable[Iter] = ()) -> dict[str, int
     return spans
 
 
+#: most replica choices enumerated (by map, replica_points): beyond it an element's holders are
+#: too many to list, and a ValueError says so instead of exhausting time and memory
+MAX_REPLICA_CHOICES = 1 << 16
+
+
 def _minkowski(iters: Sequence[Iter]) -> frozenset:
     """All sums ``Σ r_t·s_t@a_t`` over replica digits (a set: colliding choices merge)."""
+    choices = prod(e for e, _, _ in iters)
+    if choices > MAX_REPLICA_CHOICES:
+        raise ValueError(f"replica {' '.join(map(repr, iters))} has {choices} choices; listing an "
+                         f"element's holders enumerates them, and at most {MAX_REPLICA_CHOICES} are")
     points = {ZERO}
     for e, s, a in iters:
         step = [Coord.unit(a, k * s) for k in range(e)]

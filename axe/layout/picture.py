@@ -31,6 +31,12 @@ _LABEL_CELLS = 40 * 40      # above this many cells, label regions instead of ce
 _LABEL_COLS = 32
 
 
+#: most cells, and holders (cells × replica choices), a picture draws: each cell enumerates its
+#: holders, and more would not be readable
+MAX_CELLS = 1 << 16
+MAX_HOLDERS = 1 << 16
+
+
 def _as_layout(layout):
     return parse(layout) if isinstance(layout, str) else layout
 
@@ -44,6 +50,11 @@ def _grid_shape(layout, shape) -> tuple[int, int]:
     if shape[0] * shape[1] != layout.size:
         raise ValueError(f"picture of {layout}: shape {shape} has {shape[0] * shape[1]} elements, "
                          f"the layout {layout.size} (shape not admitted)")
+    choices = getattr(layout, "inner", layout).replica_size       # a swizzled layout's are its inner's
+    if shape[0] * shape[1] > MAX_CELLS or shape[0] * shape[1] * choices > MAX_HOLDERS:
+        raise ValueError(f"picture of {layout}: {shape[0] * shape[1]} cells of {choices} replica "
+                         f"choice(s); a picture draws at most {MAX_CELLS} cells and {MAX_HOLDERS} holders "
+                         "(slice the layout first)")
     return shape
 
 

@@ -64,6 +64,10 @@ def _fast(block: Sequence[Iter], b: int, t: int) -> list | None:
     return None
 
 
+#: longest slice of one block decided by enumeration (about a second of Python)
+MAX_ENUMERATED = 1 << 18
+
+
 def _exact(block: Sequence[Iter], b: int, t: int) -> list | None:
     """Decide by enumeration whether ``u ↦ f_blk(b+u) − f_blk(b)`` on [0, t) is a shard.
 
@@ -71,6 +75,10 @@ def _exact(block: Sequence[Iter], b: int, t: int) -> list | None:
     the arithmetic run from 0 (D1 forbids a longer run), so the answer is forced level by
     level: it is unique when it exists, and None proves no shard exists.
     """
+    if t > MAX_ENUMERATED:
+        raise LayoutError(f"slice: the block {' '.join(map(repr, block))} from {b} for {t} elements is not "
+                          f"a single or symmetric wrap; deciding it enumerates the {t} elements, and at "
+                          f"most {MAX_ENUMERATED} are (slice a smaller region, or regroup the shape)")
     base = _block_value(block, b)
     g = []
     for u in range(t):

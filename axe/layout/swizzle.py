@@ -25,6 +25,10 @@ class Swizzle(NamedTuple):
     def check(self) -> "Swizzle":
         if min(self) < 0 or self.shift < self.bits:
             raise ValueError(f"{self}: need bits, base, shift >= 0 and shift >= bits")
+        if self.bits + self.base + self.shift > 64:
+            # it acts on offsets of B+M+S bits (its period); beyond 64 it is no address swizzle,
+            # and a period of 2^(10^30) would exhaust memory in the algebra
+            raise ValueError(f"{self}: bits + base + shift is {sum(self)}; at most 64")
         return self
 
     @property
@@ -105,5 +109,6 @@ class SwizzledLayout:
         if self.axis != MEMORY:
             text += f" on {self.axis}"
         if self.base:
-            text += f" + {format_coord(self.base)}"
+            base = format_coord(self.base)        # "-1 + 2@lane" must print as "- 1 + 2@lane" to parse
+            text += f" - {base[1:]}" if base.startswith("-") else f" + {base}"
         return text

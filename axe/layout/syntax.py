@@ -23,7 +23,10 @@ from .layout import Layout, _iters_from_subscript
 
 __all__ = ["parse", "LayoutSyntaxError"]
 
-_TOKEN = re.compile(r"\s*(?:(?P<int>\d+)|(?P<name>[A-Za-z_]\w*)|(?P<op>[\[\]():,@+\-]))")
+# ASCII only: \d and \w would also take other scripts' digits ('４', '٤') and letters
+_TOKEN = re.compile(r"\s*(?:(?P<int>\d+)|(?P<name>[A-Za-z_]\w*)|(?P<op>[\[\]():,@+\-]))", re.ASCII)
+#: longest integer literal read (Python's own int() limit is 4300 digits; 10**100 is 101)
+MAX_DIGITS = 1000
 
 
 class LayoutSyntaxError(ValueError):
@@ -31,14 +34,16 @@ class LayoutSyntaxError(ValueError):
 
 
 class _Reader:
-    def __init__(self, text: str):
+    def __init__(self, text: str, start: int = 0, stop: int | None = None):
+        """Tokens of ``text[start:stop]``; positions (and error messages) refer to all of text."""
         self.text = text
+        self.stop = len(text) if stop is None else stop
         self.toks: list[tuple[str, str, int]] = []
-        pos = 0
-        while pos < len(text):
-            mt = _TOKEN.match(text, pos)
+        pos = start
+        while pos < self.stop:
+            mt = _TOKEN.match(text, pos, self.stop)
             if mt is None or mt.end() == pos:
-                if text[pos:].strip() == "":
+                if text[pos:self.stop].strip() == "":
                     break
                 self.fail(pos, "an integer, an axis name or one of [ ] ( ) : , @ + -")
             kind = mt.lastgroup
@@ -47,8 +52,8 @@ class _Reader:
         self.i = 0
 
     def fail(self, pos: int, expected: str):
-        shown = self.text[pos:pos + 12] or "end of text"
-        raise LayoutSyntaxError(f"cannot parse layout {self.text!r}: at column {pos} ({shown!r}) "
+        shown = self.text[pos:min(pos + 12, self.stop)] or "end of text"
+        raise LayoutSyntaxError(f"cannot parse layout {_shown(self.text)}: at column {pos} ({shown!r}) "
                                 f"expected {expected}")
 
     def peek(self, value=None):
@@ -58,7 +63,7 @@ class _Reader:
         return tok if value is None or tok[1] == value else None
 
     def pos(self) -> int:
-        return self.toks[self.i][2] if self.i < len(self.toks) else len(self.text)
+        return self.toks[self.i][2] if self.i < len(self.toks) else self.stop
 
     def take(self, value: str):
         if self.peek(value) is None:
@@ -69,6 +74,8 @@ class _Reader:
         tok = self.peek()
         if tok is None or tok[0] != "int":
             self.fail(self.pos(), "an integer")
+        if len(tok[1]) > MAX_DIGITS:
+            self.fail(tok[2], f"an integer of at most {MAX_DIGITS} digits, not {len(tok[1])}")
         self.i += 1
         return int(tok[1])
 
@@ -132,7 +139,7 @@ class _Reader:
         except (ValueError, SyntaxError) as err:
             if isinstance(err, LayoutSyntaxError):
                 raise
-            raise LayoutSyntaxError(f"cannot parse layout {self.text!r}: at column {start}: {err}") from None
+            raise LayoutSyntaxError(f"cannot parse layout {_shown(self.text)}: at column {start}: {err}") from None
         self.take("]")
         return its
 
@@ -159,39 +166,60 @@ class _Reader:
         return Coord.unit(self.axis(), k)
 
 
-_SWIZZLED = re.compile(r"\s*Swizzle\((\d+),\s*(\d+),\s*(\d+)\)\s*(?:∘|o)\s*\(")
+_SWIZZLED = re.compile(r"\s*Swizzle\((\d+),\s*(\d+),\s*(\d+)\)\s*(?:∘|o)\s*\(", re.ASCII)
+_ON = re.compile(r"\s*on\s+([A-Za-z_]\w*)", re.ASCII)
+
+
+def _shown(text: str) -> str:
+    """The text for an error message: whole when short, else its head and tail (a 10 kB input
+    must not make a 10 kB message)."""
+    return repr(text) if len(text) <= 120 else f"{text[:60]!r}…{text[-40:]!r} ({len(text)} characters)"
 
 
 def parse(text: str):
     """Parse the layout syntax (e.g. ``S[(8,2):(4@lane,1)] + R[2:4@warp] + 5@warp``).
 
     Swizzled layouts read as ``Swizzle(3,3,3) ∘ (S[...]) [on AXIS] [+ base]`` (``o`` may
-    stand for ``∘``).  Law: ``parse(str(L)) == L`` for every layout L, swizzled or not.
+    stand for ``∘``).  Law: ``parse(str(L)) == L`` for every layout L, swizzled or not; any
+    other text raises :class:`LayoutSyntaxError` naming the column, without recursion (nesting
+    depth costs nothing) and in time linear in the text.
     """
     if not isinstance(text, str):
         raise TypeError(f"parse expects text, got {type(text).__name__}")
     sw = _SWIZZLED.match(text)
     if sw:
         return _parse_swizzled(text, sw)
-    rd = _Reader(text)
+    return _layout(_Reader(text))
+
+
+def _layout(rd: _Reader) -> Layout:
     if rd.peek("S") is None:
         rd.fail(rd.pos(), "'S[' to open the shard")
     shard = rd.iters("S")
     replica: list[Iter] = []
+    offset = _parts(rd, replica)
+    return Layout._make(shard, tuple(replica), offset)
+
+
+def _parts(rd: _Reader, replica: list | None) -> Coord:
+    """The ``(+|-) part`` sequence to the end: replica parts appended to ``replica`` (refused
+    when it is None: after a swizzle only offset terms may follow), the offset terms summed."""
     offset = Coord()
     while rd.peek() is not None:
         sign_tok = rd.peek()
         if sign_tok[1] not in "+-":
             rd.fail(rd.pos(), "'+' or '-' before the next part")
         rd.i += 1
-        if rd.peek("R"):
+        if rd.peek("R") and replica is not None:
             if sign_tok[1] == "-":
                 rd.fail(sign_tok[2], "'+' before a replica part")
             replica.extend(rd.iters("R"))
+        elif replica is None and (rd.peek("R") or rd.peek("S")):
+            rd.fail(rd.pos(), "an offset term (a swizzled layout's replica goes inside the parentheses)")
         else:
             t = rd.term()
             offset = offset + (t if sign_tok[1] == "+" else -t)
-    return Layout._make(shard, tuple(replica), offset)
+    return offset
 
 
 def _parse_swizzled(text: str, sw):
@@ -201,12 +229,18 @@ def _parse_swizzled(text: str, sw):
         depth += {"(": 1, ")": -1}.get(text[end], 0)
         end += 1
     if depth:
-        raise LayoutSyntaxError(f"cannot parse layout {text!r}: unbalanced parentheses after Swizzle(...)")
-    inner = parse(text[sw.end():end - 1])
-    rest = text[end:].strip()
-    axis = "m"
-    on = re.match(r"on\s+([A-Za-z_]\w*)", rest)
+        raise LayoutSyntaxError(f"cannot parse layout {_shown(text)}: unbalanced parentheses after Swizzle(...)")
+    if _SWIZZLED.match(text, sw.end()):
+        raise LayoutSyntaxError(f"cannot parse layout {_shown(text)}: at column {sw.end()}: a swizzle wraps a "
+                                "plain layout, not another swizzle")
+    inner_rd = _Reader(text, sw.end(), end - 1)
+    inner = _layout(inner_rd)
+    axis, rest = "m", end
+    on = _ON.match(text, end)
     if on:
-        axis, rest = on.group(1), rest[on.end():].strip()
-    base = parse("S[1:1] " + rest).offset if rest else Coord()
-    return SwizzledLayout(inner, tuple(int(g) for g in sw.groups()), base, axis)
+        axis, rest = on.group(1), on.end()
+    base = _parts(_Reader(text, rest), None)
+    try:
+        return SwizzledLayout(inner, tuple(int(g) for g in sw.groups()), base, axis)
+    except ValueError as err:
+        raise LayoutSyntaxError(f"cannot parse layout {_shown(text)}: {err}") from None

@@ -213,7 +213,8 @@ def _witness(L, shape) -> str:
     n = prod(shape)
     if n < 4:
         return ""
-    f = [min(L.map(x)) for x in (1, 2, 3)]
+    # one holder per element (replicas give several; Coords have no order, their items do)
+    f = [min(L.map(x), key=lambda c: sorted(c.items())) for x in (1, 2, 3)]
     for a in sorted(set(f[0]) | set(f[1]) | set(f[2])):
         v1, v2, v3 = f[0][a], f[1][a], f[2][a]
         if v1 >= 0 and v2 >= 0 and v3 != v1 ^ v2:
