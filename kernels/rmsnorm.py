@@ -12,16 +12,30 @@ Two builds share the row's body (:func:`_normalize_row`):
   launch; the grid is ``M``), ``eps`` a runtime ``float32`` argument; ``n`` (a multiple of
   1024, threads then hold ``n / 128`` values in 16-byte chunks) and ``dtype`` are the
   specialization.  ``axe.torch.ops.rmsnorm`` calls it.
+
+The static ``rmsnorm`` is one source for sm_90a, sm_100a and trn1: what differs per target is
+in :data:`TARGETS` — rows per step, where the on-chip tiles live and their layouts — and the
+entry (a CTA per row on a GPU, a loop over 128-row blocks on the one NeuronCore).  On trn1 the
+weights sit on one partition and the scaling broadcasts them to all 128.
 """
 
 from tvm.script import tirx as T
 
 import axe.lang as Ax
+from axe.backends.neuron import lang as trn
 from axe.layout import S, tx
+from axe.schedules.context import current_context
 
 ROWS, N, THREADS, EPS = 256, 1024, 128, 1e-6
 ROW = S[(THREADS, N // THREADS):(1 @ tx, 1)]      # over shape (1, N)
 VEC = 8                                           # 16-byte chunks of fp16/bf16
+
+#: per target family: rows per step, the on-chip tile allocator and the layouts of a row tile,
+#: of the weights and of a per-row scalar (None: the allocator's plain tile, rows on partitions)
+TARGETS = {
+    "cuda": dict(rows=1, tile=Ax.registers, row=ROW, weights=ROW, one="S[1:1]"),
+    "neuron": dict(rows=128, tile=trn.sbuf, row=None, weights=None, one=None),
+}
 
 
 def row_layout(n: int, kernel: str = "rmsnorm"):
@@ -62,24 +76,44 @@ def inputs(device="cuda"):
             "Y": torch.zeros(ROWS, N, dtype=torch.float16, device=device)}
 
 
-def _normalize_row(X, W, Y, row, n, dtype, eps, layout):
-    """Normalize row ``row`` of ``X`` into ``Y`` (``eps`` a constant or a float32 argument)."""
-    x = Ax.registers((1, n), dtype, layout, name="x")
-    w = Ax.registers((1, n), dtype, layout, name="w")
-    sq = Ax.registers((1, n), "float32", layout, name="sq")
-    ss = Ax.registers((1, 1), "float32", "S[1:1]", name="ss")
-    Ax.copy(x, X[row:row + 1, :])
+def _normalize_row(X, W, Y, row, n, dtype, eps, layout, rows=1, tile=Ax.registers, weights=None, one="S[1:1]"):
+    """Normalize rows ``[row, row + rows)`` of ``X`` into ``Y`` (``eps`` a constant or a float32
+    argument; tiles from ``tile``; ``weights``: the layout of the (1, n) weights, default ``layout``)."""
+    x = tile((rows, n), dtype, layout, name="x")
+    w = tile((1, n), dtype, layout if weights is None and rows == 1 else weights, name="w")
+    sq = tile((rows, n), "float32", layout, name="sq")
+    ss = tile((rows, 1), "float32", one, name="ss")
+    Ax.copy(x, X[row:row + rows, :])
     Ax.copy(w, W)
     Ax.elementwise(sq, lambda v: T.Cast("float32", v) * T.Cast("float32", v), x)
     Ax.reduce(ss, sq, "sum", dims=1)
     Ax.elementwise(x, lambda v, s, g: T.Cast(dtype, T.Cast("float32", v)
                                              * T.rsqrt(s * T.float32(1.0 / n) + eps)
                                              * T.Cast("float32", g)), x, ss, w)
-    Ax.copy(Y[row:row + 1, :], x)
+    Ax.copy(Y[row:row + rows, :], x)
+
+
+def _trn1():
+    cfg = TARGETS["neuron"]
+
+    @T.prim_func
+    def rmsnorm(X_: T.Buffer((ROWS, N), "float16"), W_: T.Buffer((1, N), "float16"),
+                Y_: T.Buffer((ROWS, N), "float16")):
+        trn.core()
+        X = Ax.param(X_)
+        W = Ax.param(W_)
+        Y = Ax.param(Y_)
+        for r in T.parallel(ROWS // cfg["rows"]):
+            _normalize_row(X, W, Y, r * cfg["rows"], N, "float16", T.float32(EPS), cfg["row"], cfg["rows"],
+                           cfg["tile"], cfg["weights"], cfg["one"])
+    return rmsnorm
 
 
 @Ax.kernel(reference=reference, inputs=inputs, outputs=("Y",), grid=(ROWS,), threads=THREADS)
 def rmsnorm():
+    if current_context().family == "neuron":   # the build's target, known while the kernel is parsed
+        return _trn1()
+
     @T.prim_func
     def rmsnorm(X_: T.Buffer((ROWS, N), "float16"), W_: T.Buffer((1, N), "float16"),
                 Y_: T.Buffer((ROWS, N), "float16")):

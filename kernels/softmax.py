@@ -9,17 +9,31 @@ Two builds share the row's body (:func:`_softmax_row`): ``softmax`` (module leve
 ``ROWS x N`` fp16 example that ``axe demo`` and ``tests/test_kernels.py`` build) and
 :func:`dynamic` ``(n, dtype)``, one artifact for every number of rows ``M`` (grid ``M``),
 which ``axe.torch.ops.softmax`` calls.
+
+The static ``softmax`` is one source for sm_90a, sm_100a and trn1: what differs per target is
+in :data:`TARGETS` — rows per step, where the on-chip tiles live and their layouts (registers
+spread over 128 threads on a GPU; a 128-partition SBUF tile on trn1) — and the entry (a CTA per
+row on a GPU, a loop over 128-row blocks on the one NeuronCore).
 """
 
 from tvm.script import tirx as T
 
 import axe.lang as Ax
+from axe.backends.neuron import lang as trn
+from axe.schedules.context import current_context
 from kernels.rmsnorm import row_layout, row_params
 from axe.layout import S, tx
 
 ROWS, N, THREADS = 256, 1024, 128
 ROW = S[(THREADS, N // THREADS):(1 @ tx, 1)]      # over shape (1, N)
 ONE = S[1:1]
+
+#: per target family: rows per step, the on-chip tile allocator and the layouts of a row tile and
+#: of a per-row scalar (None: the allocator's plain tile, rows on the partitions)
+TARGETS = {
+    "cuda": dict(rows=1, tile=Ax.registers, row=ROW, one=ONE),
+    "neuron": dict(rows=128, tile=trn.sbuf, row=None, one=None),
+}
 
 
 def reference(X):
@@ -33,24 +47,40 @@ def inputs(device="cuda"):
             "Y": torch.zeros(ROWS, N, dtype=torch.float16, device=device)}
 
 
-def _softmax_row(X, Y, row, n, dtype, layout):
-    """Softmax of row ``row`` of ``X`` into ``Y``."""
-    x = Ax.registers((1, n), dtype, layout, name="x")
-    xf = Ax.registers((1, n), "float32", layout, name="xf")
-    e = Ax.registers((1, n), "float32", layout, name="e")
-    mx = Ax.registers((1, 1), "float32", ONE, name="mx")
-    sm = Ax.registers((1, 1), "float32", ONE, name="sm")
-    Ax.copy(x, X[row:row + 1, :])
+def _softmax_row(X, Y, row, n, dtype, layout, rows=1, tile=Ax.registers, one=ONE):
+    """Softmax of rows ``[row, row + rows)`` of ``X`` into ``Y`` (tiles from ``tile``)."""
+    x = tile((rows, n), dtype, layout, name="x")
+    xf = tile((rows, n), "float32", layout, name="xf")
+    e = tile((rows, n), "float32", layout, name="e")
+    mx = tile((rows, 1), "float32", one, name="mx")
+    sm = tile((rows, 1), "float32", one, name="sm")
+    Ax.copy(x, X[row:row + rows, :])
     Ax.cast(xf, x)
     Ax.reduce(mx, xf, "max", dims=1)
     Ax.elementwise(e, lambda v, m: T.exp(v - m), xf, mx)
     Ax.reduce(sm, e, "sum", dims=1)
     Ax.elementwise(x, lambda v, s: T.Cast(dtype, v * (T.float32(1) / s)), e, sm)
-    Ax.copy(Y[row:row + 1, :], x)
+    Ax.copy(Y[row:row + rows, :], x)
+
+
+def _trn1():
+    cfg = TARGETS["neuron"]
+
+    @T.prim_func
+    def softmax(X_: T.Buffer((ROWS, N), "float16"), Y_: T.Buffer((ROWS, N), "float16")):
+        trn.core()
+        X = Ax.param(X_)
+        Y = Ax.param(Y_)
+        for r in T.parallel(ROWS // cfg["rows"]):
+            _softmax_row(X, Y, r * cfg["rows"], N, "float16", cfg["row"], cfg["rows"], cfg["tile"], cfg["one"])
+    return softmax
 
 
 @Ax.kernel(reference=reference, inputs=inputs, outputs=("Y",), grid=(ROWS,), threads=THREADS)
 def softmax():
+    if current_context().family == "neuron":   # the build's target, known while the kernel is parsed
+        return _trn1()
+
     @T.prim_func
     def softmax(X_: T.Buffer((ROWS, N), "float16"), Y_: T.Buffer((ROWS, N), "float16")):
         bx, tx_ = Ax.launch(ROWS, THREADS)

@@ -267,3 +267,27 @@ def g():
     assert main(["build", str(src), "--target", "trn1", "-o", str(tmp_path / "out")]) == 1
     err = capsys.readouterr().err
     assert "axe build:" in err and "CUDA-only construct" in err and "trn1" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("name", ["softmax", "rmsnorm"])
+def test_one_source_builds_for_gpus_and_trn1(name):
+    """kernels/softmax.py and kernels/rmsnorm.py: the same kernel object builds for sm_90a (its
+    GPU schedules) and trn1, and the trn1 build matches numpy on the model."""
+    import importlib
+    mod = importlib.import_module(f"kernels.{name}")
+    k = getattr(mod, name)
+    assert "cta_smem" in explain(k, "sm_90a")                   # the GPU build: a CTA-wide reduction
+    art = compile_kernel(k, "trn1")
+    assert "nl.sum(" in art.source and "for r in nl.affine_range(2)" in art.source
+    rng, seed = _rng()
+    X = rng.standard_normal((mod.ROWS, mod.N)).astype(np.float16)
+    x = X.astype(np.float32)
+    if name == "softmax":
+        out, _ = art.run(X=X)
+        ref = np.exp(x - x.max(1, keepdims=True))
+        ref /= ref.sum(1, keepdims=True)
+    else:
+        W = rng.standard_normal((1, mod.N)).astype(np.float16)
+        out, _ = art.run(X=X, W=W)
+        ref = x / np.sqrt((x * x).mean(1, keepdims=True) + mod.EPS) * W.astype(np.float32)
+    assert np.abs(out["Y"].astype(np.float32) - ref).max() <= 2e-3 * np.abs(ref).max(), seed

@@ -12,6 +12,7 @@ from axe.backends.neuron import nki_api
 from axe.backends.neuron.sim import Machine, namespace
 from axe.lang import compile_kernel
 from kernels.nki_attention import nki_attention
+from kernels import rmsnorm, softmax
 from kernels.nki_gemm import nki_gemm
 from tests.test_neuron import reductions_kernel
 
@@ -28,6 +29,18 @@ def _check_source(src):
     problems, checked = [], 0
     called = set()
     for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
+                not isinstance(node.func.value, ast.Name):            # a tile method: x[...].name(...)
+            called.add(id(node.func))
+            if node.func.attr not in nki_api.TILE_METHODS:
+                problems.append(f"line {node.lineno}: tile method {node.func.attr} is not in the reference table")
+            else:
+                try:
+                    nki_api.signature(node.func.attr).bind(*node.args, **{k.arg: k.value for k in node.keywords})
+                    checked += 1
+                except TypeError as err:
+                    problems.append(f"line {node.lineno}: {node.func.attr}: {err}")
+            continue
         if isinstance(node, ast.Call):
             name = _dotted(node.func)
             if name is None or name.split(".")[0] not in ("nl", "nisa", "nki"):
@@ -49,8 +62,9 @@ def _check_source(src):
     return checked, problems
 
 
-@pytest.mark.parametrize("kernel", [nki_gemm(1000, 700, 300, "bfloat16"), nki_attention(1, 300), reductions_kernel()],
-                         ids=["gemm", "attention", "reductions"])
+@pytest.mark.parametrize("kernel", [nki_gemm(1000, 700, 300, "bfloat16"), nki_attention(1, 300), reductions_kernel(),
+                                    softmax.softmax, rmsnorm.rmsnorm],
+                         ids=["gemm", "attention", "reductions", "softmax", "rmsnorm"])
 def test_emitted_calls_match_the_reference(kernel):
     src = compile_kernel(kernel, "trn1").source
     checked, problems = _check_source(src)
@@ -59,8 +73,9 @@ def test_emitted_calls_match_the_reference(kernel):
 
 
 def test_the_check_catches_an_undocumented_argument():
-    checked, problems = _check_source("nl.load(A, masks=1)\nnisa.nc_matmul(a)\nnl.gather(x)\nnl.float64")
-    assert len(problems) == 4
+    checked, problems = _check_source("nl.load(A, masks=1)\nnisa.nc_matmul(a)\nnl.gather(x)\nnl.float64\n"
+                                      "w[0:1, 0:4].broadcast_to((128, 4), 1)\nw[0:1, 0:4].reshape((4,))")
+    assert len(problems) == 6
 
 
 def test_the_model_implements_the_documented_signatures():

@@ -10,7 +10,7 @@ https://awsdocs-neuron.readthedocs-hosted.com/en/v2.26.1/nki/api/generated/<name
 
 from __future__ import annotations
 
-__all__ = ["CALLS", "ATTRIBUTES", "signature"]
+__all__ = ["CALLS", "ATTRIBUTES", "TILE_METHODS", "signature"]
 
 # name: (positional-or-keyword parameters with defaults marked "=", keyword-only parameters)
 CALLS = {
@@ -47,6 +47,9 @@ CALLS = {
     "nisa.activation": (("op", "data"), ("bias", "scale", "mask", "dtype")),
 }
 
+# methods of a tile (nki.tensor): broadcast_to(shape) repeats a one-partition tile on more partitions
+TILE_METHODS = {"broadcast_to": (("shape",), ())}
+
 # names used as values (not called): dtypes, buffers, the index-grid object, the decorator, and
 # activation functions passed to nisa.activation
 ATTRIBUTES = {"nl.float16", "nl.bfloat16", "nl.float32", "nl.sbuf", "nl.psum", "nl.shared_hbm", "nl.mgrid",
@@ -56,7 +59,7 @@ ATTRIBUTES = {"nl.float16", "nl.bfloat16", "nl.float32", "nl.sbuf", "nl.psum", "
 def signature(name: str):
     """The documented signature of ``name`` as an :class:`inspect.Signature`."""
     import inspect
-    pos, kw = CALLS[name]
+    pos, kw = CALLS[name] if name in CALLS else TILE_METHODS[name]
     P = inspect.Parameter
     params = [P(p.rstrip("="), P.POSITIONAL_OR_KEYWORD, default=None if p.endswith("=") else P.empty) for p in pos]
     params += [P(k, P.KEYWORD_ONLY, default=None) for k in kw]

@@ -202,6 +202,8 @@ def nki_expr(e, names) -> str:
     if isinstance(e, (tx.FloatImm, tx.IntImm)):
         return repr(float(e.value))
     if isinstance(e, tx.Cast):
+        if str(e.ty) == "float32":      # [ISA] the engines compute in float32: widening is free
+            return nki_expr(e.value, names)
         return f"nl.copy({nki_expr(e.value, names)}, dtype={NL_DTYPE[str(e.ty)]})"
     kind = type(e).__name__
     if kind in _BIN:
@@ -256,10 +258,10 @@ def _check_elementwise(call, ctx):
         names = {}
         for i, s in enumerate(srcs):
             r = tuple((0, 1) if s.shape[d] == 1 and dst.shape[d] != 1 else rect[d] for d in range(2))
-            if r[b.dp][1] != rect[b.dp][1]:
-                return f"src{i} {s.describe()} broadcasts along the partitions; NKI broadcasts along the free axis only"
             sbox, sdp = find_box(s, r)
-            if sdp != b.dp and r[1 - b.dp][1] != 1:
+            if r[b.dp][1] != rect[b.dp][1]:      # one row for all partitions: an explicit broadcast
+                sbox = f"{sbox}.broadcast_to(({rect[b.dp][1]}, {r[1 - b.dp][1]}))"
+            elif sdp != b.dp and r[1 - b.dp][1] != 1:
                 return f"src{i} holds dim {sdp} on the partitions, dst dim {b.dp}: transpose it first"
             names[f"x{i}"] = sbox
         vectors = {f"x{i}" for i, s in enumerate(srcs) if s.shape[1 - b.dp] == 1 and dst.shape[1 - b.dp] != 1}

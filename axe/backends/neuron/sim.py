@@ -272,6 +272,20 @@ class View:
             raise HardwareError(f"TensorE result into {self.tensor!r} free range [{lo}, {hi}] crosses a PSUM bank "
                                 f"({width} fp32 per bank)")
 
+    def broadcast_to(self, shape):
+        """[nki.tensor.broadcast_to] a one-partition tile repeated on ``shape[0]`` partitions."""
+        v = as_value(self, "broadcast_to")
+        shape = tuple(int(e) for e in shape)
+        if len(shape) != len(v.shape) or shape[0] > hw.PMAX:
+            raise HardwareError(f"broadcast_to {shape}: a 2-D shape of at most {hw.PMAX} partitions")
+        try:
+            data = np.broadcast_to(v.data, shape).copy()
+        except ValueError:
+            raise HardwareError(f"broadcast_to: {list(v.shape)} does not broadcast to {list(shape)}") from None
+        # assumption: a partition broadcast costs one pass of the free size on GpSimd
+        self.tensor.machine._engine("gpsimd", shape, "broadcast_to")
+        return Value(data, v.dtype, v.buffer)
+
     def __iadd__(self, other):
         o = as_value(other, "+=")
         if self.tensor.buffer != "psum":
