@@ -70,6 +70,7 @@ def run_demo(out_dir, table: bool = False) -> None:
               f"({len(art.source.splitlines())} lines), run on the model in {time.perf_counter() - t0:.1f}s; "
               f"max |error| / max |ref| vs numpy {err:.1e}")
         print(f"   cost model: {cost.summary()}")
+    _one_source(rng)
     gemm = [r for r in explain(nki_gemm(1024, 1024, 1024), "trn1").split("\n\n") if r.startswith("gemm at")]
     print("\n" + gemm[0])
     for f in ("kernels/nki_gemm.py", "kernels/nki_attention.py"):
@@ -77,6 +78,24 @@ def run_demo(out_dir, table: bool = False) -> None:
         print(f"   {f}: {total} lines, {code} of code (paper's axe kernels: 78 GEMM, 228 MHA; AWS NKI: 120, 1188)")
     if table:
         print_table(nki_gemm, nki_attention)
+
+
+def _one_source(rng) -> None:
+    """kernels/softmax.py and kernels/rmsnorm.py: the kernels the GPU section built, for trn1."""
+    from kernels import rmsnorm, softmax
+    from axe.lang.kernel import compile_kernel
+    X = rng.standard_normal((softmax.ROWS, softmax.N)).astype(np.float16)
+    W = rng.standard_normal((1, rmsnorm.N)).astype(np.float16)
+    x = X.astype(np.float32)
+    e = np.exp(x - x.max(1, keepdims=True))
+    refs = {"softmax": e / e.sum(1, keepdims=True),
+            "rmsnorm": x / np.sqrt((x * x).mean(1, keepdims=True) + rmsnorm.EPS) * W.astype(np.float32)}
+    for k, inputs in ((softmax.softmax, {"X": X}), (rmsnorm.rmsnorm, {"X": X, "W": W})):
+        out, cost = compile_kernel(k, "trn1").run(**inputs)
+        err = float(np.abs(out["Y"].astype(np.float32) - refs[k.name]).max() / np.abs(refs[k.name]).max())
+        print(f"\n-- kernels/{k.name}.py::{k.name} (one source: sm_90a, sm_100a above; trn1 here) "
+              f"{softmax.ROWS}x{softmax.N} fp16 on the model: max |error| / max |ref| {err:.1e}; "
+              f"estimated {cost.time_s * 1e6:.1f} us, busiest engine {max(cost.engine_s, key=cost.engine_s.get)}")
 
 
 def print_table(nki_gemm, nki_attention) -> None:
