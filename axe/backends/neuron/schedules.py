@@ -8,10 +8,8 @@ saying why it declines; ``emit`` places the lines in the kernel body (:func:`nki
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from itertools import product
-from math import prod
 
-from axe.layout import LayoutError, S, equivalent, group
+from axe.layout import LayoutError, S, equivalent
 from axe.schedules.registry import add_schedule
 
 from . import hardware as hw

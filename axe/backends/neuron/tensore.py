@@ -155,11 +155,7 @@ def plan_matmul(A, B, C):
         n = max(d for d in range(1, hw.MATMUL_MOVING_FREE + 1) if ib.extent % d == 0)
         split = ib.extent // n
         n_loops = [x for x in n_loops if x[0] != j]
-    # one PSUM bank per instruction
-    bank = hw.PSUM_BANK_BYTES // 4
-    # enumerate loop digits
-    loops = [("M", e) for e in [it.extent for _, it, _ in m_loops]] + [("N", x[1].extent) for x in n_loops] + \
-            [("K", x[1].extent) for x in k_loops]
+    bank = hw.PSUM_BANK_BYTES // 4          # fp32 per PSUM bank: one instruction's result fits one
     instructions = []
     a_name, b_name, c_name = nki_name(A), nki_name(B), nki_name(C)
     aP, aF = A.layout.offset["P"], A.layout.offset["F"]
