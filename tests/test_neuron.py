@@ -20,6 +20,7 @@ from axe.schedules.registry import candidates
 from kernels.nki_attention import nki_attention
 from kernels.nki_attention import reference as attention_reference
 from kernels.nki_gemm import nki_gemm, tiles
+from kernels.nki_reductions import nki_reductions
 
 NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
 
@@ -208,29 +209,8 @@ def test_registry_loads_backends_by_family():
     assert "per_thread" in cuda and not (neuron & cuda)
 
 
-def reductions_kernel():
-    """Row maxima on VectorE (free axis) and column sums on TensorE (partitions) of a 128x300 tile."""
-    @Ax.kernel(name="red", outputs=("R", "Cs"), targets=("trn1",))
-    def k():
-        @T.prim_func
-        def red(X_: T.Buffer((128, 300), "float32"), R_: T.Buffer((128, 1), "float32"),
-                Cs_: T.Buffer((1, 300), "float32")):
-            trn.core()
-            X, R, Cs = Ax.param(X_), Ax.param(R_), Ax.param(Cs_)
-            x = trn.sbuf((128, 300), "float32", name="x")
-            Ax.copy(x, X[0:128, 0:300])
-            r = trn.sbuf((128, 1), "float32", name="r")
-            Ax.reduce(r, x, "max", dims=1)
-            Ax.copy(R[0:128, 0:1], r)
-            cs = trn.psum((1, 300), "float32", name="cs")
-            Ax.reduce(cs, x, "sum", dims=0)
-            Ax.copy(Cs[0:1, 0:300], cs)
-        return red
-    return k
-
-
 def test_reductions_over_partitions_and_free_axis():
-    k = reductions_kernel()
+    k = nki_reductions()
     text = explain(k, "trn1")
     assert "partitions_tensore" in text and "declined: max along the partitions" not in text
     art = compile_kernel(k, "trn1")

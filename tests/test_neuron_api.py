@@ -14,7 +14,7 @@ from axe.lang import compile_kernel
 from kernels.nki_attention import nki_attention
 from kernels import rmsnorm, softmax
 from kernels.nki_gemm import nki_gemm
-from tests.test_neuron import reductions_kernel
+from kernels.nki_reductions import nki_reductions
 
 
 def _dotted(node):
@@ -62,7 +62,7 @@ def _check_source(src):
     return checked, problems
 
 
-@pytest.mark.parametrize("kernel", [nki_gemm(1000, 700, 300, "bfloat16"), nki_attention(1, 300), reductions_kernel(),
+@pytest.mark.parametrize("kernel", [nki_gemm(1000, 700, 300, "bfloat16"), nki_attention(1, 300), nki_reductions(),
                                     softmax.softmax, rmsnorm.rmsnorm],
                          ids=["gemm", "attention", "reductions", "softmax", "rmsnorm"])
 def test_emitted_calls_match_the_reference(kernel):
