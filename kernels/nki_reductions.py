@@ -1,6 +1,6 @@
 """Reductions on trn1 in axe: the maximum of each row of a 128x300 fp32 tile (VectorE, along the
 free axis) and the sum of each column (TensorE: a ones column times the tile, along the
-partitions).  A factory, not a module-level kernel: an example for the tests and the API check.
+partitions).  An example for the tests and the API check.
 """
 
 from tvm.script import tirx as T
@@ -28,3 +28,6 @@ def nki_reductions():
             Ax.copy(Cs[0:1, 0:300], cs)
         return red
     return k
+
+
+reductions = nki_reductions()
