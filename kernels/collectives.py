@@ -12,7 +12,10 @@ layouts (see ``axe/backends/cuda/schedules/devices.py``):
 - exchange — put and get at CTA scope: each rank stores its ``X`` into its right neighbour's slot
   of ``Y`` (``Ax.copy(Y[next, rows], X[rows])``: a peer's memory, SM stores over NVLink), signals
   it, waits for its left neighbour's signal, then reads the left neighbour's slot into ``Z``
-  (``Ax.copy(Z[rows], Y[prev, rows])``: SM loads from a peer).
+  (``Ax.copy(Z[rows], Y[prev, rows])``: SM loads from a peer);
+- put_signal — each CTA puts its row block of ``X`` into its right neighbour's ``Y`` with a
+  signal (``Ax.copy(Y[next, rows], X[rows], signal=(S, bx))``): NVSHMEM's put-with-signal, built
+  for a target declaring ``features=("nvshmem",)``; the receiver's ``S[bx]`` becomes the launch's epoch.
 
 Sources are symmetric (peers read them); the runtime supplies the mesh parameters.
 """
@@ -33,6 +36,8 @@ def make(kind, M, N, world, dtype="bfloat16", ctas=CTAS, threads=THREADS, name=N
     for an M×N tensor on ``world`` GPUs (M a multiple of world where a dim is sharded)."""
     if kind == "exchange":
         return _exchange(M, N, world, dtype, ctas, threads, name)
+    if kind == "put_signal":
+        return _put_signal(M, N, world, dtype, ctas, threads, name)
     if kind not in ("reduce_scatter", "all_reduce", "all_gather"):
         raise ValueError(f"collectives: unknown kind {kind!r}")
     if M % world:
@@ -97,6 +102,29 @@ def _exchange(M, N, world, dtype, ctas, threads, name):
         return exchange
 
     return Ax.Kernel(name or f"exchange_{dtype}_w{world}", factory, meta={"M": M, "N": N, "world": world, "kind": "exchange"})
+
+
+def _put_signal(M, N, world, dtype, ctas, threads, name):
+    if M % ctas:
+        raise ValueError(f"collectives: put_signal needs M={M} to be a multiple of ctas={ctas}")
+    w, rows = world, M // ctas
+
+    def factory():
+        @T.prim_func
+        def put_signal(X_: T.Buffer((M, N), dtype), Y_: T.Buffer((M, N), dtype), S_: T.Buffer((ctas,), "uint64"),
+                       peers: T.Buffer((w,), "int64"), sig: T.Buffer((ctas,), "int32"),
+                       err: T.Buffer((8,), "int32"), rank: T.int32, epoch: T.int32, timeout_ns: T.int64):
+            bx, tx = Ax.launch(ctas, threads)
+            mesh = Ax.mesh(w, peers, sig, err, rank, epoch, timeout_ns)
+            X = Ax.param(X_)
+            Y = Ax.dtensor(Y_, (w, M, N), f"S[({w},{M},{N}):(1@gpuid,{N},1)]", symmetric=True)
+            S = Ax.dtensor(S_, (w, ctas), f"S[({w},{ctas}):(1@gpuid,1)]", symmetric=True)   # noqa: F841 - declares the signature
+            Ax.copy(Y[(mesh.rank + 1) % w, bx * rows:(bx + 1) * rows, :], X[bx * rows:(bx + 1) * rows, :],
+                    signal=(S_, bx))
+        return put_signal
+
+    return Ax.Kernel(name or f"put_signal_{dtype}_w{world}", factory,
+                     meta={"M": M, "N": N, "world": world, "kind": "put_signal"})
 
 
 def build(kind, M, N, world, dtype="bfloat16", target="sm_90a", features=(), **kw):

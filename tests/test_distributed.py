@@ -268,41 +268,43 @@ def test_runtime_reports_a_timed_out_wait(rs_art):
         k(None, None)
 
 
-def _put_kernel(features):
-    """A CTA puts its row block of X into the next GPU's Y with an NVSHMEM signal."""
-    def factory():
-        @T.prim_func
-        def put(X_: T.Buffer((256, 64), "bfloat16"), Y_: T.Buffer((256, 64), "bfloat16"),
-                S_: T.Buffer((4,), "uint64"), peers: T.Buffer((2,), "int64"), sig: T.Buffer((8,), "int32"),
-                err: T.Buffer((8,), "int32"), rank: T.int32, epoch: T.int32, timeout_ns: T.int64):
-            bx, tx = Ax.launch(4, 128)
-            mesh = Ax.mesh(2, peers, sig, err, rank, epoch, timeout_ns)
-            X = Ax.param(X_)
-            Y = Ax.dtensor(Y_, (2, 256, 64), "S[(2,256,64):(1@gpuid,64,1)]", symmetric=True)
-            Ax.copy(Y[(mesh.rank + 1) % 2, bx * 64:(bx + 1) * 64, :], X[bx * 64:(bx + 1) * 64, :], signal=(S_, bx))
-        return put
-    return Ax.Kernel("put_signal", factory)
-
-
-def test_nvshmem_put_only_where_declared():
-    rec = _records(_put_kernel(()), "sm_90a").records[0]
-    assert rec.chosen == "vector" and "does not declare NVSHMEM" in dict(rec.verdicts)["nvshmem"]
-    rec = _records(_put_kernel(()), "sm_90a", ("nvshmem",)).records[0]
+def test_nvshmem_put_only_where_declared(coll):
+    """signal= is a put-with-signal: NVSHMEM's where the target declares it; elsewhere every copy
+    schedule declines it by name (SM stores would set no signal) instead of ignoring it."""
+    with pytest.raises(Ax.KernelError) as err:
+        _records(coll.make("put_signal", 256, 64, 2, ctas=4, threads=128), "sm_90a")
+    msg = str(err.value)
+    assert "does not declare NVSHMEM" in msg and "signal= asks for a put-with-signal" in msg
+    rec = _records(coll.make("put_signal", 256, 64, 2, ctas=4, threads=128), "sm_90a", ("nvshmem",)).records[0]
     assert rec.chosen == "nvshmem" and "8192 contiguous bytes" in rec.plan
 
 
-def test_nvshmem_put_compiles_to_nvshmem_calls():
+def test_nvshmem_put_compiles_to_nvshmem_calls(coll):
     """The generated CUDA calls nvshmemx_putmem_signal_nbi_block; with NVSHMEM's headers (the
     nvidia-nvshmem-cu13 wheel, an optional extra) nvcc compiles it as relocatable device code."""
     from axe.backends.cuda.build import BuildError
     try:
-        art = Ax.compile_kernel(_put_kernel(()), "sm_90a", features=("nvshmem",))
+        art = coll.build("put_signal", 256, 64, 2, features=("nvshmem",), ctas=4, threads=128, name="put_signal")
     except BuildError as err:
         assert "NVSHMEM" in str(err) and "headers were not found" in str(err)
         return
     assert "nvshmemx_putmem_signal_nbi_block" in art.cuda_source
     assert "nvshmemi_device_state_d" in art.ptx     # NVSHMEM's device code, compiled in (relocatable)
     assert art.launch["distributed"]["nvshmem"] is True
+    # device-linked with libnvshmem_device.a into one loadable image: the kernel and NVSHMEM's device
+    # functions (relocatable code alone holds unresolved calls that cuModuleLoadData refuses)
+    assert art.cubin.startswith(b"\x7fELF") and b"put_signal_kernel" in art.cubin
+    assert b".text._Z37nvshmemi_transfer_put_signal_dispatch" in art.cubin   # code from libnvshmem_device.a
+    from axe.backends.cuda.build import nvshmem_version
+    assert art.launch["distributed"]["nvshmem_version"] == nvshmem_version() and \
+        re.fullmatch(r"\d+\.\d+\.\d+", nvshmem_version())
+    from axe.backends.cuda.artifact import Artifact
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:       # the schema keeps the version through save and load
+        assert Artifact.load(art.save(d)).launch["distributed"]["nvshmem_version"] == nvshmem_version()
+    from axe.runtime.distributed import DistKernel, DistributedSignatureError
+    with pytest.raises(DistributedSignatureError, match="needs a heap on NVSHMEM"):
+        DistKernel(art, _FakeHeap(2))
 
 
 def test_bulk_copy_needs_the_same_memory_image():

@@ -110,16 +110,19 @@ class DistKernel:
             raise DistributedSignatureError(f"{self.name}: not a distributed kernel (no mesh in launch.json)")
         if dist.get("multicast"):
             _refuse_multicast(self.name)
-        if dist.get("nvshmem"):
+        if dist.get("nvshmem") and getattr(heap, "backend", None) != "nvshmem":
             raise DistributedSignatureError(
-                f"{self.name} calls NVSHMEM on the device: its cubin needs linking with NVSHMEM's device library "
-                "and NVSHMEM's module initialisation, which axe.runtime does not do yet (compile-verified only)")
+                f"{self.name} calls NVSHMEM on the device (put-with-signal): it needs a heap on NVSHMEM "
+                f"(SymmetricHeap(backend='nvshmem')), whose symmetric addresses and PE numbers it uses; this heap "
+                f"is on {getattr(heap, 'backend', type(heap).__name__)!r}")
         self.dist, self.heap, self.timeout = dist, heap, float(timeout)
         if heap.world != dist["world"]:
             raise DistributedSignatureError(
                 f"{self.name}: built for a mesh of {dist['world']} GPUs {tuple(dist['mesh']['shape'])}, but the "
                 f"process group has {heap.world}; rebuild it for world={heap.world}")
         self.device = heap.device
+        if dist.get("nvshmem"):
+            self._nvshmem_module_init()
         sig = {a["name"]: a for a in self.launch["args"]}
         rt = dist["runtime"]
         self._fill = {rt["peers"]: heap.deltas(),
@@ -139,6 +142,26 @@ class DistKernel:
         self.epoch = 0
         self.failed = None
         self._stream = None     # the CUstream handle of the first launch; every later one must match
+
+    def _nvshmem_module_init(self):
+        """Load the cubin (linked with NVSHMEM's device library at build) and let NVSHMEM set up
+        the module's device state (``nvshmemx_cumodule_init``) before any launch; the module then
+        lives as long as the process, like every module the runtime loads."""
+        import torch
+        import nvshmem.core as nvcore
+        from nvshmem import bindings
+        built = self.dist.get("nvshmem_version")
+        here = nvcore.get_version().libnvshmem_version
+        if built and built != here:
+            raise DistributedSignatureError(
+                f"{self.name} was linked with NVSHMEM {built}'s device library, but this machine's NVSHMEM host "
+                f"library is {here}; NVSHMEM needs both from one release: rebuild it with NVSHMEM_HOME (or the "
+                f"nvidia-nvshmem-cu13 wheel) at {here}")
+        index = torch.device(self.device).index
+        module = self.kernel.module(torch.cuda.current_device() if index is None else index)
+        status = bindings.cumodule_init(int(module))
+        if status not in (None, 0):
+            raise DistributedSignatureError(f"{self.name}: nvshmemx_cumodule_init failed (status {status})")
 
     def __repr__(self):
         return (f"DistKernel {self.name}({', '.join(a['name'] for a in self.user_args)}) on "

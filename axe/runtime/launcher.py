@@ -445,6 +445,13 @@ class Kernel:
                 entry[2] = dynamic_smem
             return entry[1]
 
+    def module(self, device_index: int):
+        """The ``CUmodule`` on a device (loaded once, as :meth:`function` does): a library the
+        kernel calls into may need to initialise it (NVSHMEM's ``nvshmemx_cumodule_init``)."""
+        self.function(device_index)
+        with _LOCK:
+            return _CACHE[(device_index, self._key, self.launch["kernel"])][0]
+
     def __call__(self, *args, stream=None):
         """Check ``args``, encode tensor maps and launch; returns the :class:`Bound` arguments."""
         import torch

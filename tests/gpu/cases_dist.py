@@ -37,6 +37,10 @@ def _exchange(w, name):
     return _kernels()[0].build("exchange", 132 * 3, 264, w, "bfloat16", name=name)
 
 
+def _put_signal(w, name):
+    return _kernels()[0].build("put_signal", 132 * 8, 264, w, "bfloat16", features=("nvshmem",), name=name)
+
+
 def _gemm_rs(shape, w, dtype, b_major, name, push="forward"):
     return _kernels()[1].build(*shape, w, dtype, b_major, name=name, rs_push=push)
 
@@ -59,6 +63,7 @@ for _w in WORLDS:
             _n = f"dist_{_kind}_{_short(_dt)}_w{_w}"
             BUILDS[_n] = functools.partial(_collective, _kind, _w, _dt, _n)
     BUILDS[f"dist_exchange_w{_w}"] = functools.partial(_exchange, _w, f"dist_exchange_w{_w}")
+    BUILDS[f"dist_put_signal_w{_w}"] = functools.partial(_put_signal, _w, f"dist_put_signal_w{_w}")
     for _tag, _dt, _bm in GEMM_CASES:
         _n = _gemm_name(_tag, _w, _dt, _bm)
         BUILDS[_n] = functools.partial(_gemm_rs, GEMM_SHAPES[_tag](_w), _w, _dt, _bm, _n)
@@ -130,6 +135,39 @@ def check_exchange(path, heap, torch, dist):
         if not torch.equal(Z, xs[(r - 2) % w]):
             raise AssertionError("get: Z does not hold the left neighbour's Y")
     return f"put to rank {(r + 1) % w} and get from rank {(r - 1) % w}, {list(shape)} bf16, {REPEATS} launches, exact"
+
+
+def check_put_signal(path, heap, torch, dist):
+    """NVSHMEM put-with-signal (a cubin linked with NVSHMEM's device library, its module set up by
+    nvshmemx_cumodule_init): each rank's Y holds its left neighbour's X and every signal the launch
+    count.  On a heap that is not NVSHMEM's the kernel must be refused before launch."""
+    from axe.runtime.distributed import DistKernel, DistributedSignatureError
+    if heap.backend != "nvshmem":
+        try:
+            DistKernel(path, heap, timeout=10.0)
+        except DistributedSignatureError as e:
+            return f"refused on a {heap.backend} heap, as it must be: {str(e)[:100]}"
+        raise AssertionError("an NVSHMEM kernel was accepted on a heap without NVSHMEM")
+    k = DistKernel(path, heap, timeout=10.0)
+    w, r = heap.world, heap.rank
+    shape = tuple(k.launch["args"][0]["shape"])
+    Y = heap.empty(shape, torch.bfloat16)
+    S = heap.zeros((tuple(k.launch["args"][2]["shape"])[0],), torch.uint64)
+    for i in range(REPEATS):
+        X = torch.randn(shape, device=heap.device).to(torch.bfloat16)
+        Y.local.fill_(float("nan"))
+        torch.cuda.synchronize()
+        dist.barrier()
+        k(X, Y, S, check=True)
+        heap.barrier()
+        xs = _gather_all(X, dist)
+        if not torch.equal(Y.local, xs[(r - 1) % w]):
+            raise AssertionError(f"launch {i + 1}: Y does not hold the left neighbour's X")
+        got = sorted(set(S.local.tolist()))
+        if got != [i + 1]:
+            raise AssertionError(f"launch {i + 1}: signals are {got}, expected the epoch {i + 1}")
+    return (f"NVSHMEM put-with-signal to rank {(r + 1) % w}, {list(shape)} bf16, {REPEATS} launches: Y exact, "
+            "every signal = the launch's epoch")
 
 
 def check_gemm_rs(dtype, b_major):
@@ -244,6 +282,7 @@ for _w in WORLDS:
         for _dt in ("bfloat16", "float16"):
             DIST_CHECKS[f"dist_{_kind}_{_short(_dt)}_w{_w}"] = check_collective(_kind, _dt)
     DIST_CHECKS[f"dist_exchange_w{_w}"] = check_exchange
+    DIST_CHECKS[f"dist_put_signal_w{_w}"] = check_put_signal
     for _tag, _dt, _bm in GEMM_CASES:
         DIST_CHECKS[_gemm_name(_tag, _w, _dt, _bm)] = check_gemm_rs(_dt, _bm)
     for _tag, _dt, _bm in BULK_CASES:

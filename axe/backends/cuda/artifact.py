@@ -48,7 +48,8 @@ On disk an artifact is a folder::
                                               or null, "symmetric", "scratch": bool
                                               [, "partial_dim": int]}},
                                    "signals_used": int, "signal_owners": [[int, str]],
-                                   "features": [str][, "multicast": bool][, "nvshmem": bool]}
+                                   "features": [str][, "multicast": bool][, "nvshmem": bool,
+                                   "nvshmem_version": "major.minor.patch" of the device library linked in]}
 
 Expressions are Python integer expressions over argument and symbol names using only
 ``+ - * // %``, unary minus, parentheses, ``min`` and ``max`` (at least one argument);
@@ -370,6 +371,7 @@ class _Checker:
         self.key(d, "features", path, lambda v, p: self.list_(v, p, self.str_))
         for k in ("multicast", "nvshmem"):
             self.key(d, k, path, self.bool_, optional=True)
+        self.key(d, "nvshmem_version", path, self.str_, optional=True)
 
     def arg_name(self, v, path):
         self.str_(v, path)

@@ -182,10 +182,12 @@ def build(
             )
         dyn = int(dynamic_smem)
 
-    extra = list(nvcc_options)
-    if distributed and distributed.get("nvshmem"):   # device calls into NVSHMEM: relocatable code
-        extra += ["-rdc=true", f"-I{nvshmem_include(fname)}"]
-    cubin, ptx, log = _nvcc(cuda_source, arch, fast_math, extra, emit_ptx, fname)
+    extra, link = list(nvcc_options), []
+    if distributed and distributed.get("nvshmem"):   # device calls into NVSHMEM: relocatable code, linked
+        # NVSHMEM's headers first in the unit (TVM's preamble #defines uint, which they do not survive)
+        extra += ["-rdc=true", f"-I{nvshmem_include(fname)}", "-include", "nvshmem.h", "-include", "nvshmemx.h"]
+        link = [nvshmem_device_library(fname)]
+    cubin, ptx, log = _nvcc(cuda_source, arch, fast_math, extra, emit_ptx, fname, link)
     resources = _ptxas_resources(log)
     if isinstance(dyn, int) and dyn + resources.get("static_smem", 0) > MAX_SMEM_PER_CTA:
         raise BuildError(
@@ -214,6 +216,8 @@ def build(
     }
     if distributed:
         launch["distributed"] = _check_distributed(distributed, args, fname)
+        if link:
+            launch["distributed"]["nvshmem_version"] = nvshmem_version(fname)
     return Artifact(cuda_source=cuda_source, ptx=ptx, cubin=cubin, launch=launch, log=log)
 
 
@@ -639,19 +643,40 @@ def _describe_params(tvm, kparams, call_args, args, specs, to_expr, fname):
 # --- nvcc ---------------------------------------------------------------------------------------
 
 
-def nvshmem_include(fname="kernel"):
-    """NVSHMEM's header folder: ``$NVSHMEM_HOME/include`` or the ``nvidia-nvshmem-cu13`` wheel's."""
-    cands = [os.path.join(os.environ["NVSHMEM_HOME"], "include")] if os.environ.get("NVSHMEM_HOME") else []
+def _nvshmem_file(rel, what, fname):
+    """``rel`` under ``$NVSHMEM_HOME`` or the ``nvidia-nvshmem-cu13`` wheel's folder."""
+    roots = [os.environ["NVSHMEM_HOME"]] if os.environ.get("NVSHMEM_HOME") else []
     try:
         import nvidia.nvshmem as pkg
-        cands += [os.path.join(p, "include") for p in pkg.__path__]
+        roots += list(pkg.__path__)
     except ImportError:
         pass
-    for c in cands:
-        if os.path.exists(os.path.join(c, "nvshmem.h")):
-            return c
-    raise BuildError(f"build({fname}): the kernel calls NVSHMEM but its headers were not found (pip install "
+    for r in roots:
+        if os.path.exists(os.path.join(r, rel)):
+            return os.path.join(r, rel)
+    raise BuildError(f"build({fname}): the kernel calls NVSHMEM but its {what} were not found (pip install "
                      "nvidia-nvshmem-cu13, or set NVSHMEM_HOME)")
+
+
+def nvshmem_include(fname="kernel"):
+    """NVSHMEM's header folder: ``$NVSHMEM_HOME/include`` or the ``nvidia-nvshmem-cu13`` wheel's."""
+    return os.path.dirname(_nvshmem_file(os.path.join("include", "nvshmem.h"), "headers", fname))
+
+
+def nvshmem_version(fname="kernel") -> str:
+    """``"major.minor.patch"`` of the NVSHMEM whose headers and device library a build uses (its
+    ``nvshmem_version.h``): the device code must match the host library where it runs."""
+    text = open(_nvshmem_file(os.path.join("include", "non_abi", "nvshmem_version.h"), "version header",
+                              fname)).read()
+    parts = [re.search(rf"#define NVSHMEM_VENDOR_{k}_VERSION (\d+)", text) for k in ("MAJOR", "MINOR", "PATCH")]
+    if not all(parts):
+        raise BuildError(f"build({fname}): NVSHMEM's nvshmem_version.h names no vendor version")
+    return ".".join(m.group(1) for m in parts)
+
+
+def nvshmem_device_library(fname="kernel"):
+    """NVSHMEM's device library (``lib/libnvshmem_device.a``), linked into cubins that call it."""
+    return _nvshmem_file(os.path.join("lib", "libnvshmem_device.a"), "device library", fname)
 
 
 def _nvcc_path():
@@ -661,7 +686,9 @@ def _nvcc_path():
     raise BuildError("build: nvcc not found (set AXE_NVCC or put nvcc on PATH)")
 
 
-def _nvcc(source, arch, fast_math, extra, emit_ptx, fname):
+def _nvcc(source, arch, fast_math, extra, emit_ptx, fname, link=()):
+    """``(cubin, ptx, ptxas log)`` of ``source``; with ``link`` (device libraries) the relocatable
+    cubin is device-linked with them (``nvcc -dlink -cubin``) into one loadable image."""
     nvcc = _nvcc_path()
     num = arch[3:]
     env = dict(os.environ)
@@ -692,6 +719,15 @@ def _nvcc(source, arch, fast_math, extra, emit_ptx, fname):
                     f"build({fname}): nvcc for {arch} failed (exit {p.returncode}); source kept at "
                     f"{keep}/kernel.cu\n$ {' '.join(c)}\n{out}"
                 )
+        if link:
+            linked = os.path.join(tmp, "linked.cubin")
+            cmd = [nvcc, "-dlink", "-cubin", f"-gencode=arch=compute_{num},code=sm_{num}", cubin_path, *link,
+                   "-o", linked]
+            p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env, cwd=tmp)
+            if p.returncode != 0:
+                raise BuildError(f"build({fname}): device link for {arch} failed (exit {p.returncode})\n"
+                                 f"$ {' '.join(cmd)}\n{p.stdout.decode(errors='replace')}")
+            cubin_path = linked
         with open(cubin_path, "rb") as f:
             cubin = f.read()
         ptx = ""

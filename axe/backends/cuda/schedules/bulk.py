@@ -30,7 +30,7 @@ from axe.schedules.emit import guard, is_zero
 from axe.schedules.registry import add_schedule
 
 from .tma import _scope_barrier
-from .vector import on_this_gpu
+from .vector import NO_SIGNAL, on_this_gpu
 
 __all__ = ["BulkPlan", "contiguous_image"]
 
@@ -72,6 +72,8 @@ def contiguous_image(t) -> str | None:
 def _check(call, ctx):
     if ctx.arch < 90:
         return f"bulk copies need sm_90+, target is {ctx.target}"
+    if call.config.get("signal") is not None:
+        return NO_SIGNAL
     local, remote = on_this_gpu(call)
     if remote is None:
         return local

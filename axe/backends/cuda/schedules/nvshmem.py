@@ -1,12 +1,12 @@
 """NVSHMEM put-with-signal: a copy whose ``dst`` is a peer GPU's part of a symmetric tensor,
-issued by a CTA (``nvshmemx_putmem_signal_nbi_block``) or a warp (``..._warp``) through TVM's
-``tirx.nvshmem`` intrinsics.  NVSHMEM moves the bytes (over NVLink, or over the network between
+issued by a CTA (``nvshmemx_putmem_signal_nbi_block``) or a warp (``..._warp``).  NVSHMEM moves the bytes (over NVLink, or over the network between
 nodes, where the peer table of the ``vector`` schedule has no address) and then sets the
 receiver's uint64 signal to this launch's epoch.
 
 Chosen only for targets that declare ``"nvshmem"``: such a cubin calls NVSHMEM's device library,
-so it must be linked with it (``nvcc -rdc``, ``-lnvshmem_device``) and its module initialised by
-NVSHMEM at load, which the plain-cubin runtime does not do yet; it is verified by compilation.
+so the build compiles relocatable code and device-links it with ``libnvshmem_device.a`` (recording
+the NVSHMEM version), and ``DistKernel`` has NVSHMEM initialise the module
+(``nvshmemx_cumodule_init``) before the first launch, on a heap that is NVSHMEM's.
 """
 
 from __future__ import annotations
@@ -20,6 +20,23 @@ from axe.schedules.registry import add_schedule
 from .vector import on_this_gpu
 
 __all__ = ["NvshmemPlan"]
+
+#: NVSHMEM's put-with-signal, called with NVSHMEM's own NVSHMEM_SIGNAL_SET.  Not TVM's
+#: ``tirx.nvshmem.putmem_signal_nbi``: TVM 0.27 lowers the op name "set" to 0 (its table says
+#: set=0, add=1; NVSHMEM's enum is SET=9, ADD=10) and NVSHMEM treats 0 as an add — on 2xH200 a
+#: second launch's signal became 1 + 2 = 3 (2026-11-23; docs/tirx-differences.md)
+#: (the build pre-includes nvshmem.h and nvshmemx.h: included here, after TVM's ``#define uint``,
+#: NVSHMEM's headers do not compile)
+_PUT_SIGNAL_SRC = r"""
+__forceinline__ __device__ void axe_nvshmem_put_signal_block(void* dst, const void* src, size_t bytes,
+                                                             uint64_t* sig, uint64_t value, int pe) {
+  nvshmemx_putmem_signal_nbi_block(dst, src, bytes, sig, value, NVSHMEM_SIGNAL_SET, pe);
+}
+__forceinline__ __device__ void axe_nvshmem_put_signal_warp(void* dst, const void* src, size_t bytes,
+                                                            uint64_t* sig, uint64_t value, int pe) {
+  nvshmemx_putmem_signal_nbi_warp(dst, src, bytes, sig, value, NVSHMEM_SIGNAL_SET, pe);
+}
+"""
 
 
 @dataclass
@@ -74,10 +91,11 @@ def _emit(call, plan, ctx):
     local, _ = on_this_gpu(call)
     dst, src = local.operands["dst"], local.operands["src"]
     buf, index = call.config["signal"]
-    put = T.nvshmem.putmem_signal_nbi.block if plan.scope == "block" else T.nvshmem.putmem_signal_nbi.warp
     off = lambda t: t.layout.offset["m"] + t.base     # noqa: E731 - the run's first element
-    T.evaluate(put(dst.flat().ptr_to([off(dst)]), src.flat().ptr_to([off(src)]), plan.nbytes,
-                   buf.access_ptr("rw", offset=index), T.Cast("uint64", ctx.mesh.epoch), "set", plan.pe))
+    T.evaluate(T.cuda.func_call(f"axe_nvshmem_put_signal_{plan.scope}", dst.flat().ptr_to([off(dst)]),
+                                src.flat().ptr_to([off(src)]), T.uint64(plan.nbytes),
+                                buf.access_ptr("rw", offset=index), T.Cast("uint64", ctx.mesh.epoch), plan.pe,
+                                source_code=_PUT_SIGNAL_SRC))
     ctx.distributed["nvshmem"] = True
 
 

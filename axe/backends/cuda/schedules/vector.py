@@ -179,6 +179,8 @@ class VectorCopy:
         dst, src = call.operands["dst"], call.operands["src"]
         if dst.mem == "local" and src.mem == "local":
             return "register-to-register copy needs no memory instruction"
+        if call.config.get("signal") is not None:
+            return NO_SIGNAL
         local, remote = on_this_gpu(call)
         if remote is None:
             return local
@@ -193,6 +195,11 @@ class VectorCopy:
     def emit(call, plan, ctx):
         local, _ = on_this_gpu(call)
         emit_vector_copy(local, plan, ctx=ctx)
+
+
+#: why a copy that sets no flag declines ``signal=`` (a put-with-signal), rather than ignore it
+NO_SIGNAL = ("signal= asks for a put-with-signal (NVSHMEM, for a target declaring it); this schedule's stores "
+             "set no signal — copy, then Ax.fence_system() and Ax.signal()")
 
 
 @register("copy", "cp_async", "cuda", priority=20,
