@@ -69,7 +69,14 @@ accumulator for the next tile's MMAs (all 256 threads arrive on its *empty* barr
 through the same chunked ``stmatrix`` + TMA-store path as on sm_90a (64-column chunks: 4 stages and
 2 × 16 KiB of chunk buffer fit in 224 KiB).  What differs is confined to :data:`GENERATIONS` and
 the two small per-generation steps (``mma`` vs ``mma_tcgen05``; the consumers' ``tile_loop`` vs
-``drain``).  The cooperative schedule is built for sm_100a; ping-pong, stream-K, clusters and the
+``drain``).  ``cluster=2`` on sm_100a makes CTA pairs (vertically neighbouring tiles, as on
+sm_90a) run ``tcgen05.mma.cta_group::2``: each CTA loads its 128 rows of A and its half (128
+columns) of B at the same shared offsets — no multicast, the pair MMA reads both CTAs' shared
+memory — the odd CTA's warp 1 relays each landed slot to the even CTA (``Ax.arrive_remote`` on a
+*relay* barrier), and the even CTA's thread issues M=256 N=256 instructions on the
+``Ax.cta_pair`` views, committing by multicast to both CTAs' *empty* and accumulator barriers;
+each CTA's epilogue reads its own 128 TMEM lanes, and all 512 epilogue threads free the even
+CTA's accumulator.  The cooperative schedule is built for sm_100a; ping-pong, stream-K and the
 reduce-scatter epilogue are sm_90a-only for now and refused there by name.
 
 Shapes need not be multiples of the tile: TMA fills out-of-bounds loads with zeros (which add
@@ -246,7 +253,10 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         return B[k0:k0 + BK, n0:n0 + cols] if b_major == "row" else B[n0:n0 + cols, k0:k0 + BK]
 
     def load_b(pool, pipe, B, s, n_blk, kb, rank):
-        if cluster == 1:
+        if cluster > 1 and pair_mma:    # sm_100a pair: each CTA loads its half at the same offset
+            Ax.copy(tile(pool, b_at + s * (BK * BN), b_half), b_region(B, n_blk * BN + rank * (BN // 2), kb * BK, BN // 2),
+                    barrier=pipe.full, stage=s)
+        elif cluster == 1:
             Ax.copy(tile(pool, b_at + s * (BK * BN), b_tile), b_region(B, n_blk * BN, kb * BK),
                     barrier=pipe.full, stage=s)
         else:   # half r of the tile (columns / rows r*128..) lies contiguously at r * 8192 elements
@@ -505,8 +515,8 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         Ax.copy(a_tile, a_region(A, mesh, m_blk, kb), barrier=pipe.full, stage=s)
         load_b(pool, pipe, B, s, n_blk, kb, rank)
 
-    def b_operand(pool, s):
-        Bs = tile(pool, b_at + s * (BK * BN), b_tile)
+    def b_operand(pool, s, shape=b_tile):
+        Bs = tile(pool, b_at + s * (BK * BN), shape)
         return Bs if b_major == "row" else Ax.permute(Bs, (1, 0))      # the K×N view
 
     def mma(pool, pipe, acc, wg, i, accumulate, leader, wait):
@@ -522,12 +532,29 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
     def mma_tcgen05(pool, pipe, acc, wg, i, accumulate, leader, wait):
         """sm_100a: wait for iteration i's slot; one elected thread runs tcgen05.mma over the whole
         BM×BK slab into the TMEM accumulator and commits to the slot's empty barrier, so the slot
-        is freed when the tensor core has read it (``wg``, ``leader``, ``wait``: unused here)."""
+        is freed when the tensor core has read it (``wg``, ``leader``, ``wait``: unused here).
+        A CTA pair (``cluster=2``): the even CTA's thread also waits for the odd CTA's relay of its
+        own slot, and issues ``cta_group::2`` on the pair's views (A and C split by rows, B by
+        columns over ``cta``), its commit multicast to both CTAs' empty barriers."""
         s = pipe.slot(i)
         pipe.wait(i)
+        a = tile(pool, a_at + s * (bm * BK), (BM, BK))
+        if cluster == 1:
+            with Ax.elect_one():
+                Ax.gemm(acc, a, b_operand(pool, s), accumulate=accumulate, barrier=pipe.empty[s])
+            return
+        Ax.mbarrier_wait(steps["relay"], pipe.phase(i), s)
         with Ax.elect_one():
-            Ax.gemm(acc, tile(pool, a_at + s * (bm * BK), (BM, BK)), b_operand(pool, s), accumulate=accumulate,
-                    barrier=pipe.empty[s])
+            Ax.gemm(Ax.cta_pair(acc, 0), Ax.cta_pair(a, 0), Ax.cta_pair(b_operand(pool, s, b_half), 1),
+                    accumulate=accumulate, barrier=pipe.empty[s], multicast=0b11)
+
+    def relay_slots(pipe, cid):
+        """sm_100a pair, warp 1 of the odd CTA: for every k-block, once its own slot has landed,
+        one arrival on the even CTA's relay barrier of that slot (the pair MMA reads both)."""
+        with T.serial(sched.count(cid) * k_iters) as i:
+            pipe.wait(i)
+            with Ax.elect_one():
+                Ax.arrive_remote(steps["relay"].ptr(pipe.slot(i)), 0)
 
     def issue_tiles(pool, pipe, acc_t, accp, cid, rank):
         """sm_100a, warp 1 of the producer warpgroup: every tile's MMAs, each tile once the
@@ -537,7 +564,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             Ax.tcgen05_fence_after()
             tile_loop(pool, pipe, acc_t, 0, None, it * k_iters, 0, k_iters)
             with Ax.elect_one():        # arrives when every MMA this thread issued has completed
-                Ax.tcgen05_commit((accp.full,))
+                Ax.tcgen05_commit((accp.full,), cluster, 0b11 if cluster > 1 else None)
 
     def drain(acc_t, accp, acc, wg, j):
         """sm_100a epilogue warpgroup ``wg``: wait for tile j's accumulator, read its 128 columns
@@ -549,7 +576,8 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         Ax.tcgen05_fence_before()
         accp.release(j)
 
-    steps = {"mma": mma}        # the factory sets sm_100a's
+    steps = {"mma": mma}        # the factory sets sm_100a's; "relay": a pair's relay barriers (the kernel's)
+    pair_mma = False            # sm_100a with cluster=2: cta_group::2 (the factory sets it)
 
     n_tiles = -(-N // BN)
     a_shape = (world, M, K) if rs else (M, K)
@@ -558,20 +586,24 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
 
     def factory():
         from axe.schedules.context import current_context
-        nonlocal wrows, wcols, split_cols, epilogue, chunks, bufs
+        nonlocal wrows, wcols, split_cols, epilogue, chunks, bufs, pair_mma
         gen = GENERATIONS[generation(current_context().target)]
         tc = gen.mma == "tcgen05"
         if tc:
-            if pp or stream_k or rs or cluster > 1:
-                raise ValueError("gemm on sm_100a: only the cooperative schedule without stream_k, clusters or "
-                                 "reduce-scatter is built for tcgen05 so far (got " + ", ".join(
-                                     n for n, v in (("pingpong", pp), ("stream_k", stream_k), ("world>1", rs),
-                                                    (f"cluster={cluster}", cluster > 1)) if v) + ")")
+            if pp or stream_k or rs:
+                raise ValueError("gemm on sm_100a: only the cooperative schedule without stream_k or reduce-scatter "
+                                 "is built for tcgen05 so far (got " + ", ".join(
+                                     n for n, v in (("pingpong", pp), ("stream_k", stream_k), ("world>1", rs)) if v) + ")")
+        pair_mma = tc and cluster > 1
         # the closures read these: set them for this build (a kernel object builds for either target)
         wrows, wcols = gen.part
         split_cols = gen.split == "columns"
         epilogue, chunks, bufs = (epi_arg or gen.epilogue, *chunking(epi_arg or gen.epilogue, wcols)) if tc else sm90
         steps["mma"] = mma_tcgen05 if tc else mma
+        smem = (c_at + 2 * bufs * wrows * epilogue) * 2
+        if tc and smem > 227 * 1024:
+            raise ValueError(f"gemm on sm_100a: {stages} stages and {bufs} x {wrows}x{epilogue} epilogue buffers per "
+                             f"warpgroup need {smem // 1024} KiB of shared memory, more than 227 KiB")
         acc_layout = gen.acc_layout()
 
         # the reduce-scatter parameters (P_ ... timeout_ns) are unused, so dropped, when world == 1
@@ -594,10 +626,16 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             F = Ax.param(F_, scratch=True)          # stream-K flags, one per CTA and warpgroup
             dist = distributed(A_, B_, C_, P_, Q_, peers, sig, err, rank_, epoch, timeout_ns, F, cid, tx)
             pool = Ax.dynamic_shared(c_at + 2 * bufs * wrows * epilogue, dtype)
-            pipe = Ax.pipeline(stages, producers=2, consumers=1 if pp else gen.releases, cluster=cluster)
+            # a pair's slots are freed by the even CTA's multicast commit: one arrival per CTA
+            pipe = Ax.pipeline(stages, producers=2, consumers=1 if pp else gen.releases, cluster=1 if tc else cluster)
             if tc:      # the TMEM accumulator (256 columns) and its one-slot pipeline: full <- the MMA
-                acc_t = Ax.tmem((BM, BN), "float32", name="acc_tmem")      # thread's commit, empty <- the
-                accp = Ax.pipeline(1, producers=1, consumers=2 * 128, name="accp")  # epilogues' 256 threads
+                acc_t = Ax.tmem((BM, BN), "float32", name="acc_tmem", cta_group=cluster)   # thread's commit,
+                # empty <- the epilogues' 256 threads (a pair: of both CTAs, on the even CTA's barrier)
+                accp = Ax.pipeline(1, producers=1, consumers=2 * 128, name="accp", cluster=cluster)
+                if cluster > 1:
+                    steps.update(relay=Ax.mbarrier(1, stages, name="relay"))   # odd CTA's slot landed -> even
+                    Ax.fence_mbarrier_init()
+                    Ax.cluster_sync()
             with Ax.role(0, 1, regs=PRODUCER_REGS):
                 with Ax.warps(0, 1):
                     for it in T.serial(dp_waves if stream_k else sched.count(cid)):
@@ -613,7 +651,13 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                     rs_forwarders(dist)
                 if tc:
                     with Ax.warps(1, 2):
-                        issue_tiles(pool, pipe, acc_t, accp, cid, rank)
+                        if cluster == 1:
+                            issue_tiles(pool, pipe, acc_t, accp, cid, rank)
+                        else:       # the even CTA issues the pair's MMAs, the odd one relays its slots
+                            with guard(rank == 0):
+                                issue_tiles(pool, pipe, acc_t, accp, cid, rank)
+                            with guard(rank == 1):
+                                relay_slots(pipe, cid)
             with Ax.role(1, 3, regs=CONSUMER_REGS, each=True):
                 wg = Ax.warpgroup_index()
                 leader = tx % 128 == 0
@@ -650,6 +694,8 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                         sk_finish(acc, out, pool, C, W, F, cid, wg, leader, m_blk, n_blk, k0, k1)
                 Ax.tma_store_wait(0, pred=leader)
             if tc:
+                if cluster > 1:     # PTX ISA: no access from the peer may run into the pair's dealloc
+                    Ax.cluster_sync()
                 Ax.tmem_free(acc_t)
             if cluster > 1:
                 Ax.cluster_sync()                    # no CTA leaves while its peer may still arrive on it

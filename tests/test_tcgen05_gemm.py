@@ -81,11 +81,12 @@ def test_sm90a_build_of_the_same_kernel_is_unchanged_wgmma():
     assert "gemm:wgmma" in chosen and not any("tcgen05" in c for c in chosen)
 
 
-@pytest.fixture(scope="module")
-def records():
-    """The dispatch records of a 128×256×192 sm_100a build (three k-blocks: the first, the main
-    loop's one and the last gemm call each run once; one tile)."""
-    return Ax.build_func(gemm.make(128, 256, 192, "float16", "col"), "sm_100a")[1].records
+@pytest.fixture(scope="module", params=[1, 2], ids=["cta_group1", "cta_group2"])
+def records(request):
+    """The dispatch records of a 128·cluster × 256 × 192 sm_100a build (three k-blocks: the first,
+    the main loop's one and the last gemm call each run once; one tile, or one pair of tiles)."""
+    c = request.param
+    return c, Ax.build_func(gemm.make(128 * c, 256, 192, "float16", "col", cluster=c), "sm_100a")[1].records
 
 
 def test_explain_shows_the_tcgen05_choices():
@@ -98,52 +99,77 @@ def test_explain_shows_the_tcgen05_choices():
 
 def test_simulated_gemm_schedule_reproduces_numpy(records):
     """The kernel's recorded tcgen05.mma calls (k-blocks 0, 1, 2 of a K=192 tile) run on the
-    model: each k-block's A and B written into shared bytes where the kernel's layouts put them,
-    the plan's instructions (descriptors, instruction descriptor, enable-input-d) executed, then
-    each epilogue warpgroup's tcgen05.ld plan reads its 128 columns into the kernel's register
-    layout; every (row, column) must equal A·B."""
+    model: each k-block's A and B written into each CTA's shared bytes where the kernel's (local)
+    layouts put them — a pair: the odd CTA holds rows 128.. of A and columns 128.. of B — the
+    plan's instructions (descriptors, instruction descriptor, enable-input-d, cta_group) executed,
+    then each CTA's epilogue warpgroups' tcgen05.ld plans read their 128 columns into the kernel's
+    register layout; every (row, column) must equal A·B."""
+    cluster, recs = records
     rng = np.random.default_rng(1)
-    mmas = [r.call for r in records if r.chosen == "tcgen05"]
-    lds = [r.call for r in records if r.chosen == "tcgen05_ld"]
+    mmas = [r.call for r in recs if r.chosen == "tcgen05"]
+    lds = [r.call for r in recs if r.chosen == "tcgen05_ld"]
     assert [c.attrs["accumulate"] for c in mmas] == [False, True, True]     # k_iters = 3
     A_t, B_t = mmas[0].operands["A"], mmas[0].operands["B"]
-    (BM, BK), BN = A_t.shape, B_t.shape[1]
+    (BM, BK), BN = A_t.shape, B_t.shape[1]           # the pair's views: BM = 128 * cluster
     a_val = rng.standard_normal((BM, 3 * BK)).astype(np.float16)
     b_val = rng.standard_normal((3 * BK, BN)).astype(np.float16)
-    tm = M.Tmem()
+    tms = [M.Tmem() for _ in range(cluster)]
     for kb, call in enumerate(mmas):
         plan = tc.tcgen05_plan(call, SM100)
         assert not isinstance(plan, str), plan
+        assert plan.cta_group == cluster and M.decode_idesc(plan.idesc)["m"] == 128 * cluster
+        la, lb = plan.local["A"], plan.local["B"]
+        ml, nl = la.shape[0], lb.shape[1]
         ks = slice(kb * BK, (kb + 1) * BK)
-        smem = _smem_image(np.zeros(2 * B_AT, np.uint8), call.operands["A"], a_val[:, ks])
-        smem = _smem_image(smem, call.operands["B"], b_val[ks], B_AT)
+        smems = [_smem_image(_smem_image(np.zeros(2 * B_AT, np.uint8), la, a_val[r * ml:(r + 1) * ml, ks]),
+                             lb, b_val[ks, r * nl:(r + 1) * nl], B_AT) for r in range(cluster)]
         for mi, ni, ki, dcol, (am, ak), (bn, bk), k in plan.steps():
             enable = bool(call.attrs["accumulate"] or k > 0)
-            M.mma([tm], [smem], dcol, _desc(plan.a, am, ak), _desc(plan.b, bn, bk, B_AT), plan.idesc, enable, 1)
+            M.mma(tms, smems, dcol, _desc(plan.a, am, ak), _desc(plan.b, bn, bk, B_AT), plan.idesc, enable, cluster)
     got = np.full((BM, BN), np.nan, np.float32)
-    for ld_call in lds:                         # one per epilogue warpgroup (static TMEM columns)
-        ld = tc.ld_plan(ld_call, SM100)
-        assert not isinstance(ld, str), ld
-        regs_t = ld_call.operands["dst"]
-        rows, cols = regs_t.shape
-        for w in range(4):
-            regs = np.zeros((32, regs_t.layout.span("m")), np.float32)
-            for base, dl, col in ld.steps():
-                regs[:, base:base + ld.per_instr] = M.ld(tm, ld.shape, ld.num, w, ((32 * w + dl) << 16) | col)
-            for r in range(rows):
-                for j in range(cols):
-                    (x,) = regs_t.layout.map((r, j), regs_t.shape)
-                    if x["tx"] // 32 == w:
-                        got[r, ld.col0 + j] = regs[x["tx"] % 32, x["m"]]
+    for r, tm in enumerate(tms):                    # each CTA's epilogue reads its own TMEM
+        for ld_call in lds:                         # one per epilogue warpgroup (static TMEM columns)
+            ld = tc.ld_plan(ld_call, SM100)
+            assert not isinstance(ld, str), ld
+            regs_t = ld_call.operands["dst"]
+            rows, cols = regs_t.shape
+            for w in range(4):
+                regs = np.zeros((32, regs_t.layout.span("m")), np.float32)
+                for base, dl, col in ld.steps():
+                    regs[:, base:base + ld.per_instr] = M.ld(tm, ld.shape, ld.num, w, ((32 * w + dl) << 16) | col)
+                for i in range(rows):
+                    for j in range(cols):
+                        (x,) = regs_t.layout.map((i, j), regs_t.shape)
+                        if x["tx"] // 32 == w:
+                            got[r * 128 + i, ld.col0 + j] = regs[x["tx"] % 32, x["m"]]
     want = a_val.astype(np.float32) @ b_val.astype(np.float32)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 
 
-@pytest.mark.parametrize("kw, named", [({"schedule": "pingpong"}, "pingpong"), ({"stream_k": True}, "stream_k"),
-                                       ({"cluster": 2}, "cluster=2")])
+def test_pair_gemm_builds_for_sm100a():
+    """cluster=2 on sm_100a: CTA pairs run tcgen05.mma.cta_group::2 (M=256 over the pair, issued by
+    the even CTA, committed by multicast to both CTAs), TMEM allocated and freed by both; an odd
+    number of block-rows (7) leaves the last pair's odd CTA past M."""
+    art = Ax.compile_kernel(gemm.make(896, 1000, 1000, "bfloat16", "col", cluster=2), "sm_100a")
+    ptx = art.ptx
+    for ins in ("tcgen05.alloc.cta_group::2.sync.aligned.shared::cta.b32", "tcgen05.relinquish_alloc_permit.cta_group::2",
+                "tcgen05.mma.cta_group::2.kind::f16",
+                "tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster.b64",
+                "tcgen05.ld.sync.aligned.16x256b.x16.b32", "tcgen05.dealloc.cta_group::2.sync.aligned.b32",
+                "mapa.shared::cluster.u32"):
+        assert ins in ptx, ins
+    assert "cta_group::1" not in ptx and "multicast::cluster" not in ptx.replace(
+        "tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster", "")   # no TMA multicast
+    assert art.launch["cluster"] == [2, 1, 1]
+    res = art.launch["resources"]
+    assert res["spill_stores"] == 0 and res["spill_loads"] == 0, res
+
+
+@pytest.mark.parametrize("kw, named", [({"schedule": "pingpong"}, "got pingpong"), ({"stream_k": True}, "got stream_k"),
+                                       ({"epilogue": 128}, "need 256 KiB of shared memory")])
 def test_sm90a_only_options_are_refused_on_sm100a(kw, named):
     k = gemm.make(4096, 4096, 4096, **kw)
-    with pytest.raises(Ax.KernelError, match=f"sm_100a.*got {named}"):
+    with pytest.raises(Ax.KernelError, match=f"sm_100a.*{named}"):
         Ax.build_func(k, "sm_100a")
     Ax.build_func(k, "sm_90a")          # the same kernel object builds for sm_90a
 
@@ -166,8 +192,8 @@ def test_sm100_gpu_cases_and_benchmark_names():
     sys.path.insert(0, os.path.join(os.path.dirname(HERE), "benchmarks"))
     import cases_gemm
     import gemm as bench
-    sm100 = [n for n in cases_gemm.BUILDS if n.startswith("gemm_sm100_")]
-    assert len(sm100) == len(cases_gemm.SM100_CASES) == 20 and all(n in cases_gemm.CHECKS for n in sm100)
+    sm100 = [n for n in cases_gemm.BUILDS if n.startswith(("gemm_sm100_", "gemm_sm100c2_"))]
+    assert len(sm100) == len(cases_gemm.SM100_CASES) == 28 and all(n in cases_gemm.CHECKS for n in sm100)
     # run_check reads B's layout from the name's end: the marker must not hide it
     assert all(n.endswith(("_row", "_col")) for n in sm100)
     assert bench.artifact_name("bfloat16", 4096, 14336, "sm_100a") == "gemm_bf16_4096x14336_sm100"

@@ -5,7 +5,8 @@ pairs), 4 stages with the chunked epilogue and the ping-pong schedule (``pp``) â
 number of block-rows (the last pair's second CTA lies past M).
 
 The same kernel built for Blackwell (``target="sm_100a"``: tcgen05, TMEM accumulator) is the
-variant ``sm100`` (artifacts ``gemm_sm100_<shape>_<dtype>_<B>``) on :data:`SM100_CASES`; ``run_all``
+variant ``sm100`` (artifacts ``gemm_sm100_<shape>_<dtype>_<B>``) and, as CTA pairs running
+``tcgen05.mma.cta_group::2``, ``sm100c2`` on :data:`SM100_CASES`; ``run_all``
 skips them on a device that is not compute capability 10.0.  They are built and ptxas-checked on the
 CPU machine but have not run: no B200 has been lent yet.
 
@@ -53,11 +54,15 @@ CLUSTER_CASES = [(s, "float16", b, "c2") for s in ("square", "ragged", "ragged2"
                 [("sk_a", dt, b, "sk8") for dt in ("float16", "bfloat16") for b in ("row", "col")] + \
                 [("sk_b", "float16", b, "sk10") for b in ("row", "col")] + \
                 [("sk", dt, b, "sk") for dt in ("float16", "bfloat16") for b in ("row", "col")]
-#: Blackwell builds of the plain kernel (the cooperative schedule; cases as above, no variants)
+#: Blackwell builds of the plain kernel (the cooperative schedule; cases as above) and of CTA pairs
+#: (``sm100c2``: cluster=2, tcgen05.mma.cta_group::2; ragged2 has 7 block-rows, k2 3)
 SM100_CASES = [(s, "float16", b, "sm100") for s in ("square", "tall", "wide", "ragged", "ragged2", "k1", "k2", "multi")
-               for b in ("row", "col")] + [(s, "bfloat16", b, "sm100") for s in ("square", "ragged") for b in ("row", "col")]
+               for b in ("row", "col")] + [(s, "bfloat16", b, "sm100") for s in ("square", "ragged") for b in ("row", "col")] + \
+              [(s, "float16", b, "sm100c2") for s in ("square", "ragged2", "k2") for b in ("row", "col")] + \
+              [("ragged", "bfloat16", b, "sm100c2") for b in ("row", "col")]
+VARIANTS["sm100c2"] = {"cluster": 2}
 #: variant tag -> build target (make()'s keywords are in VARIANTS)
-TARGETS = {"sm100": "sm_100a"}
+TARGETS = {"sm100": "sm_100a", "sm100c2": "sm_100a"}
 TOL = {"float16": 2e-3, "bfloat16": 1e-2}
 
 
