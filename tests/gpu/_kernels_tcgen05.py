@@ -6,7 +6,7 @@
   the warpgroup reads C with ``Ax.copy`` (tcgen05.ld, one row per thread) and stores it.
   ``b_major="K"`` passes the transposed view of an N×K tile; ``a_tmem``: A is first copied from
   shared into TMEM (tcgen05.cp) and the MMA reads it there (ts form).
-  (A cta_group::2 pair kernel is not written yet: the pair schedule is checked by plan and model only.)
+  (The cta_group::2 pair kernel is the GEMM of kernels/gemm.py with cluster=2 on sm_100a.)
 """
 
 from tvm.script import tirx as T
