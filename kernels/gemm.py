@@ -1,5 +1,5 @@
-"""Hopper GEMM in axe: ``C = A·B``, fp16 or bf16, fp32 accumulation, A row-major (M×K), B
-row-major (K×N) or column-major (stored N×K).
+"""GEMM in axe for Hopper (sm_90a, wgmma) and Blackwell (sm_100a, tcgen05; see below): ``C = A·B``,
+fp16 or bf16, fp32 accumulation, A row-major (M×K), B row-major (K×N) or column-major (stored N×K).
 
 One persistent CTA per SM (``TileSchedule``: grouped rasterization, bands of 16 block-rows)
 computes 128×256 tiles of C with three warpgroups:
