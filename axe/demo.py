@@ -39,7 +39,7 @@ def _layouts() -> None:
 
 def _kernels() -> None:
     from axe.lang.cli import load_kernels
-    from axe.lang.kernel import KernelError, compile_kernel, explain
+    from axe.lang.kernel import KernelError, TargetError, compile_kernel, explain
     from axe.schedules.dispatch import DispatchError
     print("\n== 2. kernels, built for", ", ".join(TARGETS), "==")
     have_nvcc = shutil.which("nvcc") is not None
@@ -61,7 +61,7 @@ def _kernels() -> None:
                 try:
                     art = compile_kernel(k, target)
                 except KernelError as err:        # e.g. wgmma exists on sm_90a only
-                    if not isinstance(err, DispatchError):   # a bug, not a target's limit
+                    if not isinstance(err, (DispatchError, TargetError)):   # a bug, not a target's limit
                         raise
                     reason = err.message.splitlines()
                     where = f" (at {err.file}:{err.line})" if err.line else ""

@@ -591,7 +591,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         tc = gen.mma == "tcgen05"
         if tc:
             if pp or stream_k or rs:
-                raise ValueError("gemm on sm_100a: only the cooperative schedule without stream_k or reduce-scatter "
+                raise Ax.TargetError("gemm on sm_100a: only the cooperative schedule without stream_k or reduce-scatter "
                                  "is built for tcgen05 so far (got " + ", ".join(
                                      n for n, v in (("pingpong", pp), ("stream_k", stream_k), ("world>1", rs)) if v) + ")")
         pair_mma = tc and cluster > 1
@@ -602,7 +602,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         steps["mma"] = mma_tcgen05 if tc else mma
         smem = (c_at + 2 * bufs * wrows * epilogue) * 2
         if tc and smem > 227 * 1024:
-            raise ValueError(f"gemm on sm_100a: {stages} stages and {bufs} x {wrows}x{epilogue} epilogue buffers per "
+            raise Ax.TargetError(f"gemm on sm_100a: {stages} stages and {bufs} x {wrows}x{epilogue} epilogue buffers per "
                              f"warpgroup need {smem // 1024} KiB of shared memory, more than 227 KiB")
         acc_layout = gen.acc_layout()
 

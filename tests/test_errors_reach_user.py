@@ -34,21 +34,33 @@ def _assert_wgmma_decline(out):
     assert "no schedule fits gemm on sm_100a" in out, out
     assert "wgmma" in out and "declined" in out and "tcgen05" in out, out
     assert "wgmma exists only on sm_90a; target sm_100a has tcgen05 instead" in out, out
-    assert "kernels/gemm.py:" in out, out
-    assert "kernel gemm_fp16 at " in out, out
+    assert "tcgen05.mma is issued by one thread" in out, out
+    assert "_kernels_gemm_ops.py:" in out, out
+    assert "kernel wgmma_ss_bk at " in out, out
     assert "TVM_BACKTRACE" not in out and "Traceback" not in out, out
 
 
-def test_axe_build_prints_the_dispatch_table(tmp_path):
-    r = _axe("build", "kernels/gemm.py", "--target", "sm_100a", "-o", str(tmp_path))
+@pytest.fixture
+def wgmma_file(tmp_path):
+    """A kernel file whose warpgroup-issued gemm has a register accumulator: wgmma's form, which
+    sm_100a cannot run (wgmma is sm_90a's; tcgen05 is issued by one thread into tensor memory)."""
+    f = tmp_path / "wgmma_kernel.py"
+    f.write_text(f"import sys\nsys.path.insert(0, {os.path.join(ROOT, 'tests', 'gpu')!r})\n"
+                 "import _kernels_gemm_ops as k\nwgmma_ss = k.wgmma_tile()\n")
+    return f
+
+
+def test_axe_build_prints_the_dispatch_table(tmp_path, wgmma_file):
+    out_dir = tmp_path / "out"
+    r = _axe("build", str(wgmma_file), "--target", "sm_100a", "-o", str(out_dir))
     assert r.returncode == 1, r.stdout + r.stderr
     _assert_wgmma_decline(r.stderr)
     assert "TVM_BACKTRACE" not in r.stdout
-    assert not any(tmp_path.iterdir())          # nothing half-built
+    assert not out_dir.exists() or not any(out_dir.iterdir())          # nothing half-built
 
 
-def test_axe_explain_prints_the_dispatch_table():
-    r = _axe("explain", "kernels/gemm.py::gemm_fp16", "--target", "sm_100a")
+def test_axe_explain_prints_the_dispatch_table(wgmma_file):
+    r = _axe("explain", f"{wgmma_file}::wgmma_ss_bk", "--target", "sm_100a")
     assert r.returncode == 1, r.stdout + r.stderr
     _assert_wgmma_decline(r.stderr)
 

@@ -18,14 +18,14 @@ Write a kernel body in TVMScript and call these at parse time::
 """
 
 from axe.layout import R, S, Swizzle, SwizzledLayout, parse
-from .kernel import Kernel, KernelError, build_func, compile_kernel, explain, kernel, kernels_of, without_params
+from .kernel import Kernel, KernelError, TargetError, build_func, compile_kernel, explain, kernel, kernels_of, without_params
 from .operators import binary, cast, copy, elementwise, reduce, sync, unary
 from .scopes import cta, each_warp, launch, thread, warpgroups, warps
 from .barriers import mbarrier, mbarrier_wait
 from .tensors import param, permute, registers, shared, view
 from .operators import gemm, wgmma_wait
 
-__all__ = ["S", "R", "Swizzle", "SwizzledLayout", "parse", "Kernel", "KernelError", "kernel", "build_func",
+__all__ = ["S", "R", "Swizzle", "SwizzledLayout", "parse", "Kernel", "KernelError", "TargetError", "kernel", "build_func",
            "compile_kernel", "explain", "kernels_of", "without_params", "copy", "reduce", "elementwise", "unary",
            "binary", "cast", "sync", "launch", "warps", "warpgroups", "each_warp", "thread", "cta",
            "mbarrier", "mbarrier_wait", "param", "permute", "registers", "shared", "view",

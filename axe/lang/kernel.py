@@ -40,6 +40,12 @@ def kernel(name=None, reference=None, inputs=None, outputs=(), **meta):
     return deco
 
 
+class TargetError(ValueError):
+    """A kernel's configuration that its target cannot build (a feature this generation's form of
+    the kernel does not have yet, a resource limit of the target): a limit of the target, not a bug;
+    ``axe demo`` reports it as "not built" with the reason, like a dispatch failure."""
+
+
 class KernelError(ValueError):
     """An error raised inside a kernel body (a ``DispatchError``, ``LayoutError``, ``OpError``,
     an argument check's ``ValueError``, ...), as :func:`build_func` reports it:
