@@ -27,6 +27,9 @@ or a plain test below, numbered as here:
 13. to_linear's non-linearity witness compared Coords (TypeError) when the layout had a replica.
 14. slice of a region that is neither one nor a symmetric wrap enumerated the region: 10^100
     elements (a hang and gigabytes); enumeration is capped (2^18 elements, LayoutError).
+15. tile_of's replica-set decision enumerated a 2^63-choice replica (a hang); same cap as 5.
+16. tile_of's progression search tried every stride up to the smallest gap (2^63 of them for
+    ``R[2:2^63@lane]``); it now tries only the set's own elements (the same candidates).
 """
 
 from __future__ import annotations
@@ -46,7 +49,7 @@ from axe.layout import (Iter, Layout, LayoutError, LayoutSyntaxError, Swizzle, S
                         direct_sum, equivalent, group, parse, slice, span, tile, tile_of)
 from axe.layout import cute_algebra as ca
 from axe.layout.cute_algebra import parse_cute
-from axe.layout.interop.cute import from_cute, to_cute
+from axe.layout.interop.cute import from_cute, from_cute_tv, to_cute, to_cute_tv
 from axe.layout.interop.linear import from_linear, to_linear
 from layout_oracles import layouts, shapes_for
 
@@ -177,6 +180,12 @@ def test_findings_in_values_and_cli():
     with pytest.raises(LayoutError, match="enumerates"):
         slice(parse(f"S[({HUGE},{HUGE}):(1,{HUGE})]"), (HUGE ** 2,), ((1, HUGE ** 2 - 1),))
     assert slice(parse("S[(4,4):(1,4)]"), (16,), ((1, 15),)) is None       # small ones still decided
+    # 15: tile_of enumerated B's replica to decide C's
+    with pytest.raises(LayoutError, match="replica choices"):
+        tile_of(parse("S[1:1]"), (1,), parse(f"S[1:1] + R[{2 ** 63}:1]"), (1,))
+    # 16: a replica stride of 2^63 made the progression search count to 2^63
+    T, B = parse(f"S[1:1] + R[(2,2):({2 ** 63}@lane,1)]"), parse("S[1:1] + R[2:1]")
+    assert equivalent(tile(tile_of(T, (1,), B, (1,)), (1,), B, (1,)), T)
     # 10: a 10 kB input no longer makes a 10 kB message
     with pytest.raises(LayoutSyntaxError) as err:
         parse("S[" * 5000)
@@ -256,6 +265,7 @@ def test_layout_operations(data):
         "tile_of": lambda: tile_of(L, sl, M, sm),
         "slice": lambda: slice(L, sl, region),
         "to_cute": lambda: to_cute(inner, sl),
+        "to_cute_tv": lambda: to_cute_tv(inner, sl),
         "to_linear": lambda: to_linear(L, sl),
     }
     name = data.draw(st.sampled_from(sorted(ops) if not _ONLY_OP else [_ONLY_OP]), label="op")
@@ -272,7 +282,7 @@ def cute_layouts(draw):
 
 CUTE_OPS = ["coalesce", "composition", "complement", "left_inverse", "right_inverse", "logical_divide",
             "zipped_divide", "tiled_divide", "logical_product", "blocked_product", "raked_product",
-            "from_cute"]
+            "from_cute", "from_cute_tv"]
 
 
 @FUZZ
@@ -281,6 +291,8 @@ def test_cute_algebra_operations(name, A, B):
     one = {"coalesce", "complement", "left_inverse", "right_inverse"}
     if name == "from_cute":
         attempt(f"from_cute({A})", from_cute, A)
+    elif name == "from_cute_tv":
+        attempt(f"from_cute_tv({A}, {B.shape})", from_cute_tv, A, (B.size,))
     elif name in one:
         attempt(f"{name}({A})", getattr(ca, name), A)
     else:

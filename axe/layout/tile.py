@@ -9,7 +9,7 @@ from .canonical import UNIT, canonical_replica, merge_chain
 from .coord import ZERO, Coord
 from .group import LayoutError, group_blocks
 from .iters import Iter
-from .layout import Layout, _spans
+from .layout import MAX_REPLICA_CHOICES, Layout, _spans
 from .swizzle import SwizzledLayout
 
 __all__ = ["tile", "tile_of", "direct_sum", "interleave"]
@@ -202,10 +202,8 @@ def _ap_sum(Y: frozenset):
         if (S, lo) in failed:
             return None
         y = min(Y - S)
-        for s in range(lo, y + 1):
-            if s not in Y:
-                continue
-            e = 1
+        for s in sorted(v for v in Y if lo <= v <= y):   # strides are in Y: not range(lo, y + 1),
+            e = 1                                          # which is 2^63 steps for a 2^63 gap
             while all(p + e * s in Y for p in S):
                 e += 1
             for ext in range(e, 1, -1):                  # largest first: coalesced answers
@@ -227,6 +225,10 @@ def _replica_by_sets(T: Layout, B: Layout, w: dict):
     ``{⌊(t − b)/w_a⌋}``.  It is accepted when it reproduces P_T and is an offset plus a sum of
     arithmetic progressions (:func:`_ap_sum`, exhaustive), so None is a proof of absence.
     """
+    for L in (T, B):
+        if L.replica_size > MAX_REPLICA_CHOICES:     # the sets below enumerate the replica
+            raise LayoutError(f"tile_of: deciding on replica sets enumerates the {L.replica_size} replica "
+                              f"choices of {L}; at most {MAX_REPLICA_CHOICES} are")
     pt, pb = _axis_sets(T.replica, T.offset), _axis_sets(B.replica, B.offset)
     replica, offset = [], {}
     for a in set(pt) | set(pb):
