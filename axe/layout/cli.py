@@ -152,7 +152,8 @@ def add_commands(subparsers) -> None:
     p.add_argument("layout", help='layout text, e.g. "S[(8,2,4,2):(4@lane,1@warp,1@lane,1@reg)] + R[2:4@warp] + 5@warp"')
     p.add_argument("--shape", type=parse_shape, help="logical shape, e.g. 8,16 (needed to draw)")
     p.add_argument("--explain", action="store_true", help="print canonical form, spans, sizes and the first elements")
-    p.add_argument("--rows", type=parse_rows, default=16, help=f"elements in the --explain table (default 16, at most {MAX_ROWS})")
+    p.add_argument("--rows", type=parse_rows, default=16,
+                   help=f"elements in the --explain table (default 16, at most {MAX_ROWS})")
     p.add_argument("-o", "--output", help="write a picture (.svg, .png or .pdf)")
     p.add_argument("--color", help="axis that colours the cells (default: the coarsest non-memory axis)")
     p.add_argument("--labels", help="comma-separated axes written in each cell (default: the others)")
