@@ -15,9 +15,19 @@ from math import prod
 from axe.layout import Layout, LayoutError, S, SwizzledLayout, group, slice_layout
 from axe.layout.slicing import slice_block
 
-__all__ = ["Tensor", "as_operand", "register_tensor", "lookup_tensor", "reset_tensors", "MEMORY_SCOPES"]
+__all__ = ["Tensor", "as_operand", "register_tensor", "lookup_tensor", "reset_tensors", "MEMORY_SCOPES",
+           "register_memory_scope"]
 
+#: memory scopes a tensor may live in: the shared ones here, a backend's own through
+#: :func:`register_memory_scope` (Trainium's SBUF and PSUM)
 MEMORY_SCOPES = ("global", "shared", "local", "tmem")   # tmem: Blackwell tensor memory (TLane/TCol)
+
+
+def register_memory_scope(*names: str) -> None:
+    """Admit ``names`` as memory scopes (idempotent): a backend adds its memories without editing
+    this module."""
+    global MEMORY_SCOPES
+    MEMORY_SCOPES = MEMORY_SCOPES + tuple(n for n in names if n not in MEMORY_SCOPES)
 
 
 def _inner(L):

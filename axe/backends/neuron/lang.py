@@ -13,9 +13,8 @@ from __future__ import annotations
 from math import prod
 
 from axe.layout import Layout, S, parse
-from axe.ops import tensor as _tensor_mod
 from axe.ops.scope import ExecScope, push_scope, reset_scopes
-from axe.ops.tensor import Tensor, register_tensor
+from axe.ops.tensor import Tensor, register_memory_scope, register_tensor
 
 from . import hardware as hw
 from .emit_stmt import nki_stmt
@@ -23,8 +22,7 @@ from .emit_stmt import nki_stmt
 __all__ = ["core", "hbm", "sbuf", "psum", "tile_layout", "keep_columns"]
 
 # SBUF and PSUM are memory scopes of their own (not GPU shared memory or registers).
-if "sbuf" not in _tensor_mod.MEMORY_SCOPES:
-    _tensor_mod.MEMORY_SCOPES = tuple(_tensor_mod.MEMORY_SCOPES) + ("sbuf", "psum")
+register_memory_scope("sbuf", "psum")
 
 _NL_DTYPE = {"float16": "nl.float16", "bfloat16": "nl.bfloat16", "float32": "nl.float32"}
 
