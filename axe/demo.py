@@ -93,7 +93,7 @@ def _run() -> None:
 def _trainium() -> None:
     """Section 3: the trn1 kernels built to NKI source and run on axe's NumPy model of NKI."""
     print("\n== 3. Trainium (trn1): NKI source run on axe's NumPy model of NKI ==")
-    from axe.backends.neuron.demo import run_demo
+    from axe.demo_trainium import run_demo
     run_demo(ROOT / "build" / "demo" / "trn1")
 
 

@@ -1,7 +1,7 @@
 """The Trainium part of ``axe demo``: build the trn1 kernels to NKI, run them on the NumPy model
 against numpy, print the cost model's estimates and the kernels' sizes.
 
-``python -m axe.backends.neuron.demo --table`` also prints the estimates for the paper's sizes
+``python -m axe.demo_trainium --table`` also prints the estimates for the paper's sizes
 (GEMM square 512-4096, MHA sequence 512-8192), run through the model with ``numerics=False``.
 """
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def code_lines(path) -> tuple[int, int]:
