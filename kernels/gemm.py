@@ -157,6 +157,27 @@ def stream_k_bound(p, units, ctas, k_iters, select=lambda c, a, b: a if c else b
     return b - select(r == 1, 1, 0) + select(r == k_iters - 1, 1, 0)
 
 
+#: the rows of the static view a runtime-M operand (A, C) is declared through (:func:`make_dynamic`).
+#: A and C are reached only by TMA, whose coordinates are the slices' starts and whose bounds come
+#: from the tensor map encoded off the real tensor, so the view need hold just one tile's rows (its
+#: element base wraps at them and is never read); a larger count costs parse time, since slicing
+#: checks every block of the sliced dimension (2**31 rows: minutes)
+DYN_ROWS = BM
+
+
+def unbake_rows(specs, params=("A_map", "C_map")):
+    """Let the TMA maps ``params`` among ``specs`` (the build's tensor-map specs, edited in place)
+    take their extents from the tensor at launch (``shape: None``) instead of the placeholder
+    view's static ones; strides stay (N and K are static).  Returns the specs edited."""
+    done = [s for s in specs if s["param"] in params]
+    if len(done) != len(params):
+        raise ValueError(f"gemm: tensor maps {sorted(params)} expected among the build's, found "
+                         f"{sorted(s['param'] for s in specs)}")
+    for s in done:
+        s["shape"] = None
+    return done
+
+
 def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SMS, in_flight=None, group=GROUP,
          cluster=1, epilogue=None, schedule="cooperative", epilogue_bufs=None, stream_k=False, world=1,
          rs_comm=True, rs_push="forward"):
@@ -178,15 +199,20 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
     NVLink and signals) or ``"bulk"`` (the consumers' bulk copies write it into the owner's memory;
     1–8% slower on 6 of the 8 benchmark shapes, see the README)."""
     rs = world > 1
+    dyn = M is None         # make_dynamic: the rows are a runtime variable
+    if dyn and (rs or stream_k or cluster > 1):
+        raise ValueError("gemm: a runtime M (make_dynamic) is built for one GPU without stream_k or clusters (got "
+                         + ", ".join(n for n, v in (("world>1", rs), ("stream_k", stream_k), ("cluster>1", cluster > 1))
+                                     if v) + ")")
     if b_major not in ("row", "col"):
         raise ValueError(f"gemm: b_major must be 'row' or 'col', got {b_major!r}")
     if dtype not in ("float16", "bfloat16"):
         raise ValueError(f"gemm: dtype must be float16 or bfloat16, got {dtype!r}")
-    if min(M, N, K) < 1:
+    if min(1 if dyn else M, N, K) < 1:
         raise ValueError(f"gemm: empty problem {M}x{N}x{K}")
     if N % 8 or K % 8:
         raise ValueError(f"gemm: N={N} and K={K} must be multiples of 8 (TMA needs 16-byte row pitches)")
-    if (M < BM and not rs) or N < BN or K < BK:
+    if (not dyn and M < BM and not rs) or N < BN or K < BK:
         raise ValueError(f"gemm: {M}x{N}x{K} is smaller than one {BM}x{BN}x{BK} tile")
     if cluster not in (1, 2) or sms % cluster:
         raise ValueError(f"gemm: cluster must be 1 or 2 and divide sms={sms}, got {cluster!r}")
@@ -212,10 +238,13 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
     split_cols = False                         # sets sm_100a's: 128 rows x 128 columns)
     b_shape, b_tile = ((K, N), (BK, BN)) if b_major == "row" else ((N, K), (BN, BK))
     b_half = (BK, BN // 2) if b_major == "row" else (BN // 2, BK)      # one CTA's multicast share
-    m_tiles = -(-M // bm)
+    if dyn:                 # a TIR variable: A (M, K) and C (M, N) bind it at launch
+        import tvm
+        M = tvm.tirx.Var("M", "int32")
+    m_tiles = (M + bm - 1) // bm            # ceil-div written so that it stays readable as TIR
     # the schedule's block-rows: one per cluster; reduce-scatter: world segments of m_tiles, one
     # per owner of the output rows, this rank's own last (the peers' partial tiles arrive meanwhile)
-    pairs = -(-m_tiles // cluster) * world
+    pairs = (m_tiles + cluster - 1) // cluster * world
     sched = Ax.TileSchedule(pairs, -(-N // BN), sms // cluster, max(group * (BM // bm) // cluster, 1))
     k_iters = -(-K // BK)
     a_at, b_at = 0, stages * bm * BK                       # element offsets in the shared pool
@@ -237,7 +266,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
     wait = in_flight if k_iters > 1 else 0                 # wgmma groups left running per k-block
     # stream-K tail: the last full wave and the partial one are split in k-iterations evenly over the CTAs
     tiles = sched.tiles
-    fits_sk = cluster == 1 and not pp and k_iters >= 4 and tiles >= 2 * sms
+    fits_sk = not dyn and cluster == 1 and not pp and k_iters >= 4 and tiles >= 2 * sms
     if stream_k and not fits_sk:
         raise ValueError(f"gemm: stream_k needs the cooperative schedule without clusters, K >= {4 * BK} and at "
                          f"least {2 * sms} tiles (got {tiles})")
@@ -582,7 +611,16 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
     n_tiles = -(-N // BN)
     a_shape = (world, M, K) if rs else (M, K)
     p_shape = (world, m_tiles * BM, n_tiles * BN) if rs else (1,)     # staging: one padded slot per source
-    nsig = world * m_tiles * n_tiles * 2
+    nsig = world * m_tiles * n_tiles * 2 if rs else 1
+
+    def rows_view(buf):
+        """``buf`` itself (static M), or for a runtime M the same data seen as a static
+        (:data:`DYN_ROWS`, columns) matrix: axe's tensors need static shapes, and A and C are
+        only reached through TMA, whose maps take the real extent from the tensor at launch."""
+        if not dyn:
+            return buf
+        import tvm
+        return tvm.tirx.decl_buffer((DYN_ROWS, buf.shape[1]), buf.dtype, name=buf.name, data=buf.data)
 
     def factory():
         from axe.schedules.context import current_context
@@ -614,14 +652,14 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                  err: T.Buffer((8,), "int32"), rank_: T.int32, epoch: T.int32, timeout_ns: T.int64,
                  Q_: T.Buffer(p_shape, dtype), W_: T.Buffer((ws_rows, BN if stream_k else 1), "float32"), F_: T.Buffer((2 * sms,), "int32")):
             Ax.min_blocks_per_sm(1)
-            if cluster == 1:
-                bx, tx = Ax.launch(sms, THREADS)
+            if cluster == 1:      # a runtime M: no more CTAs than tiles (the grid is an expression of M)
+                bx, tx = Ax.launch([T.min(sms, sched.tiles)] if dyn else sms, THREADS)
                 cid, rank = bx, 0
             else:
                 cid, rank, bx, tx = Ax.cluster_launch(sms, THREADS, cluster)
-            A = Ax.param(A_, tensormap=A_map)
+            A = Ax.param(rows_view(A_), tensormap=A_map)
             B = Ax.param(B_, tensormap=B_map)
-            C = Ax.param(C_, tensormap=C_map)
+            C = Ax.param(rows_view(C_), tensormap=C_map)
             W = Ax.param(W_, scratch=True)          # stream-K partial sums (fp32)
             F = Ax.param(F_, scratch=True)          # stream-K flags, one per CTA and warpgroup
             dist = distributed(A_, B_, C_, P_, Q_, peers, sig, err, rank_, epoch, timeout_ns, F, cid, tx)
@@ -699,12 +737,14 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                 Ax.tmem_free(acc_t)
             if cluster > 1:
                 Ax.cluster_sync()                    # no CTA leaves while its peer may still arrive on it
+        if dyn:
+            unbake_rows(current_context().tensormaps)
         # one GPU: the reduce-scatter parameters leave the call signature
         unused = () if rs and rs_push == "forward" else ("Q_",)
         return Ax.without_params(gemm, unused + (() if rs else ("P_", "peers", "sig", "err", "rank_", "epoch", "timeout_ns")))
 
     return Ax.Kernel(name or f"gemm_{dtype}_{b_major}", factory, reference=reference, outputs=("C",),
-                     meta={"M": M, "N": N, "K": K, "dtype": dtype, "b_major": b_major, "grid": (sms,),
+                     meta={"M": None if dyn else M, "N": N, "K": K, "dtype": dtype, "b_major": b_major, "grid": (sms,),
                            "threads": THREADS, "cluster": cluster})
 
 
@@ -723,6 +763,21 @@ class _Distributed:
 def build(M, N, K, dtype="float16", b_major="row", name=None, target="sm_90a", **kw):
     """Build :func:`make`'s kernel into an artifact (CUDA source, PTX, cubin, launch.json)."""
     return Ax.compile_kernel(make(M, N, K, dtype, b_major, name, **kw), target)
+
+
+def make_dynamic(N, K, dtype="float16", b_major="row", name=None, **kw):
+    """The GEMM for any number of rows M, read off A at launch (one artifact for every M; N, K,
+    dtype and B's layout are the specialization): :func:`make`'s kernel with A ``(M, K)`` and C
+    ``(M, N)``, tile counts ``ceil(M / 128)`` computed in the kernel, the persistent grid
+    ``min(sms, tiles)`` an expression of M in launch.json and A's and C's TMA maps encoded from
+    the tensors.  Ragged M (down to 1) is the static build's path: TMA loads past M read zeros,
+    stores past M are clipped.  ``kw``: :func:`make`'s options (not stream_k, cluster or world)."""
+    return make(None, N, K, dtype, b_major, name or f"gemm_dyn_{dtype}_{b_major}", **kw)
+
+
+def build_dynamic(N, K, dtype="float16", b_major="row", name=None, target="sm_90a", **kw):
+    """Build :func:`make_dynamic`'s kernel into an artifact."""
+    return Ax.compile_kernel(make_dynamic(N, K, dtype, b_major, name, **kw), target)
 
 
 #: the examples ``axe build kernels/gemm.py`` and ``axe demo`` build (any size works through
