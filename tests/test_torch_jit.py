@@ -147,15 +147,17 @@ def ops(tmp_path_factory):
     ops.KERNELS.update(saved)
 
 
-def _gemm_artifact(M, N, K, dtype, b_major, major):
-    """A stand-in with the static GEMM's call signature ``(A_: MxK, B_: KxN or NxK, C_: MxN)``."""
+def _gemm_artifact(N, K, dtype, b_major, major):
+    """A stand-in with the dynamic-M GEMM's call signature ``(A_: MxK, B_: KxN or NxK, C_: MxN)``,
+    M read off A and the grid ``min(132, tiles)`` as in ``kernels/gemm.py:make_dynamic``."""
     art = fake_artifact(name=f"gemm_{major}", dtype=dtype)
     L = art.launch
-    shapes = {"A_": [M, K], "B_": [K, N] if b_major == "row" else [N, K], "C_": [M, N]}
+    shapes = {"A_": ["M", K], "B_": [K, N] if b_major == "row" else [N, K], "C_": ["M", N]}
     L["args"] = [{"name": n, "kind": "tensor", "dtype": dtype, "shape": s, "strides": None, "alignment": 16}
                  for n, s in shapes.items()]
     L["params"] = [dict(a, arg=a["name"]) for a in L["args"]]
-    L["symbols"], L["shape_vars"], L["grid"] = {}, {}, [132, 1, 1]
+    L["symbols"], L["shape_vars"] = {"M": {"arg": "A_", "dim": 0}}, {"M": "int32"}
+    L["grid"] = [f"min(132, ((M + 127) // 128) * {-(-N // 256)})", 1, 1]
     return art
 
 
@@ -204,7 +206,12 @@ def test_gemm_op(ops):
     torch.testing.assert_close(torch.ops.axe.gemm(a, bt, True), (a.float() @ bt.float().T).half())
     assert ops.KERNELS["gemm"].builds == 1 and ops.KERNELS["gemm_nt"].builds == 1
     (spec,) = [dict(m[1:]) for m in ops.KERNELS["gemm_nt"]._memo]
-    assert spec == {"M": 128, "N": 256, "K": 64, "dtype": "float16", "b_major": "col"}
+    assert spec == {"N": 256, "K": 64, "dtype": "float16", "b_major": "col"}     # M is read at launch
+    for m in (1, 300):                  # other row counts: the same artifact, the grid from M
+        am = torch.randn(m, 64, dtype=torch.float16)
+        torch.testing.assert_close(torch.ops.axe.gemm(am, b), (am.float() @ b.float()).half())
+    (launched,) = ops.KERNELS["gemm"]._memo.values()
+    assert ops.KERNELS["gemm"].builds == 1 and [g[0] for g in launched.grids[-2:]] == [1, 3]
     assert torch.ops.axe.gemm(a[:0], b).shape == (0, 256)
 
 

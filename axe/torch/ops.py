@@ -12,8 +12,8 @@ capturing: the first call builds or loads the kernel).
 - ``softmax(x)``: over the last dimension, one artifact per (n, dtype)
   (``kernels/softmax.py:dynamic``);
 - ``gemm(a, b, transpose_b=False)``: ``a @ b`` (``b`` (K, N)) or ``a @ b.T`` (``b`` (N, K)),
-  fp16/bf16, through the static GEMM builds of ``kernels/gemm.py`` — one artifact per (M, N, K,
-  dtype, layout of b) until the GEMM takes a runtime M (then its spec drops ``M``).
+  fp16/bf16, through the dynamic-M GEMM of ``kernels/gemm.py`` (``make_dynamic``) — one artifact
+  per (N, K, dtype, layout of b) serves every number of rows M.
 
 Inputs that are not contiguous, or whose data is not 16-byte aligned (a sliced view), are
 copied first: the kernels load 16-byte vectors.
@@ -62,10 +62,10 @@ def spec_rows(X, *rest) -> dict:
 
 
 def spec_gemm(b_major: str):
-    """The static GEMM's specialization for B stored ``b_major`` (``"row"``: K x N, ``"col"``:
-    N x K): every size and the dtype."""
+    """The dynamic-M GEMM's specialization for B stored ``b_major`` (``"row"``: K x N, ``"col"``:
+    N x K): N, K and the dtype (the row count M is read at launch)."""
     def spec(A, B, C) -> dict:
-        return {"M": int(A.shape[0]), "N": int(C.shape[1]), "K": int(A.shape[1]),
+        return {"N": int(C.shape[1]), "K": int(A.shape[1]),
                 "dtype": _DTYPES.get(A.dtype, str(A.dtype)), "b_major": b_major}
     return spec
 
@@ -74,8 +74,8 @@ def spec_gemm(b_major: str):
 KERNELS = {
     "rmsnorm": JitKernel("kernels.rmsnorm:dynamic", spec_rows, path=ROOT),
     "softmax": JitKernel("kernels.softmax:dynamic", spec_rows, path=ROOT),
-    "gemm": JitKernel("kernels.gemm:make", spec_gemm("row"), path=ROOT),
-    "gemm_nt": JitKernel("kernels.gemm:make", spec_gemm("col"), path=ROOT),
+    "gemm": JitKernel("kernels.gemm:make_dynamic", spec_gemm("row"), path=ROOT),
+    "gemm_nt": JitKernel("kernels.gemm:make_dynamic", spec_gemm("col"), path=ROOT),
 }
 
 
@@ -159,7 +159,7 @@ def gemm(a: torch.Tensor, b: torch.Tensor, transpose_b: bool = False) -> torch.T
     M, N = _gemm_shape(a, b, transpose_b)
     c = a.new_empty((M, N))
     if not (M and N and a.shape[1]):
-        return c.zero_()               # an empty product (the GEMM builds need whole tiles)
+        return c.zero_()               # an empty product (no grid to launch, no tensor map of 0 rows)
     # the GEMM's tensor maps want 64-byte aligned operands (its launch.json says so)
     KERNELS["gemm_nt" if transpose_b else "gemm"](_ready(a, 64), _ready(b, 64), c)
     return c

@@ -12,7 +12,8 @@ Two steps, one list of specializations (:data:`SPECS`) so both sides compute the
   check fails.
 
 Checks: ``axe::rmsnorm`` / ``axe::softmax`` for many row counts (one artifact each, against
-torch in fp32), ``axe::gemm`` (static builds from the cache), a miss without TVM naming the
+torch in fp32), ``axe::gemm`` (the dynamic-M build: one artifact per (N, K, dtype, layout of b)
+for every M in ``GEMM_ROWS``), a miss without TVM naming the
 build command, ``torch.compile(fullgraph=True)`` (inductor) of a function using the ops, CUDA
 graph capture and replay, and the host time per call (jit + runtime) beside torch's own ops.
 """
@@ -32,9 +33,11 @@ TARGET = "sm_90a"
 #: (jit kernel in axe.torch.ops.KERNELS, its spec) — what the GPU run needs prebuilt
 SPECS = [("rmsnorm", {"n": n, "dtype": dt}) for n in (1024, 4096) for dt in ("float16", "bfloat16")] + \
         [("softmax", {"n": n, "dtype": dt}) for n in (1024, 4096) for dt in ("float16", "bfloat16")] + \
-        [("gemm", {"M": 512, "N": 1024, "K": 1024, "dtype": "float16", "b_major": "row"}),
-         ("gemm_nt", {"M": 512, "N": 1024, "K": 1024, "dtype": "bfloat16", "b_major": "col"})]
+        [("gemm", {"N": 1024, "K": 1024, "dtype": "float16", "b_major": "row"}),
+         ("gemm_nt", {"N": 1024, "K": 1024, "dtype": "bfloat16", "b_major": "col"})]
 ROWS = (1, 7, 128, 1000, 4097)
+#: row counts of the GEMM: below one tile, ragged, whole tiles, fewer tiles than SMs and more
+GEMM_ROWS = (1, 127, 128, 512, 1000, 4097, 8192)
 
 
 def build(args):
@@ -71,6 +74,14 @@ def _close(got, want, what, tol):
     return err
 
 
+def _loaded(ops, names, count, what):
+    """Each jit kernel ``names`` built nothing here and loaded ``count`` artifacts (for ``what``)."""
+    for name in names:
+        k = ops.KERNELS[name]
+        assert k.builds == 0, f"{name}: built {k.builds} artifacts on the GPU machine"
+        assert len(k._memo) == count, f"{name}: {len(k._memo)} kernels loaded for {what}, expected {count}"
+
+
 def check_rows(ops, res):
     """rmsnorm and softmax for every row count in ROWS, 2 row lengths, 2 dtypes: one artifact
     per (n, dtype), nothing built."""
@@ -84,21 +95,26 @@ def check_rows(ops, res):
                 worst = max(worst, _close(torch.ops.axe.softmax(x), torch.softmax(x.float(), -1), f"softmax {m}x{n} {dt}", 2e-2))
             x3 = torch.randn(2, 3, n, dtype=dt, device="cuda")
             _close(torch.ops.axe.softmax(x3), torch.softmax(x3.float(), -1), f"softmax 2x3x{n}", 2e-2)
-    for name in ("rmsnorm", "softmax"):
-        k = ops.KERNELS[name]
-        assert k.builds == 0, f"{name}: built {k.builds} artifacts on the GPU machine"
-        assert len(k._memo) == 4, f"{name}: {len(k._memo)} kernels loaded for 4 (n, dtype) pairs"
+    _loaded(ops, ("rmsnorm", "softmax"), 4, "4 (n, dtype) pairs")
     res["rows_max_rel_err"] = worst
     return f"{len(ROWS)} row counts x 2 n x 2 dtypes, one artifact per (n, dtype); worst rel err {worst:.1e}"
 
 
 def check_gemm(ops, res):
-    a = torch.randn(512, 1024, dtype=torch.float16, device="cuda")
+    """``axe::gemm`` for every M in GEMM_ROWS, B row- and column-major: one artifact per
+    kernel serves them all (nothing built), rows past M untouched (C is exactly M x N)."""
     b = torch.randn(1024, 1024, dtype=torch.float16, device="cuda")
-    e1 = _close(torch.ops.axe.gemm(a, b), a.float() @ b.float(), "gemm fp16 row", 1e-2)
-    a2, b2 = a.bfloat16(), torch.randn(1024, 1024, dtype=torch.bfloat16, device="cuda")
-    e2 = _close(torch.ops.axe.gemm(a2, b2, True), a2.float() @ b2.float().T, "gemm bf16 col", 2e-2)
-    return f"512x1024x1024 fp16 a@b err {e1:.1e}, bf16 a@b.T err {e2:.1e}"
+    b2 = torch.randn(1024, 1024, dtype=torch.bfloat16, device="cuda")
+    worst = 0.0
+    for m in GEMM_ROWS:
+        a = torch.randn(m, 1024, dtype=torch.float16, device="cuda")
+        worst = max(worst, _close(torch.ops.axe.gemm(a, b), a.float() @ b.float(), f"gemm fp16 row M={m}", 1e-2))
+        a2 = a.bfloat16()
+        worst = max(worst, _close(torch.ops.axe.gemm(a2, b2, True), a2.float() @ b2.float().T,
+                                  f"gemm bf16 col M={m}", 2e-2))
+    _loaded(ops, ("gemm", "gemm_nt"), 1, f"{len(GEMM_ROWS)} row counts of one (N, K, dtype)")
+    res["gemm_max_rel_err"] = worst
+    return f"M in {GEMM_ROWS} x 1024 x 1024, fp16 a@b and bf16 a@b.T, one artifact each; worst rel err {worst:.1e}"
 
 
 def check_missing(ops, res):
@@ -172,10 +188,14 @@ def check_overhead(ops, res):
     jk = ops.KERNELS["rmsnorm"]
     w2 = w.view(1, 1024)
     rk = jk._memo[(x.device, ("n", 1024), ("dtype", "float16"))]
+    ga = torch.randn(8, 1024, dtype=torch.float16, device="cuda")          # the dynamic-M GEMM, M = 8
+    gb = torch.randn(1024, 1024, dtype=torch.float16, device="cuda")
     fig = {
         "op axe::rmsnorm": _per_call(lambda: torch.ops.axe.rmsnorm(x, w)),
         "jit kernel": _per_call(lambda: jk(x, w2, y, 1e-6)),
         "runtime Kernel": _per_call(lambda: rk(x, w2, y, 1e-6)),
+        "op axe::gemm": _per_call(lambda: torch.ops.axe.gemm(ga, gb)),
+        "torch matmul": _per_call(lambda: ga @ gb),
         "torch rms_norm": _per_call(lambda: torch.nn.functional.rms_norm(x, (1024,), w, 1e-6)),
         "torch softmax": _per_call(lambda: torch.softmax(x, -1)),
     }
