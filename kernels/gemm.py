@@ -81,6 +81,15 @@ reduce-scatter epilogue are sm_90a-only for now and refused there by name.
 
 Shapes need not be multiples of the tile: TMA fills out-of-bounds loads with zeros (which add
 nothing to the products) and clips the stores at the matrix edge.
+
+**A runtime M** (:func:`make_dynamic`; ``axe::gemm`` in ``axe/torch/ops.py`` runs it): one artifact
+for every number of rows, N, K, dtype and B's layout being the specialization.  M is a TIR variable
+that A and C bind at launch (launch.json: shapes ``["M", K]``, ``["M", N]``, symbol ``M``); the tile
+counts are ceil-divisions of it in the kernel, the persistent grid is ``min(sms, tiles)`` (an
+expression the runtime evaluates; the schedule still strides by ``sms``, so a smaller grid only
+leaves out CTAs that would have had no tile) and A's and C's tensor maps are encoded from the
+tensors (their specs carry no shape).  Ragged M is the path above, down to M = 1.  The kernel body is
+the static one: ``make(M=None, ...)``; stream-K, clusters and the reduce-scatter are refused.
 """
 
 from tvm.script import tirx as T
@@ -181,7 +190,8 @@ def unbake_rows(specs, params=("A_map", "C_map")):
 def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SMS, in_flight=None, group=GROUP,
          cluster=1, epilogue=None, schedule="cooperative", epilogue_bufs=None, stream_k=False, world=1,
          rs_comm=True, rs_push="forward"):
-    """The GEMM kernel (an :class:`axe.lang.Kernel`) for static sizes; ``b_major``: ``"row"``
+    """The GEMM kernel (an :class:`axe.lang.Kernel`) for static sizes (``M=None``: a runtime M,
+    see :func:`make_dynamic`); ``b_major``: ``"row"``
     (B is K×N) or ``"col"`` (B is stored N×K, ``C = A·Bᵀ``); ``cluster``: 1, or 2 for CTA pairs
     sharing B through TMA multicast; ``epilogue``: columns per store chunk (``BN``: one 64×256
     tile per warpgroup; 128, the default: two 64×128 chunks through one 16 KiB buffer; 64: four 64×64
