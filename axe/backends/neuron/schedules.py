@@ -107,15 +107,22 @@ def _grid_box(t, b, c0=0, cols=None):
     return f"{name}[{p}, {f}]", f"i_p, i_f = nl.mgrid[0:{b.n}, 0:{cols}]"
 
 
+def _dma_lines(tile, region, access):
+    """Per block of the on-chip ``tile``: its index grid, then ``access(hbm, box, mask_kw)`` — the
+    nl.load or nl.store of that block against the HBM ``region`` (masked at ragged edges)."""
+    lines = []
+    for b in blocks(tile):
+        box, grid = _grid_box(tile, b)
+        hbm, mask = _hbm_access(region, tile.shape, b.dp, b.lo, 0)
+        lines += [grid, access(hbm, box, f", mask={mask}" if mask else "")]
+    return lines
+
+
 def _check_dma_load(call, ctx):
     dst, src = call.operands["dst"], call.operands["src"]
     if onchip_kind(dst) != "sbuf" or src.mem != "global":
         return "DMA loads HBM into SBUF (dst must be an SBUF tile, src an HBM region)"
-    lines = []
-    for b in blocks(dst):
-        box, grid = _grid_box(dst, b)
-        hbm, mask = _hbm_access(src, dst.shape, b.dp, b.lo, 0)
-        lines += [grid, f"{box} = nl.load({hbm}{', mask=' + mask if mask else ''})"]
+    lines = _dma_lines(dst, src, lambda hbm, box, mask: f"{box} = nl.load({hbm}{mask})")
     tr = " (transposing: rows of the region on the free axis)" if blocks(dst)[0].dp == 1 else ""
     return Plan(f"{len(lines) // 2} x nl.load of [{', '.join(map(str, dst.shape))}] into SBUF {nki_name(dst)}{tr}"
                 + ("; ragged edges masked" if "mask=" in "".join(lines) else ""), lines)
@@ -125,11 +132,7 @@ def _check_dma_store(call, ctx):
     dst, src = call.operands["dst"], call.operands["src"]
     if dst.mem != "global" or onchip_kind(src) is None:
         return "DMA stores an SBUF/PSUM tile to HBM (dst HBM, src on-chip)"
-    lines = []
-    for b in blocks(src):
-        box, grid = _grid_box(src, b)
-        hbm, mask = _hbm_access(dst, src.shape, b.dp, b.lo, 0)
-        lines += [grid, f"nl.store({hbm}, value={box}{', mask=' + mask if mask else ''})"]
+    lines = _dma_lines(src, dst, lambda hbm, box, mask: f"nl.store({hbm}, value={box}{mask})")
     return Plan(f"{len(lines) // 2} x nl.store of [{', '.join(map(str, src.shape))}] from {onchip_kind(src).upper()} "
                 f"{nki_name(src)}" + ("; ragged edges masked" if "mask=" in "".join(lines) else ""), lines)
 
