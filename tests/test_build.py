@@ -243,6 +243,35 @@ def test_tensormap_encoding_and_packing(built):
     assert ctypes.c_float.from_address(arr[4]).value == 0.5
 
 
+def test_param_pack_reuse(built):
+    """A ParamPack (one per checked call signature) encodes a tensor map once per data pointer and
+    rewrites pointers per call: what a repeat launch writes equals what a fresh pack writes."""
+    import torch
+
+    from axe.runtime.launcher import ParamPack, bind_arguments
+
+    launch = built["tma_copy"].launch
+    drv = FakeDriver()
+    a, b, a2 = (_aligned(torch, (200, 64), torch.float16) for _ in range(3))
+    bound = bind_arguments(launch, (a, b), device_type="cpu")
+    pack = ParamPack(launch, bound.env, drv)
+    pack.fill(bound.tensors)
+    first = [pack.array[i] for i in range(2)]
+    pack.fill(bound.tensors)
+    assert len(drv.calls) == 2 and [pack.array[i] for i in range(2)] == first   # same tensors: no new encoding
+    pack.fill({"A": a2, "B": b})
+    assert len(drv.calls) == 3 and drv.calls[2][2] == a2.data_ptr()           # a new pointer: encoded anew
+    assert pack.array[1] == first[1] and pack.array[0] != first[0]
+
+    ax = built["axpy"].launch
+    x, y, z, x2 = (_aligned(torch, (5, 256), torch.float32) for _ in range(4))
+    pack = ParamPack(ax, bind_arguments(ax, (x, y, z, 0.5), device_type="cpu").env, drv)
+    for xs in (x, x2):
+        arr = (ctypes.c_void_p * 5).from_address(pack.fill({"A": xs, "B": y, "C": z}))
+        assert [ctypes.c_void_p.from_address(arr[i]).value for i in range(3)] == [xs.data_ptr(), y.data_ptr(), z.data_ptr()]
+        assert ctypes.c_float.from_address(arr[4]).value == 0.5
+
+
 def test_tensormap_rules():
     from axe.runtime.tensormap import TensorMapError, check_spec, tiled_args
 

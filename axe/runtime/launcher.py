@@ -263,48 +263,76 @@ def _fmt_env(env):
 # --- parameter packing --------------------------------------------------------------------------
 
 
+class ParamPack:
+    """The ``void*[]`` kernel-parameter array of one checked call signature (a key of
+    :meth:`Kernel.bind`): scalar values are written once, at construction; :meth:`fill` writes one
+    call's data pointers and tensor maps.  A tensor map is a function of the data pointer, the
+    shape and the strides, and the shape and strides are fixed by the signature, so encoded maps
+    are remembered per (parameter, data pointer): a repeat call on the same tensors encodes none.
+    """
+
+    _MAPS = 64      # encoded tensor maps remembered (then forgotten all at once)
+
+    def __init__(self, launch: dict, env: dict, driver):
+        self.launch, self.driver = launch, driver
+        params = launch["params"]
+        specs = launch.get("tensormaps", [])
+        self.array = (ctypes.c_void_p * max(len(params), 1))()
+        self._pointers, self._tensormaps, self._keep = [], [], []
+        self._maps = {}
+        for i, p in enumerate(params):
+            kind = p["kind"]
+            if kind == "tensor":
+                c = ctypes.c_void_p(0)
+                self._pointers.append((p["arg"], c))
+            elif kind == "scalar":
+                ct = _CTYPES.get(p["dtype"])
+                if ct is None:
+                    raise LaunchError(f"kernel parameter {p['name']!r} has dtype {p['dtype']}, which the runtime cannot pass")
+                c = ct(env[p["value"]] if isinstance(p["value"], str) and p["value"] in env else eval_expr(p["value"], env))
+            elif kind == "tensormap":
+                self._tensormaps.append((i, specs[p["tensormap"]]))
+                continue
+            else:
+                raise LaunchError(f"kernel parameter {p['name']!r} has unknown kind {kind!r}")
+            self._keep.append(c)
+            self.array[i] = ctypes.addressof(c)
+
+    def fill(self, tensors: dict) -> int:
+        """Write the data pointers and tensor maps of ``tensors`` (by argument name); returns the
+        array's address, valid until the next :meth:`fill`."""
+        for name, c in self._pointers:
+            c.value = int(tensors[name].data_ptr())
+        for i, spec in self._tensormaps:
+            t = tensors[spec["tensor"]]
+            ptr = int(t.data_ptr())
+            tmap = self._maps.get((i, ptr))
+            if tmap is None:
+                if len(self._maps) >= self._MAPS:
+                    self._maps.clear()
+                tmap = _tm.encode(spec, ptr, list(t.shape), list(t.stride()), t.element_size(), _dtype_name(t),
+                                  self.driver)
+                self._maps[(i, ptr)] = tmap
+            self.array[i] = int(tmap.getPtr())
+        return ctypes.addressof(self.array)
+
+
 def pack_params(launch: dict, bound: Bound, driver):
     """Kernel parameter storage and the ``void*[]`` array pointing at it, in parameter order.
 
     Returns ``(array, keepalive)``: pass ``ctypes.addressof(array)`` as ``kernelParams`` and keep
     ``keepalive`` referenced until the launch call returns.  Tensor maps are encoded here.
     """
-    addrs, keep = [], []
-    specs = launch.get("tensormaps", [])
-    for p in launch["params"]:
-        kind = p["kind"]
-        if kind == "tensor":
-            c = ctypes.c_void_p(int(bound.tensors[p["arg"]].data_ptr()))
-            keep.append(c)
-            addrs.append(ctypes.addressof(c))
-        elif kind == "scalar":
-            ct = _CTYPES.get(p["dtype"])
-            if ct is None:
-                raise LaunchError(f"kernel parameter {p['name']!r} has dtype {p['dtype']}, which the runtime cannot pass")
-            val = bound.env[p["value"]] if isinstance(p["value"], str) and p["value"] in bound.env else eval_expr(p["value"], bound.env)
-            c = ct(val)
-            keep.append(c)
-            addrs.append(ctypes.addressof(c))
-        elif kind == "tensormap":
-            spec = specs[p["tensormap"]]
-            t = bound.tensors[spec["tensor"]]
-            tmap = _tm.encode(
-                spec, int(t.data_ptr()), list(t.shape), list(t.stride()), t.element_size(),
-                _dtype_name(t), driver,
-            )
-            keep.append(tmap)
-            addrs.append(int(tmap.getPtr()))
-        else:
-            raise LaunchError(f"kernel parameter {p['name']!r} has unknown kind {kind!r}")
-    arr = (ctypes.c_void_p * max(len(addrs), 1))(*addrs)
-    keep.append(arr)
-    return arr, keep
+    pack = ParamPack(launch, bound.env, driver)
+    pack.fill(bound.tensors)
+    return pack.array, [m for _, m in sorted(pack._maps.items())] + [pack]
 
 
 # --- module cache and launch ----------------------------------------------------------------------
 
 _CACHE: dict = {}
 _LOCK = threading.Lock()
+_LAUNCH_LOCK = threading.Lock()   # a ParamPack is filled and launched by one thread at a time
 
 
 def clear_cache(driver=None):
@@ -394,21 +422,25 @@ class Kernel:
         tensors have the same dtypes, shapes, strides and device and whose scalars are equal
         reuses the checked configuration and re-checks only the data pointers' alignment (the
         one property the key leaves out), so repeated launches cost a dict lookup."""
+        return self._bind(args, device_type)[0]
+
+    def _bind(self, args, device_type):
+        """``(Bound, entry)``: ``entry`` is the cache record of the call signature (a list
+        ``[device_type, Bound without tensors, ParamPack or None]``; the launch keeps its parameter
+        pack there), or None when ``args`` have no key."""
         key = _call_key(args)
-        hit = self._bound.get(key) if key is not None else None
-        if hit is None:
+        entry = self._bound.get(key) if key is not None else None
+        if entry is None or entry[0] != device_type:
             b = bind_arguments(self.launch, args, device_type=device_type)
             if key is not None:
                 if len(self._bound) >= _BOUND_CACHE:
                     self._bound.clear()
                 # without the tensors: the cache must not keep the first call's memory alive
-                self._bound[key] = (device_type, Bound(tensors={}, env=b.env, device=b.device, grid=b.grid,
-                                                       block=b.block, cluster=b.cluster,
-                                                       dynamic_smem=b.dynamic_smem, extra=b.extra))
-            return b
-        cached_type, b = hit
-        if cached_type != device_type:
-            return bind_arguments(self.launch, args, device_type=device_type)
+                entry = self._bound[key] = [device_type, Bound(
+                    tensors={}, env=b.env, device=b.device, grid=b.grid, block=b.block, cluster=b.cluster,
+                    dynamic_smem=b.dynamic_smem, extra=b.extra), None]
+            return b, entry
+        b = entry[1]
         kname = self.launch.get("name", self.launch.get("kernel", "kernel"))
         tensors = {}
         for a, v in zip(self.launch["args"], args):
@@ -416,7 +448,7 @@ class Kernel:
                 _check_alignment(kname, a["name"], v, int(a.get("alignment", 1)))
                 tensors[a["name"]] = v
         return Bound(tensors=tensors, env=b.env, device=b.device, grid=b.grid, block=b.block,
-                     cluster=b.cluster, dynamic_smem=b.dynamic_smem, extra=b.extra)
+                     cluster=b.cluster, dynamic_smem=b.dynamic_smem, extra=b.extra), entry
 
     def function(self, device_index: int, dynamic_smem: int = 0):
         """The ``CUfunction`` on a device, loading the cubin once per (device, cubin hash)."""
@@ -460,19 +492,23 @@ class Kernel:
         dev = next((v.device for v in args if isinstance(v, torch.Tensor)), None)
         index = dev.index if dev is not None and dev.index is not None else torch.cuda.current_device()
         if stream is None:
-            stream = torch.cuda.current_stream(index).cuda_stream
+            stream = _current_stream(torch, index)
         elif hasattr(stream, "cuda_stream"):
             stream = stream.cuda_stream
-        b = self.bind(*self._with_scratch(args, index, stream))
+        b, entry = self._bind(self._with_scratch(args, index, stream), "cuda")
         if b.device is None:
             b.device = torch.device("cuda", index)
         if 0 in b.grid:
             return b  # an empty problem: nothing to launch
         index = b.device.index if b.device.index is not None else torch.cuda.current_device()
         func = self.function(index, b.dynamic_smem)
-        with torch.cuda.device(index):
-            arr, keep = pack_params(self.launch, b, d)
-            ptr = ctypes.addressof(arr)
+        pack = entry[2] if entry is not None else None
+        if pack is None:
+            pack = ParamPack(self.launch, b.env, d)
+            if entry is not None:
+                entry[2] = pack
+        with _LAUNCH_LOCK, torch.cuda.device(index):
+            ptr = pack.fill(b.tensors)
             name = self.launch["name"]
             if b.cluster:
                 cfg = d.CUlaunchConfig()
@@ -496,8 +532,14 @@ class Kernel:
                     d, d.cuLaunchKernel(func, *b.grid, *b.block, b.dynamic_smem, stream, ptr, 0),
                     f"cuLaunchKernel({name}, grid={b.grid}, block={b.block}, smem={b.dynamic_smem})",
                 )
-            del keep
         return b
+
+
+def _current_stream(torch, index: int) -> int:
+    """torch's current stream on device ``index`` as a raw ``CUstream`` handle (torch's raw-handle
+    query where it has one: it makes no Stream object, which costs microseconds per launch)."""
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
 
 
 def load(path_or_artifact, driver=None) -> Kernel:

@@ -179,6 +179,25 @@ def _per_call(fn, n=2000):
     return host
 
 
+def _profile(fn, n=500, top=15):
+    """Where the host time of ``fn`` goes: cProfile's top functions by own time over ``n`` calls,
+    as ``"us per call own/cumulative  function"`` lines (printed, and kept in the JSON)."""
+    import cProfile
+    import pstats
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(n):
+        fn()
+    prof.disable()
+    torch.cuda.synchronize()
+    st = pstats.Stats(prof)
+    rows = sorted(st.stats.items(), key=lambda kv: -kv[1][2])[:top]
+    lines = [f"{tt / n * 1e6:7.2f} {ct / n * 1e6:7.2f}  {os.path.basename(f)}:{line}({fn_name})"
+             for (f, line, fn_name), (_, _, tt, ct, _) in rows]
+    print("host profile (us per call, own / cumulative):\n  " + "\n  ".join(lines))
+    return lines
+
+
 def check_overhead(ops, res):
     """Host time per call on a tiny problem (launch-bound): the op (custom-op dispatch + jit +
     runtime), the jit kernel alone, the runtime Kernel alone, torch's own op."""
@@ -192,6 +211,7 @@ def check_overhead(ops, res):
     gb = torch.randn(1024, 1024, dtype=torch.float16, device="cuda")
     fig = {
         "op axe::rmsnorm": _per_call(lambda: torch.ops.axe.rmsnorm(x, w)),
+        "op body without dispatch": _per_call(lambda: ops.rmsnorm._init_fn(x, w)),
         "jit kernel": _per_call(lambda: jk(x, w2, y, 1e-6)),
         "runtime Kernel": _per_call(lambda: rk(x, w2, y, 1e-6)),
         "op axe::gemm": _per_call(lambda: torch.ops.axe.gemm(ga, gb)),
@@ -200,6 +220,7 @@ def check_overhead(ops, res):
         "torch softmax": _per_call(lambda: torch.softmax(x, -1)),
     }
     res["host_us_per_call"] = {k: round(v * 1e6, 2) for k, v in fig.items()}
+    res["op_profile"] = _profile(lambda: torch.ops.axe.rmsnorm(x, w))
     res["jit_bookkeeping_us"] = round((fig["jit kernel"] - fig["runtime Kernel"]) * 1e6, 2)
     return ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in fig.items())
 
