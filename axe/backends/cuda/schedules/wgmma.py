@@ -1,4 +1,5 @@
-"""Warpgroup GEMM: ``wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16}`` (sm_90a).
+"""Warpgroup GEMM: ``wgmma.mma_async.sync.aligned.m64nNk16.f32.{f16,bf16}.{f16,bf16}`` and
+``...m64nNk32.f32.e4m3.e4m3`` (sm_90a).
 
 B comes from shared memory through a 64-bit matrix descriptor, A from shared memory (``ss``)
 or registers (``rs``), the fp32 accumulator from registers.  Preconditions, all from the
@@ -27,6 +28,12 @@ layout algebra:
 ``wgmma.fence`` precedes the instructions, ``commit_group`` follows them and
 ``wait_group(wait)`` (``wait=0`` by default; ``wait=False`` leaves the group in flight for the
 caller's :func:`emit_wait`).  wgmma exists only on sm_90a: other targets decline.
+
+**fp8** (``float8_e4m3fn`` A and B, one call record from :func:`axe.ops.block_scale.gemm_fp8`):
+k32 per instruction (32 bytes of K, like k16 of 16-bit data) and, per the PTX ISA, no
+imm-trans operands: "matrices A and B must be K-major" for .e4m3/.e5m2, so an MN-major operand
+declines with that reason, as do register A and unswizzled tiles (the descriptor helper counts
+the core matrices of a 16-bit k16 step; a swizzled K-major tile is one atom wide in K either way).
 """
 
 from __future__ import annotations
@@ -78,12 +85,20 @@ class WgmmaPlan:
     dtype: str
     thread: str
     wait: object
+    k_inst: int = K_INST       # K per instruction: 16 (16-bit inputs) or 32 (fp8)
 
     @property
     def rs(self) -> bool:
         return not isinstance(self.a, SmemOperand)
 
+    @property
+    def fp8(self) -> bool:
+        return self.dtype in FP8_TYPES
+
     def instruction(self) -> str:
+        if self.fp8:
+            t = FP8_TYPES[self.dtype]
+            return f"wgmma.mma_async.sync.aligned.m64n{self.n}k32.f32.{t}.{t}"
         t = "f16" if self.dtype == "float16" else "bf16"
         return f"wgmma.mma_async.sync.aligned.m64n{self.n}k16.f32.{t}.{t}"
 
@@ -127,8 +142,9 @@ def wgmma_plan(call, ctx):
     if C.mem != "local":
         return f"C ({C.name}) is in {C.mem} memory; the wgmma accumulator lives in registers"
     (M, K), N_total = A.shape, B.shape[1]
-    if M % 64 or K % K_INST or N_total % 8:
-        return f"M={M}, N={N_total}, K={K} are not multiples of 64, 8 and {K_INST}"
+    k_inst = FP8_K_INST if A.dtype in FP8_TYPES else K_INST
+    if M % 64 or K % k_inst or N_total % 8:
+        return f"M={M}, N={N_total}, K={K} are not multiples of 64, 8 and {k_inst}"
     thread = _thread_kind(C)
     if thread is None:
         return f"C ({C.name}) layout {C.layout} names thread axes {sorted(C.thread_axes())}, not lane/warp or tx"
@@ -149,10 +165,33 @@ def wgmma_plan(call, ctx):
         return f"A ({A.name}) is in {A.mem} memory; wgmma reads A from shared memory or registers"
     if isinstance(a, str):
         return a
+    if k_inst == FP8_K_INST:
+        why = _fp8_operands(a, b)
+        if why:
+            return why
     wait = call.config.get("wait", 0)
     if wait is not False and (isinstance(wait, bool) or not isinstance(wait, int) or not 0 <= wait <= 7):
         return f"wait={wait!r}: an int in 0..7 (groups left in flight) or False"
-    return WgmmaPlan(n, M // 64, N_total // n, K // K_INST, outer, a, b, A.dtype, thread, wait)
+    return WgmmaPlan(n, M // 64, N_total // n, K // k_inst, outer, a, b, A.dtype, thread, wait, k_inst)
+
+
+#: fp8 dtypes wgmma takes, with their PTX type names; K per fp8 instruction
+FP8_TYPES = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+FP8_K_INST = 32
+
+
+def _fp8_operands(a, b):
+    """The reason fp8 operands ``a`` (SmemOperand or register A placement) and ``b`` do not fit
+    wgmma, or None."""
+    if not isinstance(a, SmemOperand):
+        return "fp8 wgmma here reads A from shared memory (ss); register A is not supported"
+    for op in (a, b):
+        if op.major != "K":
+            return (f"fp8 (e4m3/e5m2) wgmma takes K-major A and B only (PTX ISA: no imm-trans for fp8); "
+                    f"{op.describe()}")
+        if not op.swizzle:
+            return f"fp8 wgmma: {op.name} is unswizzled; only swizzled K-major fp8 tiles are supported"
+    return None
 
 
 def emit_wait(pending: int = 0):
@@ -179,12 +218,15 @@ def _emit(call, plan: WgmmaPlan, ctx):
             regs = [acc[Cb + c["m"] * span_d + i] for i in range(span_d)]
             for ki in range(plan.k_tiles):
                 scale_d = 1 if (call.attrs["accumulate"] or ki > 0) else 0
-                bd = emit_descriptor(plan.b, B, ni * plan.n, ki * K_INST, b_hi)
+                bd = emit_descriptor(plan.b, B, ni * plan.n, ki * plan.k_inst, b_hi)
                 if plan.rs:
                     (ca,) = plan.a.map((mi, ki), (plan.m_tiles, plan.k_tiles))
                     w0 = (ca["m"] * 8 + (0 if is_zero(A.base) else A.base)) // 2
                     a_args = [a_words[w0 + j] for j in range(4)]
                     T.evaluate(op(*regs, *a_args, bd, T.bool(scale_d), 1, 1, plan.b.trans))
+                elif plan.fp8:      # K-major only: the fp8 instruction has no imm-trans operands
+                    ad = emit_descriptor(plan.a, A, mi * 64, ki * plan.k_inst, a_hi)
+                    T.evaluate(op(*regs, ad, bd, T.bool(scale_d), 1, 1))
                 else:
                     ad = emit_descriptor(plan.a, A, mi * 64, ki * K_INST, a_hi)
                     T.evaluate(op(*regs, ad, bd, T.bool(scale_d), 1, 1, plan.a.trans, plan.b.trans))
@@ -210,5 +252,6 @@ def fence_registers(regs):
 # wgmma.mma_async m64nNk16 (ss or rs) with descriptors derived from the shared layouts.
 add_schedule("gemm", "wgmma", "cuda", priority=40,
              requires="sm_90a warpgroup; C = C_out ⊗ wgmma D fragment; B (and A in ss) = C ⊗ core-matrix atom "
-                      "(K- or MN-major, 32/64/128B swizzle or none); register A = C ⊗ A fragment",
+                      "(K- or MN-major, 32/64/128B swizzle or none); register A = C ⊗ A fragment; "
+                      "fp8: ss, both K-major and swizzled",
              check=wgmma_plan, emit=_emit)

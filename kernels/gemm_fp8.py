@@ -1,0 +1,208 @@
+"""Block-scaled FP8 GEMM for Hopper (sm_90a), DeepSeek-V3's recipe: ``C = (SA ⊙ A) · (SB ⊙ B)ᵀ``.
+
+- A: M×K ``float8_e4m3fn``, row-major (activations); B: N×K e4m3 (an ``nn.Linear`` weight, so
+  ``C = A·Bᵀ``); C: M×N bf16.
+- SA: one fp32 scale per row and 128 elements of K, stored K-block-major as a ``(ceil(K/128), Mp)``
+  array (``Mp``: M rounded up to 4, so rows are 16-byte aligned for TMA) — logically the
+  ``(M, K/128)`` tensor with layout ``S[(M, KB):(1, Mp)]``, the layout DeepGEMM and cuBLAS use;
+  SB: one fp32 scale per 128×128 block of B, ``(ceil(N/128), ceil(K/128))`` row-major.
+- ``C[i, j] = Σ_kb SA[i, kb] · SB[j // 128, kb] · Σ_{k in kb} A[i, k] · B[j, k]``.
+
+The kernel is :mod:`kernels.gemm`'s structure (persistent CTAs over a grouped
+:class:`~axe.lang.pipeline.TileSchedule`, a producer warpgroup issuing TMA into a
+:class:`~axe.lang.pipeline.Pipeline`, two consumer warpgroups of 64 rows each, an stmatrix +
+TMA-store epilogue) with an fp8 main loop.  A pipeline slot holds one scale block of K
+(BK = 128): the A tile (128×128), the B tile (``bn``×128, both 128-byte swizzled, K-major as fp8
+wgmma requires) and the A tile's 128 row scales (a 512-byte TMA box of SA).  Per slot and per
+128 columns of the tile a consumer warpgroup
+
+1. issues four ``wgmma.m64n128k32.e4m3`` into a fresh fp32 partial accumulator (``Ax.gemm``
+   with fp8 operands; ``wait=False``),
+2. loads its scale products — ``SA[row, kb] · SB[n-block, kb]`` for the rows it holds — while the
+   tensor cores run (``scale_accumulate``: which scale goes with which accumulator element comes
+   from the layouts of the wgmma D fragment, of the SA slot in shared memory and of SB in global
+   memory, see :mod:`axe.schedules.block_scale`),
+3. waits for the group and promotes: ``acc += partial · factor`` (the two-level accumulation that
+   keeps FP8 accurate: each k-block's sum of 128 products is exact to fp32 before scaling).
+
+With ``bn = 256`` a warpgroup holds a 64×256 accumulator (128 registers) and one 64×128 partial
+(64) — two full partials would not fit the 232 registers a consumer gets — so the two 128-column
+halves of a slot are issued one after the other.  ``bn = 256`` loads 48 KiB per slot for 8.4
+MFLOP, ``bn = 128`` 32 KiB for 4.2 MFLOP (a third more L2 traffic per flop) but keeps 5 stages.
+Where N is not a multiple of 256 the last tile's second half may lie wholly past N:
+it is skipped (its scale row does not exist) and its columns are clipped by the TMA store.
+
+Shapes need not be multiples of the tile: TMA zero-fills loads past M, N or K and clips stores.
+"""
+
+from tvm.script import tirx as T
+
+import axe.lang as Ax
+from axe.lang.block_scale import gemm_fp8, scale_accumulate
+from axe.layout import S, Swizzle, SwizzledLayout
+from axe.schedules.emit import guard
+from kernels.gemm import swizzled
+
+FP8 = "float8_e4m3fn"
+BM, BK, SMS, GROUP = 128, 128, 132, 16
+SCALE_BLOCK = 128                   # elements of K (and of N for B) per scale
+STAGES = {128: 5, 256: 4}           # pipeline depth per tile width (shared memory: 227 KiB)
+THREADS, PRODUCER_REGS, CONSUMER_REGS = 384, 40, 232
+HALF = BM // 2                      # rows per consumer warpgroup
+PART = 128                          # columns per partial accumulator (one wgmma N)
+
+
+def fp8_tile(rows, cols=BK):
+    """A (rows, cols) fp8 tile, K-major, under TMA's 128-byte swizzle (``Swizzle(3, 4, 3)`` in
+    1-byte elements): one 128-byte row per row of the tile, the wgmma K-major atom's width."""
+    if cols != 128:
+        raise ValueError(f"gemm_fp8: fp8 tiles are 128 elements of K wide, got {cols}")
+    return SwizzledLayout(S[(rows, cols)], Swizzle(3, 4, 3))
+
+
+def scale_shapes(M, N, K):
+    """``(SA shape, SB shape)`` as stored: SA ``(ceil(K/128), Mp)`` with Mp = M rounded up to 4,
+    SB ``(ceil(N/128), ceil(K/128))``."""
+    kb = -(-K // SCALE_BLOCK)
+    return (kb, -(-M // 4) * 4), (-(-N // SCALE_BLOCK), kb)
+
+
+def reference(A, B, SA, SB):
+    """fp32 ``C`` of the dequantized operands: each scale applied to its 1×128 / 128×128 block."""
+    M, K = A.shape
+    N = B.shape[0]
+    a = A.float().reshape(M, K) * SA[:, :M].t().repeat_interleave(SCALE_BLOCK, 1)[:, :K]
+    b = B.float() * SB.repeat_interleave(SCALE_BLOCK, 0).repeat_interleave(SCALE_BLOCK, 1)[:N, :K]
+    return {"C": a @ b.t()}
+
+
+def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None):
+    """The block-scaled FP8 GEMM kernel for static sizes; ``bn``: tile columns (128 or 256)."""
+    if bn not in STAGES:
+        raise ValueError(f"gemm_fp8: bn must be one of {sorted(STAGES)}, got {bn!r}")
+    if M < BM or N < bn or K < 16:
+        raise ValueError(f"gemm_fp8: {M}x{N}x{K} is smaller than one {BM}x{bn} tile (K >= 16)")
+    if N % 8 or K % 16:
+        raise ValueError(f"gemm_fp8: N={N} must be a multiple of 8 and K={K} of 16 (TMA: 16-byte row pitches)")
+    stages = stages or STAGES[bn]
+    sa_shape, sb_shape = scale_shapes(M, N, K)
+    n_blocks = sb_shape[0]                      # rows of SB: 128-column blocks of N
+    halves = bn // PART
+    m_tiles, n_tiles, k_iters = -(-M // BM), -(-N // bn), sa_shape[0]
+    sched = Ax.TileSchedule(m_tiles, n_tiles, sms, group)
+    a_at, b_at = 0, stages * BM * BK            # byte offsets of the slots in the fp8 pool
+    # the last tile's second half lies past N when the 128-column blocks are odd in number
+    ragged_half = halves > 1 and n_blocks % halves != 0
+
+    def factory():
+        acc_layout = _d_fragment(bn)
+        part_layout = _d_fragment(PART)
+
+        def k_block(pool, sa, SB, pipe, acc, part, wg, leader, i, kb, n_blk, first):
+            """Slot of iteration i (k-block kb): wgmma each 128-column half into the partial
+            accumulator, scale it by its k-block's scales and add it into acc."""
+            s = pipe.slot(i)
+            pipe.wait(i)
+            a = Ax.view(pool, fp8_tile(HALF), (HALF, BK), base=a_at + s * (BM * BK) + wg * (HALF * BK))
+            # SA's slot seen as the (rows, k-blocks) tensor it is: this warpgroup's 64 rows, one k-block
+            sa_rows = Ax.permute(sa[s:s + 1, wg * HALF:(wg + 1) * HALF], (1, 0))
+            for h in range(halves):
+                nb = n_blk * halves + h
+
+                def half():
+                    b = Ax.view(pool, fp8_tile(PART), (PART, BK), base=b_at + s * (bn * BK) + h * (PART * BK))
+                    gemm_fp8(part, a, Ax.permute(b, (1, 0)), accumulate=False, wait=False)
+                    scale_accumulate(acc[:, h * PART:(h + 1) * PART], part, sa_rows, SB[nb:nb + 1, kb:kb + 1],
+                                     accumulate=not first, before_apply=lambda: _wait_for(part))
+                if ragged_half and h == halves - 1:
+                    with guard(nb < n_blocks):
+                        half()
+                else:
+                    half()
+            pipe.release(i, pred=leader)
+
+        def store(cbuf, C, acc, out, wg, leader, m_blk, n_blk):
+            """Cast the tile and store it 128 columns at a time: stmatrix into the warpgroup's
+            swizzled buffer, one thread's TMA store (rows and columns past C are clipped)."""
+            Ax.cast(out, acc)
+            row = m_blk * BM + wg * HALF
+            cw = Ax.view(cbuf, swizzled(HALF, PART), (HALF, PART), base=wg * (HALF * PART))
+            for c in range(halves):
+                Ax.tma_store_wait(0, pred=leader)       # the previous store has read the buffer
+                Ax.named_barrier(1 + wg, 128)
+                Ax.copy(cw, out[:, c * PART:(c + 1) * PART])
+                Ax.fence_proxy_async()
+                Ax.named_barrier(1 + wg, 128)
+                n0 = n_blk * bn + c * PART
+                Ax.copy(C[row:row + HALF, n0:n0 + PART], cw, fence=False, wait=False)
+
+        @T.prim_func
+        def gemm_fp8_kernel(A_: T.Buffer((M, K), FP8), B_: T.Buffer((N, K), FP8), SA_: T.Buffer(sa_shape, "float32"),
+                            SB_: T.Buffer(sb_shape, "float32"), C_: T.Buffer((M, N), "bfloat16"),
+                            A_map: T.handle("tensormap"), B_map: T.handle("tensormap"),
+                            SA_map: T.handle("tensormap"), C_map: T.handle("tensormap")):
+            Ax.min_blocks_per_sm(1)
+            cid, tx = Ax.launch(sms, THREADS)
+            A = Ax.param(A_, tensormap=A_map)
+            B = Ax.param(B_, tensormap=B_map)
+            SA = Ax.param(SA_, tensormap=SA_map)
+            SB = Ax.param(SB_)
+            C = Ax.param(C_, tensormap=C_map)
+            pool = Ax.dynamic_shared(stages * (BM + bn) * BK, FP8)
+            sa = Ax.shared((stages, BM), "float32", name="sa")          # the A tile's row scales, per slot
+            cbuf = Ax.shared((2 * HALF, PART), "bfloat16", swizzled(2 * HALF, PART), name="cbuf")
+            pipe = Ax.pipeline(stages, producers=3, consumers=2)      # full: A, B and SA copies
+            with Ax.role(0, 1, regs=PRODUCER_REGS):
+                with Ax.warps(0, 1):
+                    for it in T.serial(sched.count(cid)):
+                        m_blk, n_blk = sched.coords(sched.tile(cid, it))
+                        for kb in T.serial(k_iters):
+                            i = it * k_iters + kb
+                            s = pipe.slot(i)
+                            pipe.acquire(i)
+                            Ax.copy(Ax.view(pool, fp8_tile(BM), (BM, BK), base=a_at + s * (BM * BK)),
+                                    A[m_blk * BM:(m_blk + 1) * BM, kb * BK:(kb + 1) * BK], barrier=pipe.full, stage=s)
+                            Ax.copy(Ax.view(pool, fp8_tile(bn), (bn, BK), base=b_at + s * (bn * BK)),
+                                    B[n_blk * bn:(n_blk + 1) * bn, kb * BK:(kb + 1) * BK], barrier=pipe.full, stage=s)
+                            Ax.copy(sa[s:s + 1, :], SA[kb:kb + 1, m_blk * BM:(m_blk + 1) * BM],
+                                    barrier=pipe.full, stage=s)
+            with Ax.role(1, 3, regs=CONSUMER_REGS, each=True):
+                wg = Ax.warpgroup_index()
+                leader = tx % 128 == 0
+                acc = Ax.registers((HALF, bn), "float32", acc_layout, name="acc")
+                part = Ax.registers((HALF, PART), "float32", part_layout, name="part")
+                out = Ax.registers((HALF, bn), "bfloat16", acc_layout, name="out")
+
+                for j in T.serial(sched.count(cid)):
+                    m_blk, n_blk = sched.coords(sched.tile(cid, j))
+                    k_block(pool, sa, SB, pipe, acc, part, wg, leader, j * k_iters, 0, n_blk, True)
+                    for kb in T.serial(1, k_iters):
+                        k_block(pool, sa, SB, pipe, acc, part, wg, leader, j * k_iters + kb, kb, n_blk, False)
+                    store(cbuf, C, acc, out, wg, leader, m_blk, n_blk)
+                Ax.tma_store_wait(0, pred=leader)
+        return gemm_fp8_kernel
+
+    return Ax.Kernel(name or f"gemm_fp8_{M}x{N}x{K}", factory, reference=reference, outputs=("C",),
+                     meta={"M": M, "N": N, "K": K, "bn": bn, "stages": stages, "grid": (sms,), "threads": THREADS})
+
+
+def _d_fragment(n):
+    from axe.backends.cuda.schedules.wgmma import d_fragment
+    return d_fragment(n, "tx")
+
+
+def _wait_for(part):
+    """The partial accumulator is complete: wait for the wgmma group and pin its registers after
+    the wait (the compiler cannot see wgmma's asynchronous writes)."""
+    Ax.wgmma_wait(0)
+    Ax.fence_registers(part)
+
+
+def build(M, N, K, bn=128, name=None, target="sm_90a", **kw):
+    """Build :func:`make`'s kernel into an artifact (CUDA source, PTX, cubin, launch.json)."""
+    return Ax.compile_kernel(make(M, N, K, bn, name=name, **kw), target)
+
+
+#: the example ``axe build kernels/gemm_fp8.py`` builds: DeepSeek-V3's attention output projection
+#: shape at M = 4096 (N=7168, K=2048)
+gemm_fp8_example = make(4096, 7168, 2048, name="gemm_fp8_4096x7168x2048")

@@ -1,0 +1,235 @@
+"""Block-scaled FP8 GEMM (kernels/gemm_fp8.py) and what it is built from: wgmma e4m3 k32 chosen
+from the layouts (MN-major fp8 declined with the PTX ISA's reason), and ``scale_accumulate``, whose
+scale-per-element derivation is checked by brute force over the layouts.  Builds pass ptxas with
+no spills and the PTX holds the fp8 wgmma and the promotion's FMAs."""
+
+import os
+import re
+
+import pytest
+
+pytest.importorskip("tvm")
+os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
+
+import numpy as np  # noqa: E402
+import tvm  # noqa: E402
+
+import axe.lang as Ax  # noqa: E402
+from axe.backends.cuda.schedules.wgmma import d_fragment, wgmma_plan  # noqa: E402
+from axe.layout import S, Swizzle, SwizzledLayout, parse  # noqa: E402
+from axe.ops.block_scale import gemm_fp8, scale_accumulate  # noqa: E402
+from axe.ops.call import OpError  # noqa: E402
+from axe.ops.scope import ExecScope  # noqa: E402
+from axe.ops.tensor import Tensor  # noqa: E402
+from axe.schedules.block_scale import refine_shape, scale_plan  # noqa: E402
+from axe.schedules.context import BuildContext  # noqa: E402
+from axe.schedules.dispatch import DispatchError, dispatch  # noqa: E402
+from axe.schedules.emit import mem_offset  # noqa: E402
+from kernels import gemm_fp8 as G  # noqa: E402
+
+FP8 = "float8_e4m3fn"
+
+
+def _t(shape, layout, mem, dtype=FP8, name="X"):
+    L = parse(layout) if isinstance(layout, str) else layout
+    return Tensor(None, L, tuple(shape), dtype, mem, name=name)
+
+
+def _wg(tx=None):
+    return ExecScope("warpgroup", tx if tx is not None else tvm.tirx.Var("tx", "int32"), 384, 1, 2)
+
+
+# --- wgmma fp8: dispatch from the layouts ----------------------------------------------------------
+
+def _fp8_operands(b_major="K", n=128, k=128):
+    C = _t((64, n), d_fragment(n, "tx"), "local", "float32", "part")
+    A = _t((64, k), G.fp8_tile(64), "shared", name="As")
+    if b_major == "K":      # stored N×K, 128-byte rows of K: the K×N operand is its transpose
+        B = Ax.permute(_t((n, k), G.fp8_tile(n), "shared", name="Bs"), (1, 0))
+    else:                   # stored K×N with N contiguous: MN-major
+        B = _t((k, n), SwizzledLayout(S[(k, n)], Swizzle(3, 4, 3)), "shared", name="Bs")
+    return C, A, B
+
+
+def test_wgmma_fp8_plan_is_k32_e4m3_k_major():
+    plan = wgmma_plan(gemm_fp8(*_fp8_operands(), scope=_wg()), BuildContext(target="sm_90a"))
+    assert not isinstance(plan, str), plan
+    assert plan.instruction() == "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"
+    assert (plan.k_tiles, plan.k_inst, plan.a.major, plan.b.major, plan.b.swizzle) == (4, 32, "K", "K", 128)
+    # 8 rows of 128 bytes between core-matrix groups along N: SBO 1024 bytes
+    assert plan.b.sbo == 1024 and plan.a.sbo == 1024
+
+
+def test_wgmma_fp8_declines_mn_major_with_the_reason():
+    call = gemm_fp8(*_fp8_operands("MN"), scope=_wg())
+    why = wgmma_plan(call, BuildContext(target="sm_90a"))
+    assert isinstance(why, str) and "K-major A and B only" in why and "MN-major" in why
+    with pytest.raises(DispatchError) as err:      # the reason reaches the user (axe explain's record)
+        dispatch(call, BuildContext(target="sm_90a"))
+    assert "K-major A and B only" in str(err.value)
+
+
+def test_gemm_fp8_signature_checks():
+    C, A, B = _fp8_operands()
+    with pytest.raises(OpError, match="share one dtype"):
+        gemm_fp8(C, _t((64, 128), G.fp8_tile(64), "shared", "float16"), B, scope=_wg())
+    with pytest.raises(OpError, match="does not give C"):
+        gemm_fp8(_t((64, 64), d_fragment(64, "tx"), "local", "float32"), A, B, scope=_wg())
+
+
+# --- scale_accumulate: which scale goes with which accumulator element ------------------------------
+
+def _int(x):
+    return int(tvm.sym.Analyzer().simplify(x)) if not isinstance(x, int) else x
+
+
+def _plan_pairs(D, P, scales, threads=128):
+    """{(thread, D register offset): [scale memory offsets]} as the plan reads them, per thread."""
+    got = {}
+    for t in range(threads):
+        tx = tvm.tirx.IntImm("int32", 128 + t)          # the second warpgroup of the CTA
+        plan = scale_plan(scale_accumulate(D, P, scales, scope=_wg(tx)))
+        assert not isinstance(plan, str), plan
+        assert plan.dist.predicate is None or _int(plan.dist.predicate)
+        dims = plan.dims
+        loops = plan.dist.loop_dims
+        for flat in range(int(np.prod([dims[i].extent for i in loops]))):
+            digits = {i: _int(v) for i, v in plan.dist.thread_dims.items()}
+            for i in reversed(loops):
+                digits[i], flat = flat % dims[i].extent, flat // dims[i].extent
+            key = (t, _int(mem_offset(D, dims, 0, digits)))
+            assert key not in got, f"element {key} visited twice"
+            got[key] = [_int(mem_offset(x, dims, k, digits)) for k, x in enumerate([P] + scales, start=1)]
+    return got, plan
+
+
+def _brute_force(D, P, scales):
+    """The same map from the layouts' definitions: D's layout places element (i, j) at (tx, m);
+    the same thread holds P's (i, j) in register f_P(i, j); scale k of block (b0, b1) is read at
+    f_{S_k}(i // b0, j // b1)."""
+    want = {}
+    m, n = D.shape
+    for i in range(m):
+        for j in range(n):
+            (c,) = D.layout.map((i, j), D.shape)
+            (cp,) = P.layout.map((i, j), P.shape)
+            assert cp["tx"] == c["tx"]
+            offs = [cp["m"]]
+            for s in scales:
+                b0, b1 = m // s.shape[0], n // s.shape[1]
+                (cs,) = s.layout.map((i // b0, j // b1), s.shape)
+                offs.append(cs["m"] + _int(s.base))
+            want[(c["tx"], c["m"])] = offs
+    return want
+
+
+def _kernel_operands(h=1, slot=2, wg=1, nb=5, kb=3):
+    """The fp8 kernel's operands of one promotion: half h of a 64×256 accumulator, the SA slot's
+    rows of warpgroup wg seen as (64, 1), and SB[nb, kb] of a (17, 56) weight-scale array."""
+    acc = _t((64, 256), d_fragment(256, "tx"), "local", "float32", "acc")
+    D = acc[:, h * 128:(h + 1) * 128]
+    P = _t((64, 128), d_fragment(128, "tx"), "local", "float32", "part")
+    sa = _t((4, 128), S[(4, 128)], "shared", "float32", "sa")
+    SA = Ax.permute(sa[slot:slot + 1, wg * 64:(wg + 1) * 64], (1, 0))
+    SB = _t((17, 56), S[(17, 56)], "global", "float32", "SB")[nb:nb + 1, kb:kb + 1]
+    return D, P, [SA, SB]
+
+
+def test_scale_accumulate_matches_brute_force_on_the_kernel_operands():
+    D, P, scales = _kernel_operands()
+    got, plan = _plan_pairs(D, P, scales)
+    assert got == _brute_force(D, P, scales)
+    assert plan.table_size == 2          # rows lane/4 and lane/4 + 8: one SA·SB product each
+
+
+def test_scale_accumulate_matches_brute_force_on_other_layouts():
+    """Column-major activation scales over a (64, 128) tile with 64-column weight blocks."""
+    P = _t((64, 128), d_fragment(128, "tx"), "local", "float32", "part")
+    SA = _t((64, 1), parse("S[(64,1):(1,1)]"), "global", "float32", "SAg")      # one scale per row
+    SB = _t((1, 2), parse("S[(1,2):(2,7)]"), "shared", "float32", "SBs")        # (1, 2) at stride 7
+    got, plan = _plan_pairs(P, P, [SA, SB])
+    assert got == _brute_force(P, P, [SA, SB])
+    assert plan.table_size == 4
+
+
+def test_refine_shape_nests_blocks_and_declines_otherwise():
+    assert refine_shape((64, 128), [(1, 128), (64, 128)]) == ((64, 1, 128), [(64, 1, 1), (1, 1, 1)])
+    assert refine_shape((64, 128), [(16, 64)]) == ((4, 16, 2, 64), [(4, 1, 2, 1)])
+    why = refine_shape((64, 96), [(64, 48), (64, 32)])
+    assert isinstance(why, str) and "do not nest" in why
+
+
+def test_scale_accumulate_signature_checks():
+    D, P, scales = _kernel_operands()
+    with pytest.raises(OpError, match="does not divide"):
+        scale_accumulate(D, P, [_t((64, 3), S[(64, 3)], "global", "float32")], scope=_wg())
+    with pytest.raises(OpError, match="float32"):
+        scale_accumulate(_t((64, 128), d_fragment(128, "tx"), "local", "bfloat16"), P, scales, scope=_wg())
+
+
+# --- the kernel: builds, ptxas, PTX -------------------------------------------------------------------
+
+#: (M, N, K, bn): ragged M, an odd number of 128-column blocks (bn=256's last half skipped), K of
+#: DeepSeek-V3's projections; a square bn=128 build
+BUILDS = {"ragged_256": (1000, 2112, 7168, 256), "square_128": (1024, 1024, 1024, 128),
+          "ragged_128": (777, 576, 1536, 128)}
+
+
+@pytest.fixture(scope="module", params=sorted(BUILDS))
+def built(request):
+    M, N, K, bn = BUILDS[request.param]
+    return BUILDS[request.param], G.build(M, N, K, bn, name=f"gemm_fp8_{request.param}")
+
+
+def test_fp8_gemm_builds_without_spills(built):
+    (M, N, K, bn), art = built
+    res = art.launch["resources"]
+    assert res["spill_stores"] == 0 and res["spill_loads"] == 0
+    assert res["registers"] <= G.CONSUMER_REGS
+    assert art.launch["dynamic_smem"] + res["static_smem"] <= 232448
+    maps = {m["param"]: m for m in art.launch["tensormaps"]}
+    assert maps["A_map"]["dtype"] == FP8 and maps["A_map"]["box"] == [128, 128] and maps["A_map"]["swizzle"] == 128
+    assert maps["B_map"]["box"] == [128, bn]
+    assert maps["SA_map"]["shape"] == [G.scale_shapes(M, N, K)[0][1], -(-K // 128)] and maps["SA_map"]["box"] == [128, 1]
+
+
+def test_fp8_gemm_ptx_holds_wgmma_e4m3_k32_and_the_promotion(built):
+    (M, N, K, bn), art = built
+    wg = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3", art.ptx)
+    assert wg, "no fp8 wgmma in the PTX"
+    assert "wgmma.mma_async.sync.aligned.m64n256k16" not in art.ptx
+    # each promotion: 64 fp32 multiply-adds per thread and 128-column half (the build flushes
+    # denormals: fma.rn.ftz.f32); the first k-block multiplies
+    assert len(re.findall(r"\bfma\.rn(\.ftz)?\.f32\b", art.ptx)) >= 64
+    assert len(re.findall(r"\bmul(\.rn)?(\.ftz)?\.f32\b", art.ptx)) >= 64
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in art.ptx
+    assert "stmatrix" in art.ptx
+
+
+def test_fp8_gemm_refuses_bad_sizes():
+    with pytest.raises(ValueError, match="bn must be"):
+        G.make(1024, 1024, 1024, bn=192)
+    with pytest.raises(ValueError, match="multiple of 8"):
+        G.make(1024, 1020, 1024)
+    with pytest.raises(ValueError, match="smaller than one"):
+        G.make(64, 1024, 1024)
+
+
+def test_reference_dequantizes_blocks():
+    """The torch reference against an explicit loop over scale blocks (numpy)."""
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(0)
+    M, N, K = 130, 136, 272
+    A = torch.randn(M, K, generator=g).to(torch.float8_e4m3fn)
+    B = torch.randn(N, K, generator=g).to(torch.float8_e4m3fn)
+    (kb, mp), (nb, _) = G.scale_shapes(M, N, K)
+    SA = torch.rand(kb, mp, generator=g) + 0.5
+    SB = torch.rand(nb, kb, generator=g) + 0.5
+    C = G.reference(A, B, SA, SB)["C"].numpy()
+    a, b, sa, sb = A.float().numpy(), B.float().numpy(), SA.numpy(), SB.numpy()
+    want = np.zeros((M, N), np.float64)
+    for k0 in range(kb):
+        ks = slice(k0 * 128, (k0 + 1) * 128)
+        part = a[:, ks].astype(np.float64) @ b[:, ks].T.astype(np.float64)
+        want += part * sa[k0, :M, None] * np.repeat(sb[:, k0], 128)[None, :N]
+    assert np.allclose(C, want, rtol=1e-5, atol=1e-3)
