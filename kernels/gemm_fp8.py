@@ -41,11 +41,11 @@ import axe.lang as Ax
 from axe.lang.block_scale import gemm_fp8, scale_accumulate
 from axe.layout import S, Swizzle, SwizzledLayout
 from axe.schedules.emit import guard
+from kernels.fp8_blocks import reference, scale_shapes  # noqa: F401  (torch-only: the GPU side imports it)
 from kernels.gemm import swizzled
 
 FP8 = "float8_e4m3fn"
 BM, BK, SMS, GROUP = 128, 128, 132, 16
-SCALE_BLOCK = 128                   # elements of K (and of N for B) per scale
 STAGES = {128: 5, 256: 4}           # pipeline depth per tile width (shared memory: 227 KiB)
 THREADS, PRODUCER_REGS, CONSUMER_REGS = 384, 40, 232
 HALF = BM // 2                      # rows per consumer warpgroup
@@ -60,28 +60,13 @@ def fp8_tile(rows, cols=BK):
     return SwizzledLayout(S[(rows, cols)], Swizzle(3, 4, 3))
 
 
-def scale_shapes(M, N, K):
-    """``(SA shape, SB shape)`` as stored: SA ``(ceil(K/128), Mp)`` with Mp = M rounded up to 4,
-    SB ``(ceil(N/128), ceil(K/128))``."""
-    kb = -(-K // SCALE_BLOCK)
-    return (kb, -(-M // 4) * 4), (-(-N // SCALE_BLOCK), kb)
-
-
-def reference(A, B, SA, SB):
-    """fp32 ``C`` of the dequantized operands: each scale applied to its 1×128 / 128×128 block."""
-    M, K = A.shape
-    N = B.shape[0]
-    a = A.float().reshape(M, K) * SA[:, :M].t().repeat_interleave(SCALE_BLOCK, 1)[:, :K]
-    b = B.float() * SB.repeat_interleave(SCALE_BLOCK, 0).repeat_interleave(SCALE_BLOCK, 1)[:N, :K]
-    return {"C": a @ b.t()}
-
-
 def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None):
     """The block-scaled FP8 GEMM kernel for static sizes; ``bn``: tile columns (128 or 256)."""
     if bn not in STAGES:
         raise ValueError(f"gemm_fp8: bn must be one of {sorted(STAGES)}, got {bn!r}")
-    if M < BM or N < bn or K < 16:
-        raise ValueError(f"gemm_fp8: {M}x{N}x{K} is smaller than one {BM}x{bn} tile (K >= 16)")
+    if M < BM or N < bn or K <= BK:
+        raise ValueError(f"gemm_fp8: {M}x{N}x{K} is smaller than one {BM}x{bn} tile with two k-blocks (K > {BK}: "
+                         "with one k-block SA's TMA map has an extent-1 dimension, which tma.py gives stride 0)")
     if N % 8 or K % 16:
         raise ValueError(f"gemm_fp8: N={N} must be a multiple of 8 and K={K} of 16 (TMA: 16-byte row pitches)")
     stages = stages or STAGES[bn]

@@ -25,6 +25,7 @@ from axe.schedules.block_scale import refine_shape, scale_plan  # noqa: E402
 from axe.schedules.context import BuildContext  # noqa: E402
 from axe.schedules.dispatch import DispatchError, dispatch  # noqa: E402
 from axe.schedules.emit import mem_offset  # noqa: E402
+from kernels import fp8_blocks as Q  # noqa: E402
 from kernels import gemm_fp8 as G  # noqa: E402
 
 FP8 = "float8_e4m3fn"
@@ -190,7 +191,7 @@ def test_fp8_gemm_builds_without_spills(built):
     maps = {m["param"]: m for m in art.launch["tensormaps"]}
     assert maps["A_map"]["dtype"] == FP8 and maps["A_map"]["box"] == [128, 128] and maps["A_map"]["swizzle"] == 128
     assert maps["B_map"]["box"] == [128, bn]
-    assert maps["SA_map"]["shape"] == [G.scale_shapes(M, N, K)[0][1], -(-K // 128)] and maps["SA_map"]["box"] == [128, 1]
+    assert maps["SA_map"]["shape"] == [Q.scale_shapes(M, N, K)[0][1], -(-K // 128)] and maps["SA_map"]["box"] == [128, 1]
 
 
 def test_fp8_gemm_ptx_holds_wgmma_e4m3_k32_and_the_promotion(built):
@@ -206,6 +207,25 @@ def test_fp8_gemm_ptx_holds_wgmma_e4m3_k32_and_the_promotion(built):
     assert "stmatrix" in art.ptx
 
 
+def test_fp8_gemm_binds_the_quantizers_output(built):
+    """The runtime's own argument binding and tensor-map arguments (CPU tensors) accept what
+    kernels/fp8_blocks.py produces: fp8 A and B, SA (KB, Mp), SB (NB, KB), bf16 C."""
+    torch = pytest.importorskip("torch")
+    from axe.runtime import bind_arguments
+    from axe.runtime.tensormap import tiled_args
+    (M, N, K, bn), art = built
+    A, SA = Q.quantize_rows(torch.randn(M, K))
+    B, SB = Q.quantize_blocks(torch.randn(N, K))
+    C = torch.zeros(M, N, dtype=torch.bfloat16)
+    b = bind_arguments(art.launch, [A, B, SA, SB, C], device_type="cpu")
+    assert b.grid == (G.SMS, 1, 1) and b.block == (G.THREADS, 1, 1)
+    specs = {s["param"]: s for s in art.launch["tensormaps"]}
+    for param, t in (("A_map", A), ("B_map", B), ("SA_map", SA), ("C_map", C)):
+        dims, strides, box, _ = tiled_args(specs[param], t.data_ptr(), tuple(t.shape), t.stride(),
+                                           t.element_size(), str(t.dtype).removeprefix("torch."))
+        assert dims == list(reversed(t.shape)) and strides == [t.shape[1] * t.element_size()], param
+
+
 def test_fp8_gemm_refuses_bad_sizes():
     with pytest.raises(ValueError, match="bn must be"):
         G.make(1024, 1024, 1024, bn=192)
@@ -213,19 +233,22 @@ def test_fp8_gemm_refuses_bad_sizes():
         G.make(1024, 1020, 1024)
     with pytest.raises(ValueError, match="smaller than one"):
         G.make(64, 1024, 1024)
+    with pytest.raises(ValueError, match="two k-blocks"):
+        G.make(1024, 1024, 128)
 
 
 def test_reference_dequantizes_blocks():
-    """The torch reference against an explicit loop over scale blocks (numpy)."""
+    """The torch reference against an explicit loop over scale blocks (numpy, float64)."""
     torch = pytest.importorskip("torch")
     g = torch.Generator().manual_seed(0)
     M, N, K = 130, 136, 272
     A = torch.randn(M, K, generator=g).to(torch.float8_e4m3fn)
     B = torch.randn(N, K, generator=g).to(torch.float8_e4m3fn)
-    (kb, mp), (nb, _) = G.scale_shapes(M, N, K)
+    (kb, mp), (nb, _) = Q.scale_shapes(M, N, K)
+    assert (kb, mp, nb) == (3, 132, 2)
     SA = torch.rand(kb, mp, generator=g) + 0.5
     SB = torch.rand(nb, kb, generator=g) + 0.5
-    C = G.reference(A, B, SA, SB)["C"].numpy()
+    C = Q.reference(A, B, SA, SB)["C"].numpy()
     a, b, sa, sb = A.float().numpy(), B.float().numpy(), SA.numpy(), SB.numpy()
     want = np.zeros((M, N), np.float64)
     for k0 in range(kb):
@@ -233,3 +256,20 @@ def test_reference_dequantizes_blocks():
         part = a[:, ks].astype(np.float64) @ b[:, ks].T.astype(np.float64)
         want += part * sa[k0, :M, None] * np.repeat(sb[:, k0], 128)[None, :N]
     assert np.allclose(C, want, rtol=1e-5, atol=1e-3)
+
+
+def test_quantizers_hold_blocks_within_e4m3():
+    """Each block's largest element maps to ±448 (e4m3's largest finite); dequantized values are
+    within e4m3's half-ulp (2^-4 relative) of the input."""
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(70, 300, generator=g) * torch.logspace(-3, 3, 300)[None, :]
+    w = torch.randn(200, 300, generator=g)
+    xq, sa = Q.quantize_rows(x)
+    wq, sb = Q.quantize_blocks(w)
+    assert sa.shape == (3, 72) and sb.shape == (2, 3) and xq.dtype == torch.float8_e4m3fn
+    assert torch.all(sa[:, 70:] == 0)
+    a, b = Q.dequantize(xq, wq, sa, sb)
+    assert torch.all((a - x).abs() <= x.abs() * 2 ** -4 + sa[:, :70].t().repeat_interleave(128, 1)[:, :300] * 2 ** -9)
+    assert torch.all((b - w).abs() <= w.abs() * 2 ** -4 + sb.repeat_interleave(128, 0).repeat_interleave(128, 1)[:200, :300] * 2 ** -9)
+    assert xq.float().abs().amax() == 448

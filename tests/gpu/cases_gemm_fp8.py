@@ -1,0 +1,101 @@
+"""GPU cases for the block-scaled FP8 GEMM (``kernels/gemm_fp8.py``): both tile widths, ragged M
+(not a multiple of 128, nor of 4: SA's rows are padded), an odd number of 128-column blocks (the
+``bn = 256`` tile's last half lies past N), two k-blocks, a ragged last k-block and DeepSeek-V3
+projection sizes.
+
+Each check quantizes fresh random fp32 operands the way DeepSeek-V3 does (activations per row and
+128 columns, weights per 128×128 block, scale = amax / 448; :mod:`kernels.fp8_blocks`), poisons C
+with NaN, launches, and compares with the fp32 product of the *dequantized* operands — so
+quantization error is not measured, only the kernel's arithmetic.
+
+Tolerance, ‖C − ref‖ / ‖ref‖ < 1e-2, from the arithmetic: every product of two e4m3 values is
+exact in fp32; the tensor cores sum a k-block's 128 products keeping at least 13 fraction bits
+(DeepSeek-V3 report §3.3.2: about 14 on H800), so a k-block's sum is off by at most 128·2^-14 =
+2^-7 of its magnitude in the worst case (random signs: about √128·2^-14 ≈ 7e-4); the promotion
+and the sum over k-blocks are fp32 (2^-24 each); the bf16 output rounds to 2^-9 relative.  Worst
+case 2^-7 + 2^-9 ≈ 9.8e-3; typical runs land near 2e-3, and a wrong scale, block or tile lands
+near 1 (``run_check`` also checks that the same output is far from the reference with SB's
+n-blocks reversed, so the comparison can tell scale blocks apart).
+"""
+
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+#: name -> (M, N, K, bn)
+SHAPES = {
+    "square": (1024, 1024, 1024, 128),
+    "square256": (1024, 1024, 1024, 256),
+    "ragged": (1000, 2112, 1536, 256),     # M % 128 != 0, 17 column blocks: bn=256's last half skipped
+    "ragged128": (777, 576, 1536, 128),     # M % 4 != 0 (SA rows padded to 780)
+    "k2": (256, 512, 256, 128),             # two k-blocks: the shortest K built (see gemm_fp8.make)
+    "kragged": (384, 768, 208, 256),        # K % 128 != 0: the last k-block half zeros (TMA fill)
+    "ds_o": (4096, 7168, 2048, 256),        # DeepSeek-V3 attention output projection
+    "ds_kv": (512, 576, 7168, 128),         # DeepSeek-V3 kv down-projection (N = 576)
+}
+TOL = 1e-2
+
+
+def case_name(shape):
+    return f"gemm_fp8_{shape}"
+
+
+def _builder(shape):
+    def build():
+        sys.path.insert(0, ROOT)
+        from kernels import gemm_fp8
+        M, N, K, bn = SHAPES[shape]
+        return gemm_fp8.build(M, N, K, bn, name=case_name(shape))
+    return build
+
+
+BUILDS = {case_name(s): _builder(s) for s in SHAPES}
+
+
+def operands(m, n, k, torch):
+    """Fresh quantized operands ``(A, B, SA, SB)`` on the GPU: A's rows span 6 decades and B's
+    rows 4 and columns 2, so every scale block differs from its neighbours."""
+    sys.path.insert(0, ROOT)
+    from kernels.fp8_blocks import quantize_blocks, quantize_rows
+    x = torch.randn(m, k, device="cuda") * torch.logspace(-3, 3, m, device="cuda")[:, None]
+    w = (torch.randn(n, k, device="cuda") * torch.logspace(-1, 1, k, device="cuda")[None, :]
+         * torch.logspace(-2, 2, n, device="cuda")[:, None])
+    A, SA = quantize_rows(x)
+    B, SB = quantize_blocks(w)
+    return A, B, SA, SB
+
+
+def rel_err(c, ref):
+    return ((c.float() - ref).norm() / ref.norm()).item()
+
+
+def run_check(kernel, torch, runs=3):
+    """Launch ``kernel`` on fresh quantized data ``runs`` times; returns a line with the worst
+    relative error.
+    Also checks that the comparison can fail: the same output is far from the reference with SB's
+    n-blocks reversed (a wrong scale assignment would not pass)."""
+    sys.path.insert(0, ROOT)
+    from kernels.fp8_blocks import reference
+    args = {a["name"]: a for a in kernel.launch["args"]}
+    m, k = args["A_"]["shape"]
+    n = args["C_"]["shape"][1]
+    worst = 0.0
+    for _ in range(runs):
+        A, B, SA, SB = operands(m, n, k, torch)
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.bfloat16)
+        kernel(A, B, SA, SB, c)
+        torch.cuda.synchronize()
+        unwritten = c.isnan().sum().item()
+        assert unwritten == 0, f"{m}x{n}x{k}: {unwritten} outputs never written"
+        ref = reference(A, B, SA, SB)["C"]
+        err = rel_err(c, ref)
+        worst = max(worst, err)
+        assert err < TOL, f"{m}x{n}x{k}: relative error {err:.2e} > {TOL}"
+        wrong = reference(A, B, SA, SB.flip(0).contiguous())["C"]
+        if SB.shape[0] > 1:
+            assert rel_err(c, wrong) > 10 * TOL, "the check cannot tell SB's blocks apart"
+    return f"{m}x{n}x{k} e4m3 block-scaled, {runs} random runs, rel err {worst:.1e} vs fp32 dequantized"
+
+
+CHECKS = {name: run_check for name in BUILDS}
