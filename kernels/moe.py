@@ -1,0 +1,426 @@
+"""A fused Mixture-of-Experts layer in axe for Hopper (sm_90a): Qwen3-30B-A3B's MoE block.
+
+For T tokens ``x`` (T × 2048, bf16 or fp16), 128 experts, top-8 routing with renormalized
+softmax weights, expert MLP ``down(SiLU(gate(x)) · up(x))`` (gate/up 768 each, down 768 → 2048)
+and the weighted combine of each token's 8 expert outputs.  Weights as serving stacks hold them
+(SGLang, vLLM, FlashInfer): ``w1`` (128, 1536, 2048) — each expert's gate rows then up rows,
+nn.Linear (N × K) — and ``w2`` (128, 2048, 768).
+
+Six axe kernels, each one artifact for every T (the token count and the padded row count are
+read off the tensors at launch):
+
+1. :func:`make_route` — ``logits`` (T × 128) → top-8 ``ids`` (int32) and ``weights`` (fp32,
+   softmax over the 8 chosen logits = the renormalized top-8 of the full softmax).  One warp per
+   token; eight rounds of a warp arg-max (ties to the lower expert, as ``torch.topk`` on distinct
+   values).  The peers' fused kernels take ids and weights (SGLang's ``fused_experts``,
+   FlashInfer's ``cutlass_fused_moe``), so the layer's contract starts after this kernel and
+   the benchmark times it apart.
+2. :func:`make_align` — the permutation (one CTA): per-expert counts (shared atomics), each
+   expert's segment padded to the GEMM tile's ``bm`` rows (:func:`axe.schedules.grouped.segments`
+   is the law), ``sorted_ids`` (the token of every padded row, -1 for padding), the expert of
+   every m-tile, ``meta`` = (m-tiles, padded rows) and ``pos`` (the padded row of every
+   (token, k)).  Experts with no token get no rows and no tiles.
+3. :func:`make_permute` — ``xp[r] = x[sorted_ids[r]]`` (zero rows for padding): the ``gather``
+   operator (:mod:`axe.ops.gather`, schedule ``vector_gather``: 16-byte rows loads and stores).
+4. :func:`make_grouped_gemm` with ``act="silu_mul"`` — grouped GEMM 1: every m-tile of ``xp``
+   times its expert's gate and up rows, ``h = SiLU(gate) · up`` in the epilogue (P × 768).
+5. :func:`make_grouped_gemm` with ``act=None`` — grouped GEMM 2: ``y = h · w2[e]ᵀ`` (P × 2048).
+6. :func:`make_combine` — ``out[t] = Σ_k weights[t, k] · y[pos[t, k]]`` in fp32: the ``gather``
+   operator into registers (8 rows per token), then a weighted sum.
+
+The grouped GEMM is :mod:`kernels.gemm`'s cooperative Hopper design with a runtime tile count:
+persistent CTAs walk a :class:`~axe.lang.pipeline.TileSchedule` whose m-extent is ``meta[0]``
+(read in the kernel), a producer warpgroup issues TMA loads of the A tile (rows of the padded
+matrix, a tensor map encoded from the tensor at launch) and of the expert's B rows from the
+3-D weight tensor (box ``(1, rows, 64)`` at the tile's expert), consumer warpgroups of 64 rows
+run ``Ax.gemm`` → wgmma and store through ``stmatrix`` + TMA.  For GEMM 1 the B tile holds
+``bn/2`` gate rows and the matching ``bn/2`` up rows (two TMA boxes), so a thread's accumulator
+holds gate column c and up column c together (wgmma's fragment repeats every 8 columns) and
+SiLU·up is one in-register ``Ax.elementwise``.
+
+Tiles: ``bm`` = 64 (one consumer warpgroup) for small T, where the layer is bound by streaming
+the active experts' weights (each 2048×1536 + 768×2048, 9.4 MB in bf16) and small m-tiles waste
+the least tensor work; ``bm`` = 128 (two consumers) and ``bn`` = 256 beyond.
+"""
+
+from tvm.script import tirx as T
+
+import axe.lang as Ax
+from axe.lang.gather import gather
+from axe.layout import S
+from axe.schedules.emit import guard
+from kernels.moe_host import CONFIGS, DTYPES, E, HIDDEN, INTER, TOPK
+
+BK, SMS, GROUP = 64, 132, 16
+PRODUCER_REGS, CONSUMER_REGS = 40, 232
+ROUTE_WARPS = 4          # tokens per routing CTA (one warp each)
+ALIGN_THREADS = 1024     # the permutation's one CTA
+PERMUTE_ROWS = 16        # rows gathered per permute CTA (256 threads: 16 chunks of 16 bytes each)
+COMBINE_THREADS = 256
+
+
+def _check_dtype(dtype, what):
+    if dtype not in DTYPES:
+        raise ValueError(f"{what}: dtype must be one of {DTYPES}, got {dtype!r}")
+
+
+def _rows(buf, rows, cols=None):
+    """``buf``'s data seen as a static ``(rows, cols)`` matrix: axe tensors have static shapes,
+    and these operands are reached through TMA (coordinates are slice starts, bounds come from
+    the tensor map encoded off the real tensor) or by row index, so the view holds a few rows."""
+    from tvm.script.ir_builder import IRBuilder
+    shape = (rows,) if cols is None else (rows, cols)
+    return IRBuilder.name(buf.name, T.decl_buffer(shape, buf.dtype, data=buf.data))
+
+
+def make_route(dtype="bfloat16", experts=E, topk=TOPK):
+    """Routing: ``moe_route(logits (T, experts), ids (T, topk) int32, weights (T, topk) fp32)``."""
+    _check_dtype(dtype, "moe_route")
+    per = experts // 32
+    if experts % 32 or not 1 <= topk <= experts:
+        raise ValueError(f"moe_route: experts={experts} must be a multiple of 32 and topk={topk} in [1, experts]")
+    lowest = -3.0e38
+
+    @Ax.kernel(name=f"moe_route_{dtype}", outputs=("ids", "weights"), threads=32 * ROUTE_WARPS, dynamic=("T",))
+    def moe_route():
+        @T.prim_func
+        def moe_route(logits_: T.handle, ids_: T.handle, w_: T.handle):
+            n_tok = T.int32()
+            L = T.match_buffer(logits_, (n_tok, experts), dtype, align=16)
+            ids = T.match_buffer(ids_, (n_tok, topk), "int32")
+            W = T.match_buffer(w_, (n_tok, topk), "float32")
+            bx, tx = Ax.launch([(n_tok + ROUTE_WARPS - 1) // ROUTE_WARPS], 32 * ROUTE_WARPS)
+            v = T.alloc_buffer((per,), "float32", scope="local")
+            best = T.alloc_buffer((1,), "float32", scope="local")
+            bi = T.alloc_buffer((1,), "int32", scope="local")
+            sv = T.alloc_buffer((topk,), "float32", scope="local")
+            si = T.alloc_buffer((topk,), "int32", scope="local")
+            den = T.alloc_buffer((1,), "float32", scope="local")
+            tok = bx * ROUTE_WARPS + tx // 32
+            lane = tx % 32
+            if tok < n_tok:     # one warp per token: the branch is warp-uniform, so shuffles are safe
+                for j in T.unroll(per):
+                    v[j] = T.cast(L[tok, lane * per + j], "float32")
+                for k in T.unroll(topk):
+                    best[0] = v[0]
+                    bi[0] = lane * per
+                    for j in T.unroll(1, per):
+                        if v[j] > best[0]:
+                            best[0] = v[j]
+                            bi[0] = lane * per + j
+                    for m in T.unroll(5):      # butterfly arg-max; ties go to the lower expert
+                        ob = T.cuda.__shfl_xor_sync(T.uint32(0xFFFFFFFF), best[0], 16 >> m, 32)
+                        oi = T.cuda.__shfl_xor_sync(T.uint32(0xFFFFFFFF), bi[0], 16 >> m, 32)
+                        if ob > best[0] or (ob == best[0] and oi < bi[0]):
+                            best[0] = ob
+                            bi[0] = oi
+                    sv[k] = best[0]
+                    si[k] = bi[0]
+                    for j in T.unroll(per):    # the owner drops the chosen logit (static register index)
+                        if bi[0] == lane * per + j:
+                            v[j] = T.float32(lowest)
+                if lane == 0:   # softmax over the chosen logits; sv[0] is their maximum
+                    den[0] = T.float32(0)
+                    for k in T.unroll(topk):
+                        den[0] = den[0] + T.exp(sv[k] - sv[0])
+                    for k in T.unroll(topk):
+                        ids[tok, k] = si[k]
+                        W[tok, k] = T.exp(sv[k] - sv[0]) / den[0]
+        return moe_route
+    return moe_route
+
+
+def make_align(bm, experts=E, topk=TOPK):
+    """The permutation: ``moe_align(ids (T, topk), sorted_ids (P,), tile_expert (MT,), meta (4,),
+    pos (T, topk))`` with each expert's segment padded to ``bm`` rows (see the module docstring).
+    ``P`` and ``MT`` are the capacities the caller allocated (:func:`buffers`); ``meta`` =
+    (m-tiles, padded rows, 0, 0)."""
+    if experts % 32 or experts > ALIGN_THREADS or bm % 16:
+        raise ValueError(f"moe_align: experts={experts} must be a multiple of 32 up to {ALIGN_THREADS}, "
+                         f"bm={bm} a multiple of 16")
+    per = experts // 32
+    nt = ALIGN_THREADS
+
+    @Ax.kernel(name=f"moe_align_bm{bm}", outputs=("sorted_ids", "tile_expert", "meta", "pos"), threads=nt,
+               dynamic=("T", "P", "MT"))
+    def moe_align():
+        @T.prim_func
+        def moe_align(ids_: T.handle, sorted_: T.handle, tiles_: T.handle, meta: T.Buffer((4,), "int32"),
+                      pos_: T.handle):
+            n_tok = T.int32()
+            P = T.int32()
+            MT = T.int32()
+            ids = T.match_buffer(ids_, (n_tok, topk), "int32")
+            pos = T.match_buffer(pos_, (n_tok, topk), "int32")
+            srt = T.match_buffer(sorted_, (P,), "int32")
+            tiles = T.match_buffer(tiles_, (MT,), "int32")
+            bx, tx = Ax.launch(1, nt)
+            cnt = T.alloc_buffer((experts,), "int32", scope="shared")
+            cur = T.alloc_buffer((experts,), "int32", scope="shared")
+            off = T.alloc_buffer((experts + 1,), "int32", scope="shared")
+            part = T.alloc_buffer((32,), "int32", scope="shared")
+            run = T.alloc_buffer((1,), "int32", scope="local")
+            n = n_tok * topk
+            if tx < experts:
+                cnt[tx] = 0
+            T.tvm_storage_sync("shared")
+            for j in T.serial((n + nt - 1 - tx) // nt):
+                a = tx + j * nt
+                T.evaluate(T.cuda.atomic_add(T.address_of(cnt[ids[a // topk, a % topk]]), 1))
+            for j in T.serial((P + nt - 1 - tx) // nt):
+                srt[tx + j * nt] = -1
+            T.tvm_storage_sync("shared")
+            if tx < 32:     # one warp: lane l's experts l*per .. are padded and scanned
+                run[0] = 0
+                for j in T.unroll(per):
+                    run[0] = run[0] + (cnt[tx * per + j] + bm - 1) // bm * bm
+                part[tx] = run[0]
+                T.evaluate(T.cuda.warp_sync())
+                run[0] = 0
+                for i in T.serial(32):
+                    if i < tx:
+                        run[0] = run[0] + part[i]
+                for j in T.unroll(per):
+                    off[tx * per + j] = run[0]
+                    cur[tx * per + j] = run[0]
+                    run[0] = run[0] + (cnt[tx * per + j] + bm - 1) // bm * bm
+                if tx == 31:
+                    off[experts] = run[0]
+                    meta[0] = run[0] // bm
+                    meta[1] = run[0]
+                    meta[2] = 0
+                    meta[3] = 0
+            T.tvm_storage_sync("shared")
+            if tx < experts:
+                for t in T.serial(off[tx] // bm, off[tx + 1] // bm):
+                    tiles[t] = tx
+            for j in T.serial((n + nt - 1 - tx) // nt):
+                a = tx + j * nt
+                p = T.cuda.atomic_add(T.address_of(cur[ids[a // topk, a % topk]]), 1)
+                srt[p] = a // topk
+                pos[a // topk, a % topk] = p
+        return moe_align
+    return moe_align
+
+
+def make_permute(dtype="bfloat16", hidden=HIDDEN):
+    """``moe_permute(x (T, hidden), sorted_ids (P,), meta (4,), xp (P, hidden))``: ``xp[r] =
+    x[sorted_ids[r]]``, zero rows for padding, rows past ``meta[1]`` untouched."""
+    _check_dtype(dtype, "moe_permute")
+    rows = PERMUTE_ROWS
+
+    @Ax.kernel(name=f"moe_permute_{dtype}", outputs=("xp",), threads=256, dynamic=("T", "P"))
+    def moe_permute():
+        @T.prim_func
+        def moe_permute(x_: T.handle, sorted_: T.handle, meta: T.Buffer((4,), "int32"), xp_: T.handle):
+            n_tok = T.int32()
+            P = T.int32()
+            X_ = T.match_buffer(x_, (n_tok, hidden), dtype, align=16)
+            S_ = T.match_buffer(sorted_, (P,), "int32")
+            XP_ = T.match_buffer(xp_, (P, hidden), dtype, align=16)
+            bx, tx = Ax.launch([P // rows], 256)
+            X = Ax.param(_rows(X_, 2, hidden), name="x")
+            XP = Ax.view(Ax.param(_rows(XP_, rows, hidden), name="xp"), S[(rows, hidden)], (rows, hidden),
+                         base=bx * (rows * hidden))
+            ix = Ax.view(Ax.param(_rows(S_, rows), name="sorted_ids"), S[rows], (rows,), base=bx * rows)
+            with guard(bx * rows < meta[1]):
+                gather(XP, X, ix)
+        return moe_permute
+    return moe_permute
+
+
+def make_combine(dtype="bfloat16", hidden=HIDDEN, topk=TOPK):
+    """``moe_combine(y (P, hidden), pos (T, topk), weights (T, topk) fp32, out (T, hidden))``:
+    ``out[t] = Σ_k weights[t, k] · y[pos[t, k]]`` summed in fp32, one CTA per token."""
+    _check_dtype(dtype, "moe_combine")
+    vec = 8                                  # 16 bytes of 16-bit values per thread and row chunk
+    width = COMBINE_THREADS * vec
+    if hidden % width:
+        raise ValueError(f"moe_combine: hidden={hidden} must be a multiple of {width}")
+    c = hidden // width
+    rows_l = f"S[({topk},{c},{COMBINE_THREADS},{vec}):({c * vec},{vec},1@tx,1)]"
+    out_l = f"S[({c},{COMBINE_THREADS},{vec}):({vec},1@tx,1)]"
+
+    @Ax.kernel(name=f"moe_combine_{dtype}", outputs=("out",), threads=COMBINE_THREADS, dynamic=("T", "P"))
+    def moe_combine():
+        @T.prim_func
+        def moe_combine(y_: T.handle, pos_: T.handle, w_: T.handle, out_: T.handle):
+            n_tok = T.int32()
+            P = T.int32()
+            Y_ = T.match_buffer(y_, (P, hidden), dtype, align=16)
+            POS_ = T.match_buffer(pos_, (n_tok, topk), "int32")
+            W = T.match_buffer(w_, (n_tok, topk), "float32")
+            O_ = T.match_buffer(out_, (n_tok, hidden), dtype, align=16)
+            bx, tx = Ax.launch([n_tok], COMBINE_THREADS)
+            Y = Ax.param(_rows(Y_, 2, hidden), name="y")
+            ix = Ax.view(Ax.param(_rows(POS_, 1, topk), name="pos"), S[topk], (topk,), base=bx * topk)
+            O = Ax.view(Ax.param(_rows(O_, 1, hidden), name="out"), S[(1, hidden)], (1, hidden), base=bx * hidden)
+            R = Ax.registers((topk, hidden), dtype, rows_l, name="rows")
+            acc = T.alloc_buffer((c * vec,), "float32", scope="local")
+            res = Ax.registers((1, hidden), dtype, out_l, name="res")
+            gather(R, Y, ix)
+            rv = R.flat()
+            ov = res.flat()
+            for j in T.unroll(c * vec):
+                acc[j] = T.float32(0)
+            for k in T.unroll(topk):
+                for j in T.unroll(c * vec):
+                    acc[j] = acc[j] + W[bx, k] * T.cast(rv[k * c * vec + j], "float32")
+            for j in T.unroll(c * vec):
+                ov[j] = T.cast(acc[j], dtype)
+            Ax.copy(O, res)
+        return moe_combine
+    return moe_combine
+
+
+def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None, experts=E, sms=SMS, name=None):
+    """A grouped GEMM over the padded, expert-grouped rows: for every m-tile ``m`` of the
+    ``meta[0]`` tiles, ``C[m-tile] = act(A[m-tile] · B[tile_expert[m]]ᵀ)``.
+
+    ``moe_gemm(A (P, k), B (experts, n, k), C (P, n_out), tile_expert (MT,), meta (4,))``;
+    ``act=None``: ``n_out = n``; ``act="silu_mul"``: B's rows are gate rows [0, n/2) then up rows
+    [n/2, n), ``C = SiLU(A·gateᵀ) · (A·upᵀ)`` and ``n_out = n/2``.  ``bm``: 64 (one consumer
+    warpgroup) or 128 (two); ``bn``: columns of B per tile (for ``silu_mul``, bn/2 gate + bn/2 up)."""
+    from axe.backends.cuda.schedules.wgmma import d_fragment
+    from kernels.gemm import swizzled, unbake_rows
+    _check_dtype(dtype, "moe_gemm")
+    if bm not in (64, 128) or bn not in (128, 256) or act not in (None, "silu_mul"):
+        raise ValueError(f"moe_gemm: bm must be 64 or 128, bn 128 or 256, act None or 'silu_mul' (got {bm}, {bn}, {act!r})")
+    half = bn // 2 if act else bn             # output columns per tile
+    n_out = n // 2 if act else n
+    if n_out % half or k % BK:
+        raise ValueError(f"moe_gemm: n_out={n_out} must be a multiple of {half} and k={k} of {BK}")
+    consumers = bm // 64
+    threads = 128 * (1 + consumers)
+    n_tiles, k_iters = n_out // half, k // BK
+    chunk = min(half, 128)                    # output columns per store chunk (one 16 KiB buffer)
+    a_at, b_at = 0, stages * bm * BK
+    c_at = b_at + stages * bn * BK
+    pool_elems = c_at + consumers * 64 * chunk
+    if pool_elems * 2 > 227 * 1024:
+        raise ValueError(f"moe_gemm: {stages} stages of {bm}x{BK} + {bn}x{BK} and the epilogue need "
+                         f"{pool_elems * 2 // 1024} KiB of shared memory, more than 227 KiB")
+    copies = 3 if act else 2                  # TMA copies (expect_tx arrivals) per slot
+    acc_layout, out_layout = d_fragment(bn, "tx"), d_fragment(half, "tx")
+    kname = name or f"moe_gemm_{act or 'plain'}_{dtype}_bm{bm}_bn{bn}_{n}x{k}"
+
+    def tile(pool, at, shape, lead=()):
+        return Ax.view(pool, swizzled(*shape, lead), tuple(lead) + tuple(shape), base=at)
+
+    def load(pool, pipe, A, B, i, m_blk, n_blk, e, kb):
+        """Producer: pipeline iteration i loads k-block kb of tile (m_blk, n_blk) of expert e."""
+        s = pipe.slot(i)
+        pipe.acquire(i)
+        k0 = kb * BK
+        Ax.copy(tile(pool, a_at + s * (bm * BK), (bm, BK)), A[m_blk * bm:(m_blk + 1) * bm, k0:k0 + BK],
+                barrier=pipe.full, stage=s)
+        at = b_at + s * (bn * BK)
+        if act:     # gate rows then the matching up rows: accumulator columns c and c + bn/2 pair up
+            for h in range(2):
+                r0 = h * (n // 2) + n_blk * half
+                Ax.copy(tile(pool, at + h * (half * BK), (half, BK), (1,)), B[e:e + 1, r0:r0 + half, k0:k0 + BK],
+                        barrier=pipe.full, stage=s)
+        else:
+            Ax.copy(tile(pool, at, (bn, BK), (1,)), B[e:e + 1, n_blk * bn:(n_blk + 1) * bn, k0:k0 + BK],
+                    barrier=pipe.full, stage=s)
+
+    def mma(pool, pipe, acc, wg, i, accumulate, leader):
+        """Consumer: wait for iteration i's slot, wgmma this warpgroup's 64 rows, release it."""
+        s = pipe.slot(i)
+        pipe.wait(i)
+        a = tile(pool, a_at + s * (bm * BK) + wg * (64 * BK), (64, BK))
+        b = Ax.permute(tile(pool, b_at + s * (bn * BK), (bn, BK)), (1, 0))      # the K×N view
+        Ax.gemm(acc, a, b, accumulate=accumulate, wait=0)
+        pipe.release(i, pred=leader)
+
+    def epilogue(acc, out, pool, C, wg, leader, m_blk, n_blk):
+        """Activation (or cast) in registers, then ``stmatrix`` + TMA store chunk by chunk through
+        this warpgroup's buffer (each chunk waits until the previous store has read it)."""
+        if act:
+            Ax.elementwise(out, lambda g, u: T.cast(g / (T.float32(1) + T.exp(-g)) * u, dtype),
+                           acc[:, 0:half], acc[:, half:bn])
+        else:
+            Ax.cast(out, acc)
+        row = m_blk * bm + wg * 64
+        for j in range(half // chunk):
+            Ax.tma_store_wait(0, pred=leader)
+            Ax.named_barrier(1 + wg, 128)
+            cw = tile(pool, c_at + wg * (64 * chunk), (64, chunk))
+            Ax.copy(cw, out if chunk == half else out[:, j * chunk:(j + 1) * chunk])
+            Ax.fence_proxy_async()
+            Ax.named_barrier(1 + wg, 128)
+            n0 = n_blk * half + j * chunk
+            Ax.copy(C[row:row + 64, n0:n0 + chunk], cw, fence=False, wait=False)
+
+    def factory():
+        from axe.schedules.context import current_context
+
+        @T.prim_func
+        def moe_gemm(a_: T.handle, B_: T.Buffer((experts, n, k), dtype), c_: T.handle, tiles_: T.handle,
+                     meta: T.Buffer((4,), "int32"), A_map: T.handle("tensormap"), B_map: T.handle("tensormap"),
+                     C_map: T.handle("tensormap")):
+            P = T.int32()
+            MT = T.int32()
+            A_ = T.match_buffer(a_, (P, k), dtype, align=16)
+            C_ = T.match_buffer(c_, (P, n_out), dtype, align=16)
+            tiles = T.match_buffer(tiles_, (MT,), "int32")
+            Ax.min_blocks_per_sm(1)
+            bx, tx = Ax.launch([T.min(sms, MT * n_tiles)], threads)
+            A = Ax.param(_rows(A_, bm, k), tensormap=A_map, name="A")
+            B = Ax.param(B_, tensormap=B_map)
+            C = Ax.param(_rows(C_, bm, n_out), tensormap=C_map, name="C")
+            pool = Ax.dynamic_shared(pool_elems, dtype)
+            pipe = Ax.pipeline(stages, producers=copies, consumers=consumers)
+            # the m-extent is the permutation's tile count, read on the device
+            sched = Ax.TileSchedule(meta[0], n_tiles, sms, GROUP)
+            with Ax.role(0, 1, regs=PRODUCER_REGS):
+                with Ax.warps(0, 1):
+                    for it in T.serial(sched.count(bx)):
+                        m_blk, n_blk = sched.coords(sched.tile(bx, it))
+                        for kb in T.serial(k_iters):
+                            load(pool, pipe, A, B, it * k_iters + kb, m_blk, n_blk, tiles[m_blk], kb)
+            with Ax.role(1, 1 + consumers, regs=CONSUMER_REGS, each=True):
+                wg = Ax.warpgroup_index()
+                leader = tx % 128 == 0
+                acc = Ax.registers((64, bn), "float32", acc_layout, name="acc")
+                out = Ax.registers((64, half), dtype, out_layout, name="out")
+                for it in T.serial(sched.count(bx)):
+                    m_blk, n_blk = sched.coords(sched.tile(bx, it))
+                    base = it * k_iters
+                    # first k-block overwrites; the last one is waited for in straight-line code
+                    mma(pool, pipe, acc, wg, base, False, leader)
+                    for kb in T.serial(1, k_iters - 1):
+                        mma(pool, pipe, acc, wg, base + kb, True, leader)
+                    mma(pool, pipe, acc, wg, base + k_iters - 1, True, leader)
+                    epilogue(acc, out, pool, C, wg, leader, m_blk, n_blk)
+                Ax.tma_store_wait(0, pred=leader)
+        unbake_rows(current_context().tensormaps)
+        return moe_gemm
+
+    return Ax.Kernel(kname, factory, outputs=("C",),
+                     meta={"n": n, "k": k, "dtype": dtype, "bm": bm, "bn": bn, "act": act, "threads": threads})
+
+
+def make_gemm1(dtype="bfloat16", bm=128, bn=256, **kw):
+    """Grouped GEMM 1: ``h = SiLU(xp · gateᵀ) · (xp · upᵀ)`` (P × 768) from ``w1`` (128, 1536, 2048)."""
+    return make_grouped_gemm(2 * INTER, HIDDEN, dtype, bm, bn, act="silu_mul", **kw)
+
+
+def make_gemm2(dtype="bfloat16", bm=128, bn=256, **kw):
+    """Grouped GEMM 2: ``y = h · w2[e]ᵀ`` (P × 2048) from ``w2`` (128, 2048, 768)."""
+    return make_grouped_gemm(HIDDEN, INTER, dtype, bm, bn, **kw)
+
+
+def builds(dtypes=DTYPES):
+    """``{artifact name: kernel}`` for every artifact of :func:`kernels.moe_host.artifact_names`."""
+    out = {}
+    for dtype in dtypes:
+        out[f"moe_route_{dtype}"] = make_route(dtype)
+        out[f"moe_permute_{dtype}"] = make_permute(dtype)
+        out[f"moe_combine_{dtype}"] = make_combine(dtype)
+        for cfg, kw in CONFIGS.items():
+            out[f"moe_gemm1_{dtype}_{cfg}"] = make_gemm1(dtype, name=f"moe_gemm1_{dtype}_{cfg}", **kw)
+            out[f"moe_gemm2_{dtype}_{cfg}"] = make_gemm2(dtype, name=f"moe_gemm2_{dtype}_{cfg}", **kw)
+    for kw in CONFIGS.values():
+        out[f"moe_align_bm{kw['bm']}"] = make_align(kw["bm"])
+    return out

@@ -1,0 +1,87 @@
+"""The MoE layer's host side (no TVM needed): shapes, tile configurations, artifact names, the
+layer as a sequence of axe.runtime launches, and the torch references.  The kernels are
+``kernels/moe.py``; this module is what a GPU machine without the compiler imports."""
+
+from axe.schedules.grouped import capacity
+
+E, TOPK, HIDDEN, INTER = 128, 8, 2048, 768       # Qwen3-30B-A3B's MoE block
+DTYPES = ("bfloat16", "float16")
+
+#: tile configurations: ``small`` (bm 64, bn 128) for few tokens per expert, ``large`` beyond
+CONFIGS = {"small": {"bm": 64, "bn": 128}, "large": {"bm": 128, "bn": 256}}
+SMALL_T = 64            # token counts up to this use the small configuration
+
+
+def config_for(tokens):
+    return "small" if tokens <= SMALL_T else "large"
+
+
+def artifact_names(dtype, config):
+    """The artifacts one layer run needs, by role (names as ``kernels.moe.builds`` gives them)."""
+    bm = CONFIGS[config]["bm"]
+    return {"route": f"moe_route_{dtype}", "align": f"moe_align_bm{bm}", "permute": f"moe_permute_{dtype}",
+            "gemm1": f"moe_gemm1_{dtype}_{config}", "gemm2": f"moe_gemm2_{dtype}_{config}",
+            "combine": f"moe_combine_{dtype}"}
+
+
+class Layer:
+    """The MoE layer on loaded artifacts (``kernels``: role -> callable axe.runtime kernel) for
+    ``tokens`` tokens: buffers sized once by :func:`axe.schedules.grouped.capacity`, then
+    :meth:`experts` (the peers' contract: ids and weights in) or :meth:`__call__` (logits in)."""
+
+    def __init__(self, kernels, tokens, config, dtype, device="cuda"):
+        import torch
+        self.k, self.tokens = kernels, tokens
+        bm = CONFIGS[config]["bm"]
+        P = capacity(tokens * TOPK, E, bm)
+        i32 = dict(dtype=torch.int32, device=device)
+        dt = getattr(torch, dtype)
+        self.sorted = torch.empty(P, **i32)
+        self.tiles = torch.empty(P // bm, **i32)
+        self.meta = torch.zeros(4, **i32)
+        self.pos = torch.empty(tokens, TOPK, **i32)
+        self.xp = torch.empty(P, HIDDEN, dtype=dt, device=device)
+        self.h = torch.empty(P, INTER, dtype=dt, device=device)
+        self.y = torch.empty(P, HIDDEN, dtype=dt, device=device)
+        self.out = torch.empty(tokens, HIDDEN, dtype=dt, device=device)
+        self.ids = torch.empty(tokens, TOPK, **i32)
+        self.weights = torch.empty(tokens, TOPK, dtype=torch.float32, device=device)
+
+    def route(self, logits):
+        self.k["route"](logits, self.ids, self.weights)
+        return self.ids, self.weights
+
+    def experts(self, x, w1, w2, ids, weights):
+        """``out = Σ_k weights[t,k] · down_e(SiLU(gate_e x) · up_e x)`` for ``e = ids[t,k]``."""
+        k = self.k
+        k["align"](ids, self.sorted, self.tiles, self.meta, self.pos)
+        k["permute"](x, self.sorted, self.meta, self.xp)
+        k["gemm1"](self.xp, w1, self.h, self.tiles, self.meta)
+        k["gemm2"](self.h, w2, self.y, self.tiles, self.meta)
+        k["combine"](self.y, self.pos, weights, self.out)
+        return self.out
+
+    def __call__(self, x, logits, w1, w2):
+        ids, weights = self.route(logits)
+        return self.experts(x, w1, w2, ids, weights)
+
+
+def route_reference(logits, topk=TOPK):
+    """torch: top-k of the softmax, renormalized to sum to 1 (fp32)."""
+    import torch
+    p = torch.softmax(logits.float(), dim=-1)
+    w, ids = torch.topk(p, topk, dim=-1)
+    return ids.to(torch.int32), w / w.sum(-1, keepdim=True)
+
+
+def reference(x, w1, w2, ids, weights):
+    """torch, fp32 throughout: the layer from ids and weights (the experts' loop)."""
+    import torch
+    xf = x.float()
+    out = torch.zeros(x.shape[0], w2.shape[1], dtype=torch.float32, device=x.device)
+    for e in torch.unique(ids).tolist():
+        t, j = (ids == e).nonzero(as_tuple=True)
+        g = xf[t] @ w1[e].float().t()
+        a = torch.nn.functional.silu(g[:, :INTER]) * g[:, INTER:]
+        out.index_add_(0, t, (a @ w2[e].float().t()) * weights[t, j, None])
+    return out

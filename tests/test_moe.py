@@ -1,0 +1,187 @@
+"""The MoE layer's CPU checks (kernels/moe.py; GPU correctness: tests/gpu/cases_moe.py).
+
+- the padding law of grouped tiles (axe.schedules.grouped) against a brute-force numpy model of
+  the permutation, empty groups included, and the capacity bound against random routings;
+- the ``gather`` operator: signature errors, dispatch (which schedule, which declines and why);
+- every MoE kernel builds for sm_90a, ptxas accepts it with no spills, and its PTX holds the
+  instructions its schedules chose.
+"""
+
+import re
+
+import numpy as np
+import pytest
+
+from axe.schedules.grouped import capacity, segments, tile_groups
+
+tvm = pytest.importorskip("tvm")
+from tvm.script import tirx as T  # noqa: E402 - the kernels below are TVMScript (the parser reads T here)
+
+import axe.lang as Ax  # noqa: E402
+from axe.lang.gather import gather as ax_gather  # noqa: E402
+
+
+def brute_force_permutation(ids, experts, block):
+    """The padded permutation of top-k routing ``ids`` (T × k), the slow way: each expert's
+    (token, k) pairs in token order, each expert's block padded to a multiple of ``block`` with
+    -1 rows.  Returns (sorted token per row, expert per tile, row of every (token, k))."""
+    rows, tiles, pos = [], [], {}
+    for e in range(experts):
+        mine = [(t, j) for t in range(ids.shape[0]) for j in range(ids.shape[1]) if ids[t, j] == e]
+        for t, j in mine:
+            pos[t, j] = len(rows)
+            rows.append(t)
+        while len(rows) % block:
+            rows.append(-1)
+        tiles += [e] * (-(-len(mine) // block))
+    return np.array(rows, dtype=np.int64), tiles, pos
+
+
+@pytest.mark.parametrize("seed,tokens,experts,block", [(0, 1, 128, 64), (1, 7, 16, 16), (2, 50, 128, 128),
+                                                       (3, 300, 8, 64), (4, 33, 128, 16)])
+def test_segments_match_brute_force(seed, tokens, experts, block):
+    rng = np.random.default_rng(seed)
+    k = min(8, experts)
+    ids = np.stack([rng.choice(experts, size=k, replace=False) for _ in range(tokens)])
+    if seed % 2:        # skewed: most experts empty
+        ids = np.stack([rng.choice(min(experts, k + 1), size=k, replace=False) for _ in range(tokens)])
+    counts = np.bincount(ids.ravel(), minlength=experts)
+    offsets, total = segments(counts, block)
+    rows, tiles, pos = brute_force_permutation(ids, experts, block)
+    assert total == len(rows)
+    assert tile_groups(counts, block) == tiles
+    assert total <= capacity(tokens * k, experts, block)
+    for e in range(experts):
+        seg = rows[offsets[e]:offsets[e] + -(-counts[e] // block) * block]
+        assert sorted(seg[seg >= 0].tolist()) == sorted(t for t in range(tokens) for j in range(k) if ids[t, j] == e)
+        assert (seg[counts[e]:] == -1).all() and offsets[e] % block == 0
+    for (t, j), r in pos.items():
+        assert rows[r] == t and offsets[ids[t, j]] <= r < offsets[ids[t, j]] + counts[ids[t, j]]
+
+
+def test_capacity_bounds_every_routing():
+    """No split of ``rows`` rows over ``groups`` groups pads past the capacity (every split,
+    enumerated), and the spread worst case (one row per group, the rest on one) stays within it."""
+    import itertools
+    for rows, groups, block in [(5, 3, 4), (6, 4, 3), (4, 5, 2), (7, 2, 8)]:
+        cap = capacity(rows, groups, block)
+        worst = max(segments(split, block)[1] for split in itertools.product(range(rows + 1), repeat=groups)
+                    if sum(split) == rows)
+        assert worst <= cap and cap % block == 0
+    for rows, groups, block in [(1, 128, 64), (8, 128, 64), (256, 128, 64), (32768, 128, 128)]:
+        spread = [1] * min(rows, groups)
+        spread[0] += rows - len(spread)
+        assert segments(spread, block)[1] <= capacity(rows, groups, block)
+        assert segments([rows], block)[1] <= capacity(rows, groups, block)
+    with pytest.raises(ValueError, match="negative"):
+        segments([1, -1], 4)
+
+
+def test_empty_groups_take_no_rows():
+    offsets, total = segments([0, 3, 0, 0, 65], 64)
+    assert offsets == [0, 0, 64, 64, 64] and total == 192
+    assert tile_groups([0, 3, 0, 0, 65], 64) == [1, 4, 4]
+
+
+# --- the gather operator -------------------------------------------------------------------
+
+def _gather_kernel(dst_mem, **config):
+
+    @Ax.kernel(name=f"gather_{dst_mem}")
+    def kern():
+        @T.prim_func
+        def g(X_: T.Buffer((64, 256), "bfloat16"), I_: T.Buffer((16,), "int32"), Y_: T.Buffer((16, 256), "bfloat16")):
+            bx, tx = Ax.launch(1, 128)
+            X, ix, Y = Ax.param(X_), Ax.param(I_), Ax.param(Y_)
+            if dst_mem == "global":
+                ax_gather(Y, X, ix, **config)
+            elif dst_mem == "shared":
+                sm = Ax.shared((16, 256), "bfloat16", name="rows")
+                ax_gather(sm, X, ix, **config)
+                Ax.sync()
+                Ax.copy(Y, sm)
+            else:
+                R = Ax.registers((16, 256), "bfloat16", "S[(16,32,8):(8,1@tx,1)]", name="rows")
+                ax_gather(R, X, ix, **config)
+                Ax.copy(Y, R)
+        return g
+    return kern
+
+
+def _gather_record(text):
+    return text.split("gather at ")[1].split("\ncopy at")[0]
+
+
+@pytest.mark.parametrize("mem,chosen", [("global", "vector_gather"), ("shared", "cp_async_gather"),
+                                        ("local", "vector_gather")])
+def test_gather_dispatch(mem, chosen):
+    rec = _gather_record(Ax.explain(_gather_kernel(mem), "sm_90a"))
+    assert re.search(rf"\+ {chosen}\s+chosen", rec), rec
+    if mem != "shared":
+        assert "cp.async writes shared memory" in rec
+    assert "16-byte vectors" in rec
+
+
+def test_gather_declines_with_reasons():
+    from axe.schedules.dispatch import DispatchError
+    from axe.lang.kernel import KernelError
+    with pytest.raises((DispatchError, KernelError)) as err:
+        Ax.explain(_gather_kernel("local", barrier=object()), "sm_90a")
+    msg = str(err.value)
+    assert "drop barrier=" in msg and "cp.async writes shared memory, dst is local" in msg
+
+
+def test_gather_signature_errors():
+    from axe.layout import S
+    from axe.ops.gather import gather
+    from axe.ops.call import OpError
+    from axe.ops.tensor import Tensor
+
+    class Buf:
+        name = "b"
+    x = Tensor(Buf(), S[(64, 256)], (64, 256), "bfloat16", "global", name="x")
+    y = Tensor(Buf(), S[(16, 256)], (16, 256), "bfloat16", "global", name="y")
+    ix = Tensor(Buf(), S[16], (16,), "int32", "global", name="ix")
+    with pytest.raises(OpError, match="index has 8 elements, dst has 16 rows"):
+        gather(y, x, Tensor(Buf(), S[8], (8,), "int32", "global"), None)
+    with pytest.raises(OpError, match="index dtype float32"):
+        gather(y, x, Tensor(Buf(), S[16], (16,), "float32", "global"), None)
+    with pytest.raises(OpError, match="dst dtype float16 differs"):
+        gather(Tensor(Buf(), S[(16, 256)], (16, 256), "float16", "global"), x, ix, None)
+    assert gather(y, x, ix, None).op == "gather"
+
+
+# --- the MoE kernels build, pass ptxas with no spills, and hold the chosen instructions ------
+
+KERNELS = {
+    "route": ("make_route", {}, ["shfl.sync.bfly", "ex2.approx"]),
+    "align": ("make_align", {"bm": 64}, ["atom.shared.add"]),
+    "permute": ("make_permute", {}, ["ld.global.v4.u32", "st.global.v4.u32"]),
+    "combine": ("make_combine", {"dtype": "float16"}, ["ld.global.v4.u32", "st.global.v4"]),
+    "gemm1_small": ("make_gemm1", {"bm": 64, "bn": 128}, ["wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16",
+                                                          "cp.async.bulk.tensor.3d", "cp.async.bulk.tensor.2d",
+                                                          "stmatrix", "setmaxnreg", "ex2.approx"]),
+    "gemm2_large": ("make_gemm2", {"bm": 128, "bn": 256, "dtype": "float16"},
+                    ["wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", "cp.async.bulk.tensor.3d", "stmatrix"]),
+}
+
+
+@pytest.mark.parametrize("which", sorted(KERNELS))
+def test_moe_kernel_builds(which):
+    from kernels import moe
+    factory, kw, instructions = KERNELS[which]
+    art = Ax.compile_kernel(getattr(moe, factory)(**kw), "sm_90a")
+    res = art.launch["resources"]
+    assert res["spill_stores"] == 0 and res["spill_loads"] == 0, res
+    for ins in instructions:
+        assert ins in art.ptx, f"{which}: {ins} not in the PTX"
+
+
+def test_gemm_refuses_bad_configs():
+    from kernels import moe
+    with pytest.raises(ValueError, match="bm must be 64 or 128"):
+        moe.make_grouped_gemm(1536, 2048, bm=32)
+    with pytest.raises(ValueError, match="more than 227 KiB"):
+        moe.make_grouped_gemm(1536, 2048, bm=128, bn=256, stages=5)
+    with pytest.raises(ValueError, match="dtype must be one of"):
+        moe.make_route("float32")
