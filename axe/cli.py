@@ -41,19 +41,18 @@ def main(argv=None) -> int:
         return 1
 
 
-#: errors whose message says what to fix (a kernel body's, the CUDA build's, an artifact's):
-#: printed whole to stderr, without a Python traceback; (module, class), looked up only in
-#: modules already imported so that ``axe layout`` stays TVM-free
-_USER_ERRORS = (("axe.lang.kernel", "KernelError"), ("axe.backends.cuda.build", "BuildError"),
-                ("axe.backends.cuda.artifact", "ArtifactError"))
-
-
 def _is_user_error(err) -> bool:
-    for mod_name, cls_name in _USER_ERRORS:
-        cls = getattr(sys.modules.get(mod_name), cls_name, None)
-        if cls is not None and isinstance(err, cls):
-            return True
-    return False
+    """Whether ``err``'s message says what to fix (a kernel body's, a backend's build or artifact
+    error): then it is printed whole to stderr, without a Python traceback.  Only classes whose
+    modules are imported already are consulted (``err`` cannot be of another), so that
+    ``axe layout`` stays TVM-free."""
+    lang = sys.modules.get("axe.lang.kernel")
+    if lang is not None and isinstance(err, (lang.KernelError, lang.TargetError)):
+        return True
+    if not type(err).__module__.startswith("axe.backends."):
+        return False
+    from axe.lang.targets import user_errors
+    return isinstance(err, user_errors(loaded_only=True))
 
 
 if __name__ == "__main__":

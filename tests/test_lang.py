@@ -114,3 +114,123 @@ def test_symbolic_slice_start_needs_one_layout_for_every_block():
         t.region([bx * 4], [4])
     ok = Tensor(object(), parse("S[(2,8):(100,1)]"), (16,), "float16", "shared", name="u").region([bx * 4], [4])
     assert ok.layout == parse("S[4:1]")
+
+
+# --- the language belongs to no target: backends register, constructs are reached through them ---
+
+def _run_py(code, script=None):
+    """Run ``code`` in a fresh interpreter (from the file ``script`` when given: TVMScript reads a
+    kernel's source) at the repository root; its stdout."""
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if script is not None:
+        script.write_text(code)
+    args = [str(script)] if script is not None else ["-c", code]
+    out = subprocess.run([sys.executable, *args], capture_output=True, text=True, cwd=root,
+                         env={**os.environ, "PYTHONPATH": root})
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def test_the_language_imports_no_backend():
+    """``import axe.lang`` imports no backend; ``Ax.cuda`` / ``Ax.neuron`` import theirs on first use."""
+    out = _run_py("import sys, axe.lang as Ax\n"
+                  "be = lambda: sorted({m.split('.')[2] for m in sys.modules if m.startswith('axe.backends.')})\n"
+                  "print(be()); Ax.neuron; print(be()); Ax.cuda.mbarrier; print(be())")
+    assert out.split("\n")[:3] == ["[]", "['neuron']", "['cuda', 'neuron']"]
+
+
+def _trn1_kernel(body):
+    """A trn1 kernel whose body runs ``body()`` after entering the NeuronCore."""
+    @Ax.kernel(name="uses_construct")
+    def k():
+        @T.prim_func
+        def uses_construct(A_: T.Buffer((128, 64), "float16")):
+            Ax.neuron.core()
+            body()
+        return uses_construct
+    return k
+
+
+@pytest.mark.parametrize("construct,call", [
+    ("Ax.cuda.mbarrier", lambda: Ax.cuda.mbarrier(1, 2)),
+    ("Ax.cuda.pipeline", lambda: Ax.cuda.pipeline(4, producers=2)),
+    ("Ax.cuda.setmaxnreg", lambda: Ax.cuda.setmaxnreg(40, False)),
+    ("Ax.cuda.role", lambda: Ax.cuda.role(0, 1, regs=40)),
+    ("Ax.cuda.cluster_launch", lambda: Ax.cuda.cluster_launch(132, 384, 2)),
+    ("Ax.cuda.tmem", lambda: Ax.cuda.tmem((128, 256))),
+    ("Ax.cuda.mbarrier", lambda: Ax.mbarrier(1)),          # the old spelling is checked the same way
+])
+def test_a_cuda_construct_in_a_trn1_build_names_construct_and_target(construct, call):
+    k = _trn1_kernel(call)
+    for build in (Ax.compile_kernel, Ax.explain):
+        with pytest.raises(Ax.KernelError, match=rf"^kernel uses_construct at .*: {construct} is a construct of the "
+                                                 r"cuda backend; this build is for trn1") as err:
+            build(k, "trn1")
+        assert isinstance(err.value, Ax.TargetError)
+
+
+def test_a_trainium_construct_in_a_gpu_build_names_construct_and_target():
+    with pytest.raises(Ax.TargetError, match=r"Ax.neuron.core is a construct of the neuron backend; this build is "
+                                             r"for sm_100a"):
+        Ax.compile_kernel(_trn1_kernel(lambda: None), "sm_100a")
+
+
+def test_mesh_signals_need_the_targets_mesh_hook():
+    with pytest.raises(Ax.TargetError, match=r"signals between devices .*target family 'neuron'.* no 'mesh' hook"):
+        Ax.compile_kernel(_trn1_kernel(Ax.fence_system), "trn1")
+
+
+def test_a_third_target_is_a_folder(tmp_path):
+    """A backend package dropped next to the others (here on ``axe.backends.__path__``) is a new
+    target: its language is ``Ax.<family>``, its build hook builds its targets, its constructs are
+    refused in other builds; no shared file names it."""
+    pkg = tmp_path / "toy"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text(
+        'HOOKS = {"language": "axe.backends.toy.lang", "build_kernel": "axe.backends.toy.lang:build"}\n')
+    (pkg / "lang.py").write_text(
+        "from tvm.script import tirx as T\n"
+        "CALLS = []\n"
+        "def hello(x):\n    CALLS.append(x)\n    T.evaluate(x)\n"
+        "def build(k, func, ctx, target):\n    return ('toy artifact', k.name, target, list(CALLS))\n")
+    out = _run_py(
+        "import axe.backends, axe.lang as Ax\n"
+        f"axe.backends.__path__.append({str(tmp_path)!r})\n"
+        "from tvm.script import tirx as T\n"
+        "@Ax.kernel(name='hi')\n"
+        "def hi():\n"
+        "    @T.prim_func\n"
+        "    def hi(A: T.Buffer((4,), 'int32')):\n"
+        "        Ax.toy.hello(7)\n"
+        "    return hi\n"
+        "print(Ax.compile_kernel(hi, 'toy'))\n"
+        "try:\n    Ax.compile_kernel(hi, 'sm_90a')\n"
+        "except Ax.TargetError as e:\n    print(e.message)\n", tmp_path / "main.py")
+    assert out.split("\n")[:2] == ["('toy artifact', 'hi', 'toy', [7])",
+                                   "Ax.toy.hello is a construct of the toy backend; this build is for sm_90a "
+                                   "(target family cuda)"]
+
+
+def test_a_target_without_a_backend_is_refused_by_name():
+    with pytest.raises(Ax.TargetError, match=r"no backend for target family 'vulkan'.*backends: \['cuda', 'neuron'\]"):
+        Ax.compile_kernel(collective, "vulkan")
+
+
+def test_tile_schedule_visits_every_tile_once_on_ints_and_tir():
+    """TileSchedule is target-neutral arithmetic: brute force over the workers' loops covers every
+    (m, n) exactly once, in bands of ``group`` rows; the TIR form simplifies to the same values."""
+    import itertools
+    import tvm
+    for m_tiles, n_tiles, ctas, group in itertools.product((1, 5, 16), (1, 3, 7), (1, 4, 132), (1, 2, 8)):
+        s = Ax.TileSchedule(m_tiles, n_tiles, ctas, group)
+        seen = [s.coords(s.tile(c, i)) for c in range(ctas) for i in range(s.count(c))]
+        assert sorted(seen) == [(m, n) for m in range(m_tiles) for n in range(n_tiles)]
+        assert all(s.coords(t)[0] // group == t // (group * n_tiles) for t in range(s.tiles))
+    s, t = Ax.TileSchedule(5, 7, 4, 2), tvm.tirx.Var("t", "int32")
+    m, n = s.coords(t)
+    for v in range(s.tiles):
+        ana = tvm.sym.Analyzer()
+        ana.bind(t, v)
+        assert tuple(int(ana.simplify(e)) for e in (m, n)) == s.coords(v)

@@ -18,7 +18,7 @@ def signatures():
     """The distributed signatures the collectives declare for 4 GPUs (parsing only: no nvcc)."""
     pytest.importorskip("tvm")
     import axe.lang as Ax
-    from axe.lang.kernel import _signature
+    from axe.backends.cuda.compile import signature as _signature
     from kernels import collectives
     out = {}
     for kind in ("reduce_scatter", "all_gather", "all_reduce"):

@@ -15,38 +15,42 @@ Write a kernel body in TVMScript and call these at parse time::
             Ax.copy(R, A[bx*64:(bx+1)*64, :])
             ...
         return k
+
+This package holds what every target shares.  A target's own constructs live in its backend and
+are reached through the target family: ``Ax.cuda.mbarrier``, ``Ax.cuda.pipeline``,
+``Ax.cuda.role`` (Hopper warpgroup roles), ``Ax.cuda.tmem`` (Blackwell), ``Ax.neuron.sbuf``,
+``Ax.neuron.core`` (Trainium).  ``Ax.<family>`` is resolved on first use from the backend's
+registration (:mod:`axe.lang.targets`), so importing the language imports no backend, and a
+construct of one family used in a build for another is an error naming both.
 """
 
 from axe.layout import R, S, Swizzle, SwizzledLayout, parse
 from .kernel import Kernel, KernelError, TargetError, build_func, compile_kernel, explain, kernel, kernels_of, without_params
-from .operators import binary, cast, copy, elementwise, reduce, sync, unary
+from .operators import binary, cast, copy, elementwise, gemm, reduce, sync, unary
 from .scopes import cta, each_warp, launch, thread, warpgroups, warps
-from .barriers import mbarrier, mbarrier_wait
 from .tensors import param, permute, registers, shared, view
-from .operators import gemm, wgmma_wait
+from .tile_schedule import TileSchedule
+from .mesh import Mesh, current_mesh, device_rank, devices, dtensor, fence_system, mesh, signal, wait
 
 __all__ = ["S", "R", "Swizzle", "SwizzledLayout", "parse", "Kernel", "KernelError", "TargetError", "kernel", "build_func",
            "compile_kernel", "explain", "kernels_of", "without_params", "copy", "reduce", "elementwise", "unary",
-           "binary", "cast", "sync", "launch", "warps", "warpgroups", "each_warp", "thread", "cta",
-           "mbarrier", "mbarrier_wait", "param", "permute", "registers", "shared", "view",
-           "gemm", "wgmma_wait"]
+           "binary", "cast", "sync", "gemm", "launch", "warps", "warpgroups", "each_warp", "thread", "cta",
+           "param", "permute", "registers", "shared", "view", "TileSchedule",
+           "Mesh", "current_mesh", "device_rank", "devices", "dtensor", "fence_system", "mesh", "signal", "wait"]
 
-from .hopper import (bulk_wait, dynamic_shared, elect_one, entry_registers, fence_proxy_async, fence_registers, min_blocks_per_sm, named_barrier,
-                     named_barrier_arrive, role, setmaxnreg, tma_store_wait, warpgroup_index)
-from .pipeline import Pipeline, TileSchedule, pipeline
 
-__all__ += ["bulk_wait", "dynamic_shared", "elect_one", "entry_registers", "fence_proxy_async", "fence_registers", "min_blocks_per_sm", "named_barrier",
-            "named_barrier_arrive", "role", "setmaxnreg", "tma_store_wait", "warpgroup_index", "Pipeline", "TileSchedule", "pipeline"]
-from .cluster import arrive_remote, cluster_arrive, cluster_launch, cluster_sync, cluster_wait, fence_mbarrier_init
-
-__all__ += ["arrive_remote", "cluster_arrive", "cluster_launch", "cluster_sync", "cluster_wait", "fence_mbarrier_init"]
-from .flags import counter_publish, counter_wait, fence_gpu, flag_set, flag_take
-
-__all__ += ["counter_publish", "counter_wait", "fence_gpu", "flag_set", "flag_take"]
-from .mesh import Mesh, current_mesh, device_rank, devices, dtensor, fence_system, mesh, signal, wait
-
-__all__ += ["Mesh", "current_mesh", "device_rank", "devices", "dtensor", "fence_system", "mesh", "signal", "wait"]
-from axe.backends.cuda.schedules.tcgen05 import commit as tcgen05_commit, pair as cta_pair
-from axe.backends.cuda.tmem import fence_after as tcgen05_fence_after, fence_before as tcgen05_fence_before, tmem, tmem_free
-
-__all__ += ["tcgen05_commit", "cta_pair", "tmem", "tmem_free", "tcgen05_fence_after", "tcgen05_fence_before"]
+def __getattr__(name: str):
+    """``Ax.<family>``: the language of the target family's backend (cached here once resolved).
+    Also, for now, a backend's constructs under their old top-level names (``Ax.mbarrier`` for
+    ``Ax.cuda.mbarrier``), which the backend lists as its ``"toplevel"`` hook."""
+    if name.startswith("_"):
+        raise AttributeError(f"module 'axe.lang' has no attribute {name!r}")
+    import importlib
+    targets = importlib.import_module("axe.lang.targets")   # not ``from . import``: it would ask us for it
+    if name in targets.families():
+        lang = globals()[name] = targets.language(name)
+        return lang
+    for family in targets.families():
+        if name in targets.old_names(family):
+            return getattr(targets.language(family), name)
+    raise AttributeError(f"module 'axe.lang' has no attribute {name!r}")

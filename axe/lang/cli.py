@@ -40,27 +40,11 @@ def _report(command: str, err: Exception) -> None:
 
 
 def _user_errors() -> tuple:
-    """Errors a kernel's author fixes (reported, not raised): the kernel body's and the CUDA
-    build's."""
-    from axe.backends.cuda.artifact import ArtifactError
-    from axe.backends.cuda.build import BuildError
-    from .kernel import KernelError
-    return (KernelError, BuildError, ArtifactError) + _backend_errors()
-
-
-def _backend_errors() -> tuple:
-    """User errors other backends declare (``USER_ERRORS`` of ``axe.backends.<family>.build``)."""
-    import importlib
-    import pkgutil
-    import axe.backends
-    found = ()
-    for info in pkgutil.iter_modules(axe.backends.__path__):
-        try:
-            mod = importlib.import_module(f"axe.backends.{info.name}.build")
-        except ModuleNotFoundError:
-            continue
-        found += tuple(getattr(mod, "USER_ERRORS", ()))
-    return found
+    """Errors a kernel's author fixes (reported, not raised): the kernel body's, and those every
+    backend declares (its ``"user_errors"`` hook: the CUDA build's, the NKI emitter's, ...)."""
+    from .kernel import KernelError, TargetError
+    from .targets import user_errors
+    return (KernelError, TargetError) + user_errors()
 
 
 def _build(args) -> int:

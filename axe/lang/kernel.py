@@ -162,45 +162,15 @@ def build_func(k: Kernel, target: str = "sm_90a", features=()):
     return func.with_attr("global_symbol", k.name), ctx
 
 
-def _backend_builder(target: str):
-    """The ``build_kernel(k, func, ctx, target)`` hook of the target family's backend
-    (``axe.backends.<family>.build``), or None where the backend has none (CUDA builds below)."""
-    import importlib
-    from axe.schedules.context import target_family
-    try:
-        mod = importlib.import_module(f"axe.backends.{target_family(target)}.build")
-    except ModuleNotFoundError:
-        return None
-    return getattr(mod, "build_kernel", None)
-
-
 def compile_kernel(k: Kernel, target: str = "sm_90a", features=()):
-    """Build the artifact through the target's backend: CUDA source, PTX, cubin and launch
-    metadata for ``sm_*``; a backend with a ``build_kernel`` hook (trn1: NKI source) builds its own."""
-    builder = _backend_builder(target)
-    if builder is not None:
-        func, ctx = build_func(k, target, features)
-        return builder(k, func, ctx, target)
-    from axe.backends.cuda.build import build
+    """Build the artifact through the target's backend (its ``build_kernel`` hook, see
+    :mod:`axe.lang.targets`): for ``sm_*`` CUDA source, PTX, cubin and launch metadata; for trn1
+    NKI source and a manifest.  A target no backend builds is a :class:`TargetError`."""
+    from axe.schedules.context import target_family
+    from .targets import backend_hook
+    builder = backend_hook(target_family(target), "build_kernel", f"building for {target}")
     func, ctx = build_func(k, target, features)
-    art = build(func, target=target, name=k.name, tensormaps=tuple(ctx.tensormaps),
-                dynamic_smem=ctx.dynamic_smem, scratch=tuple(ctx.scratch),
-                distributed=_signature(ctx))
-    art.records = ctx.records
-    return art
-
-
-def _signature(ctx):
-    """The distributed signature gathered while parsing (None for a one-GPU kernel), with the
-    signals the kernel's operators reserved."""
-    if not ctx.distributed:
-        return None
-    sig = dict(ctx.distributed)
-    if ctx.mesh is not None:
-        sig["signals_used"] = ctx.mesh.used
-        sig["signal_owners"] = [[base, what] for base, what in sorted(ctx.mesh.names_of.items())]
-    sig["features"] = list(ctx.features)
-    return sig
+    return builder(k, func, ctx, target)
 
 
 def without_params(func, names):

@@ -183,11 +183,10 @@ def devices():
 
 
 def _backend():
+    """The target's mesh signalling (its backend's ``"mesh"`` hook)."""
+    from .targets import backend_hook
     ctx = _ctx()
-    if ctx.family != "cuda":
-        raise ValueError(f"signals between GPUs are not implemented for {ctx.target}")
-    from axe.backends.cuda import peer
-    return peer
+    return backend_hook(ctx.family, "mesh", f"signals between devices (target {ctx.target})")
 
 
 def _need_mesh(what):

@@ -8,7 +8,7 @@ from axe.schedules import dispatch
 from .scopes import scope_or_cta
 from .source import call_site
 
-__all__ = ["copy", "reduce", "elementwise", "unary", "binary", "cast", "sync"]
+__all__ = ["copy", "reduce", "elementwise", "unary", "binary", "cast", "sync", "gemm"]
 
 
 def _run(call):
@@ -59,9 +59,3 @@ def gemm(C, A, B, accumulate: bool = True, **config):
     from axe.ops.gemm import gemm as _gemm
     _run(_gemm(C, A, B, accumulate, scope_or_cta(), **config))
 
-
-def wgmma_wait(pending: int = 0):
-    """``wgmma.wait_group pending``: block until at most ``pending`` wgmma groups are in flight
-    (pair with ``Ax.gemm(..., wait=False)`` to overlap the tensor cores with other work)."""
-    from axe.backends.cuda.schedules.wgmma import emit_wait
-    emit_wait(pending)

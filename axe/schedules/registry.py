@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Schedule", "register", "add_schedule", "candidates", "all_schedules"]
+__all__ = ["Schedule", "register", "add_schedule", "candidates", "all_schedules", "families"]
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,16 @@ def candidates(op: str, family: str) -> list[Schedule]:
     return sorted(found, key=lambda s: -s.priority)
 
 
+def families() -> list[str]:
+    """The target families that have a backend: the packages under ``axe.backends`` (found, not
+    listed, so that a new target is a new folder)."""
+    import pkgutil
+    import axe.backends
+    return sorted(info.name for info in pkgutil.iter_modules(axe.backends.__path__) if info.ispkg)
+
+
 def all_schedules(family: str | None = None) -> list[Schedule]:
-    _load_backends(family or "cuda")
+    """The schedules that apply to ``family``; None: every schedule of every backend (each loaded)."""
+    for f in [family] if family else families():
+        _load_backends(f)
     return [s for s in _REGISTRY if family is None or _applies(s, family)]

@@ -3,8 +3,19 @@
 ``axe.backends.cuda.build`` (the submodule; it imports TVM) holds ``build``.  This package
 itself imports only :mod:`.artifact`, so ``Artifact`` — and through it ``axe.runtime`` —
 works on machines without TVM.
+
+:data:`HOOKS` is how the backend registers with the shared layers (:mod:`axe.lang.targets` reads
+it; every entry is a ``"module:attribute"`` path resolved on first use, so this stays light).
 """
 
 from .artifact import Artifact, ArtifactError
 
-__all__ = ["Artifact", "ArtifactError"]
+__all__ = ["Artifact", "ArtifactError", "HOOKS"]
+
+HOOKS = {
+    "language": "axe.backends.cuda.lang",                       # Ax.cuda
+    "build_kernel": "axe.backends.cuda.compile:build_kernel",   # compile_kernel for sm_* targets
+    "user_errors": ("axe.backends.cuda.build:BuildError", "axe.backends.cuda.artifact:ArtifactError"),
+    "mesh": "axe.backends.cuda.peer",                           # Ax.signal / Ax.wait / Ax.fence_system
+    "toplevel": "axe.backends.cuda.lang:__all__",               # Ax.mbarrier etc. until kernels say Ax.cuda.*
+}

@@ -2,5 +2,15 @@
 NumPy model of the NKI subset axe emits (:mod:`.sim`) with trn1's rules and a cost model.
 
 Importing this package registers nothing with TVM; :mod:`.schedules` registers the neuron
-schedules with axe's registry when the registry loads the ``neuron`` family.
+schedules with axe's registry when the registry loads the ``neuron`` family.  :data:`HOOKS` is
+how the backend registers with the shared layers (:mod:`axe.lang.targets`; ``"module:attribute"``
+paths resolved on first use): its language (``Ax.neuron``), its build and its user errors.
 """
+
+__all__ = ["HOOKS"]
+
+HOOKS = {
+    "language": "axe.backends.neuron.lang",                       # Ax.neuron
+    "build_kernel": "axe.backends.neuron.build:build_kernel",     # compile_kernel for trn1
+    "user_errors": ("axe.backends.neuron.emit:TargetError",),
+}

@@ -1,13 +1,13 @@
 """Hopper (sm_90a) kernel-language features: register reallocation between warpgroup roles,
-per-warpgroup scopes, named barriers, proxy fences and single-thread election.
+per-warpgroup scopes, named barriers, proxy fences, single-thread election and the wgmma wait.
 
 A warp-specialized kernel is a chain of role branches, each one warpgroup range::
 
-    Ax.min_blocks_per_sm(1)                    # __launch_bounds__(threads, 1): setmaxnreg needs it
+    Ax.cuda.min_blocks_per_sm(1)               # __launch_bounds__(threads, 1): setmaxnreg needs it
     bx, tx = Ax.launch(132, 384)
-    with Ax.role(0, 1, regs=40):               # producer warpgroup gives registers back
+    with Ax.cuda.role(0, 1, regs=40):          # producer warpgroup gives registers back
         ...
-    with Ax.role(1, 3, regs=232, each=True):   # two consumer warpgroups, one tile half each
+    with Ax.cuda.role(1, 3, regs=232, each=True):   # two consumer warpgroups, one tile half each
         ...
 
 ``setmaxnreg`` is ``.sync.aligned`` (every thread of the warpgroup runs it) and ptxas honours it
@@ -23,10 +23,11 @@ from axe.layout import S
 from axe.ops.scope import ExecScope, pop_scope, push_scope
 from axe.schedules.emit import guard
 
-from .scopes import scope_or_cta
+from .scope import scope_or_cta
 
 __all__ = ["min_blocks_per_sm", "setmaxnreg", "role", "warpgroup_index", "named_barrier", "named_barrier_arrive",
-           "fence_proxy_async", "elect_one", "entry_registers", "tma_store_wait", "dynamic_shared", "fence_registers"]
+           "fence_proxy_async", "elect_one", "entry_registers", "tma_store_wait", "dynamic_shared", "fence_registers",
+           "wgmma_wait"]
 
 REGISTER_FILE = 65536          # 32-bit registers per SM (sm_90)
 
@@ -175,7 +176,7 @@ def fence_registers(t):
 
     Asynchronous register writers (``wgmma`` accumulators) complete at a wait instruction that
     names no registers, so without this the compiler may read the registers above the wait —
-    before the hardware has written them.  Write it right after ``Ax.wgmma_wait`` when the
+    before the hardware has written them.  Write it right after :func:`wgmma_wait` when the
     accumulator is read next (CUTLASS's ``warpgroup_fence_operand``).
     """
     from tvm.script import tirx as T
@@ -187,3 +188,10 @@ def fence_registers(t):
         raise ValueError(f"fence_registers: {n} registers is not a multiple of 4")
     for i in range(0, n, 4):
         T.evaluate(T.cuda.func_call("axe_fence_regs4", *(buf[i + j] for j in range(4)), source_code=_FENCE_SRC))
+
+
+def wgmma_wait(pending: int = 0):
+    """``wgmma.wait_group pending``: block until at most ``pending`` wgmma groups are in flight
+    (pair with ``Ax.gemm(..., wait=False)`` to overlap the tensor cores with other work)."""
+    from ..schedules.wgmma import emit_wait
+    emit_wait(pending)

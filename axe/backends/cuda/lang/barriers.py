@@ -1,4 +1,4 @@
-"""Barriers as kernel-language objects (the CUDA backend emits them)."""
+"""mbarriers in shared memory as kernel-language objects (``Ax.cuda.mbarrier``)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ def mbarrier(count: int = 1, stages: int = 1, name: str = "mbar"):
     """``stages`` mbarriers in shared memory, each expecting ``count`` arrivals; initialised
     by thread 0 of the current scope, then the CTA synchronises.  Returns an
     :class:`~axe.backends.cuda.sync.MBarrier` (index it by stage for a pipeline)."""
-    from axe.backends.cuda.sync import alloc_mbarrier
-    from .scopes import scope_or_cta
+    from ..sync import alloc_mbarrier
+    from .scope import scope_or_cta
     return alloc_mbarrier(scope_or_cta(), count, stages, name)
 
 
 def mbarrier_wait(bar, phase=0, stage=0):
     """Wait until phase ``phase`` of barrier ``bar[stage]`` completes."""
-    from axe.backends.cuda.sync import wait
+    from ..sync import wait
     wait(bar, phase, stage)

@@ -1,4 +1,4 @@
-"""Producer/consumer pipelines over shared-memory stages, and persistent tile schedules.
+"""Producer/consumer pipelines over shared-memory stages (``Ax.cuda.pipeline``).
 
 A :class:`Pipeline` is a ring of ``stages`` slots guarded by two mbarrier arrays: *full[s]*
 completes when the producer's asynchronous copies into slot s have landed (``expect_tx`` byte
@@ -12,16 +12,20 @@ multicast), so a slot is free only when the consumers of every CTA released it: 
 ``consumers * n`` arrivals and :meth:`Pipeline.release` arrives on the *empty* barrier of every
 CTA of the cluster; the producer's wait acquires at cluster scope.
 
-A :class:`TileSchedule` enumerates output tiles for a persistent grid (one CTA per SM, each
-looping over tiles ``cta, cta + grid, ...``) in grouped order: ``group`` block-rows at a time,
-column by column, so that concurrently running CTAs share A rows and B columns in L2.
+Why this is CUDA's and not the language's: the slot and phase arithmetic would serve any target,
+but what makes it a pipeline is the synchronisation — mbarrier waits on parity, ``expect_tx``
+byte counts completed by TMA, arrivals on another CTA's barrier — and that is CUDA's hardware.
+A trn1 kernel has no such ring to write: NKI's compiler overlaps a loop's DMA with TensorE
+itself (tiles allocated inside an ``affine_range`` loop rotate through buffers it assigns).  The
+tile enumeration that feeds a pipeline, :class:`axe.lang.TileSchedule`, is plain arithmetic and
+stays in the language.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["Pipeline", "pipeline", "TileSchedule"]
+__all__ = ["Pipeline", "pipeline"]
 
 
 @dataclass(frozen=True)
@@ -71,8 +75,8 @@ class Pipeline:
 def pipeline(stages: int, producers: int = 1, consumers: int = 1, name: str = "pipe", cluster: int = 1) -> Pipeline:
     """Allocate and initialise a :class:`Pipeline` (in the CTA scope, before the roles split);
     ``cluster=n``: shared by the n CTAs of a cluster (barriers published with a cluster sync)."""
-    from axe.backends.cuda.sync import alloc_mbarrier
-    from .scopes import scope_or_cta
+    from ..sync import alloc_mbarrier
+    from .scope import scope_or_cta
     if stages < 1:
         raise ValueError(f"pipeline: {stages} stages")
     s = scope_or_cta()
@@ -84,41 +88,3 @@ def pipeline(stages: int, producers: int = 1, consumers: int = 1, name: str = "p
         cluster_sync()
     return Pipeline(full, empty, stages, cluster)
 
-
-@dataclass(frozen=True)
-class TileSchedule:
-    """Tiles of an ``(m_tiles, n_tiles)`` grid in grouped order for a persistent grid of
-    ``ctas`` CTAs; ``group`` block-rows share one band."""
-
-    _is_meta_class = True
-
-    m_tiles: int
-    n_tiles: int
-    ctas: int
-    group: int = 8
-
-    @property
-    def tiles(self) -> int:
-        return self.m_tiles * self.n_tiles
-
-    def count(self, cta):
-        """How many tiles CTA ``cta`` runs: ``ceil((tiles - cta) / ctas)``."""
-        return (self.tiles - cta + self.ctas - 1) // self.ctas
-
-    def tile(self, cta, i):
-        """The linear index of CTA ``cta``'s ``i``-th tile."""
-        return cta + i * self.ctas
-
-    def coords(self, t):
-        """``(m block, n block)`` of linear tile ``t``: bands of ``group`` block-rows, each band
-        walked column by column (the last band may be narrower)."""
-        per_band = self.group * self.n_tiles
-        band = t // per_band
-        first = band * self.group
-        if isinstance(t, int):
-            rows = min(self.m_tiles - first, self.group)
-        else:
-            from tvm.script import tirx as T
-            rows = T.min(self.m_tiles - first, self.group)
-        r = t % per_band
-        return first + r % rows, r // rows

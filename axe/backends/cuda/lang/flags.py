@@ -109,6 +109,6 @@ def counter_publish(flags, index, value):
 def counter_wait(flags, index, value):
     """One thread waits until ``flags[index]`` reaches ``value`` (acquire loads), bounded by the
     mesh's timeout like every wait of a distributed kernel (a failure is recorded and reported)."""
-    from axe.backends.cuda.peer import wait_value
-    from .mesh import current_mesh
-    wait_value(current_mesh(), _flag_ptr(flags, index), value, index)
+    from axe.schedules.context import current_context
+    from ..peer import wait_value
+    wait_value(current_context().mesh, _flag_ptr(flags, index), value, index)

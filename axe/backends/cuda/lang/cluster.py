@@ -3,7 +3,7 @@ CTA's mbarrier.
 
 A cluster kernel starts with :func:`cluster_launch` instead of :func:`axe.lang.launch`::
 
-    cid, rank, bx, tx = Ax.cluster_launch(132, 384, cluster=2)   # 66 clusters of 2 CTAs
+    cid, rank, bx, tx = Ax.cuda.cluster_launch(132, 384, cluster=2)   # 66 clusters of 2 CTAs
 
 The launch record then carries ``cluster: [2, 1, 1]`` and the runtime launches through
 ``cuLaunchKernelEx`` with a cluster-dimension attribute.  CTAs of one cluster share their
