@@ -211,7 +211,7 @@ def check_overhead(ops, res):
     gb = torch.randn(1024, 1024, dtype=torch.float16, device="cuda")
     fig = {
         "op axe::rmsnorm": _per_call(lambda: torch.ops.axe.rmsnorm(x, w)),
-        "op body without dispatch": _per_call(lambda: ops.rmsnorm._init_fn(x, w)),
+        "op body without dispatch": _per_call(lambda: ops._rmsnorm(x, w)),
         "jit kernel": _per_call(lambda: jk(x, w2, y, 1e-6)),
         "runtime Kernel": _per_call(lambda: rk(x, w2, y, 1e-6)),
         "op axe::gemm": _per_call(lambda: torch.ops.axe.gemm(ga, gb)),
