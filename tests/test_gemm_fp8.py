@@ -70,6 +70,42 @@ def test_wgmma_fp8_declines_mn_major_with_the_reason():
     assert "K-major A and B only" in str(err.value)
 
 
+def _hw_byte_k_major(op, start, mn, k):
+    """Byte wgmma reads for (mn, k) of one instruction's slice of a K-major swizzled operand of
+    1-byte elements, per the PTX ISA's canonical layout: rows of W = swizzle bytes (k is the byte
+    within the row, 32 per k32 instruction), 8-row groups SBO apart, and the swizzle XORs address
+    bits [4, 4+b) with [7, 7+b) of the absolute address."""
+    g, r = divmod(mn, 8)
+    addr = start + g * op.sbo + r * op.swizzle + k
+    return addr ^ ((addr >> 3) & ((op.swizzle // 16 - 1) << 4))
+
+
+def _simulate_fp8(plan, operand, t, mn_total, mn_inst, k_total, shift=0):
+    """Every (mn, k) each instruction reads, from the descriptor, against the layout's byte."""
+    op = plan.a if operand == "A" else plan.b
+    bad = 0
+    for mn0 in range(0, mn_total, mn_inst):
+        for k0 in range(0, k_total, plan.k_inst):
+            start = op.start(mn0, k0) + shift
+            for mn in range(mn_inst):
+                for k in range(plan.k_inst):
+                    u = (mn0 + mn, k0 + k) if operand == "A" else (k0 + k, mn0 + mn)
+                    (c,) = t.layout.map(u, t.shape)
+                    bad += _hw_byte_k_major(op, start, mn, k) != c["m"]
+    return bad
+
+
+def test_fp8_descriptors_address_the_layouts_elements():
+    """wgmma's canonical K-major layout read from the fp8 descriptors (k32 steps of 32 bytes inside
+    the 128-byte swizzled rows) is exactly the layouts' bytes, for A and B; a start address 16
+    bytes off is caught (the oracle is not vacuous)."""
+    C, A, B = _fp8_operands()
+    plan = wgmma_plan(gemm_fp8(C, A, B, scope=_wg()), BuildContext(target="sm_90a"))
+    assert _simulate_fp8(plan, "A", A, 64, 64, 128) == 0
+    assert _simulate_fp8(plan, "B", B, 128, 128, 128) == 0
+    assert _simulate_fp8(plan, "B", B, 128, 128, 128, shift=16) > 0
+
+
 def test_gemm_fp8_signature_checks():
     C, A, B = _fp8_operands()
     with pytest.raises(OpError, match="share one dtype"):
@@ -273,3 +309,49 @@ def test_quantizers_hold_blocks_within_e4m3():
     assert torch.all((a - x).abs() <= x.abs() * 2 ** -4 + sa[:, :70].t().repeat_interleave(128, 1)[:, :300] * 2 ** -9)
     assert torch.all((b - w).abs() <= w.abs() * 2 ** -4 + sb.repeat_interleave(128, 0).repeat_interleave(128, 1)[:200, :300] * 2 ** -9)
     assert xq.float().abs().amax() == 448
+
+
+# --- the benchmark's CPU-side pieces ------------------------------------------------------------------
+
+def _bench_module():
+    import importlib.util
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    spec = importlib.util.spec_from_file_location("bench_gemm_fp8", os.path.join(root, "benchmarks", "gemm_fp8.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("M,K", [(256, 1024), (250, 1408)])
+def test_cublas_scale_views_meet_atens_blockwise_conditions(M, K):
+    """ATen's is_blockwise_1x128_scaling (scale_a (M, K/128), strides (1, M)) and
+    is_blockwise_128x128_scaling on scale_b.t() ((N/128, K/128), row stride K/128 or K/128 rounded
+    up to 4, unit column stride), re-typed from ScaledBlas.cpp as the oracle."""
+    torch = pytest.importorskip("torch")
+    bench = _bench_module()
+    N = 384
+    A, SA = Q.quantize_rows(torch.randn(M, K))
+    W, SB = Q.quantize_blocks(torch.randn(N, K))
+    sa, sb = bench.Cublas.views(A, SA, SB)
+    kb, nb = -(-K // 128), -(-N // 128)
+    assert sa.shape == (M, kb) and sa.stride() == (1, M)
+    assert torch.equal(sa, SA[:, :M].t())
+    st = sb.t()
+    assert st.shape == (nb, kb) and st.stride()[1] == 1 and st.stride()[0] in (kb, -(-kb // 4) * 4)
+    assert torch.equal(st, SB)
+
+
+def test_benchmark_summary_and_table_from_rows():
+    bench = _bench_module()
+    rows = [{"set": "mlp", "model": "m", "proj": "up", "M": 8192, "N": 4096, "K": 4096,
+             "tflops": {"axe": 1000.0, "cublas": 1100.0, "triton": 900.0},
+             "correct": {"axe": True, "cublas": True, "triton": False}, "best_peer": "cublas", "axe_vs_best": 1000 / 1100},
+            {"set": "deepseek", "model": "DeepSeek-V3", "proj": "2112x7168", "M": 4096, "N": 2112, "K": 7168,
+             "tflops": {}, "correct": {}, "errors": {"axe_bn128": "x"}}]
+    s = bench.summarize(rows)
+    assert s["mlp"]["compared"] == 1 and s["mlp"]["meets_0.95"] == 0 and s["mlp"]["best_peer_counts"]["cublas"] == 1
+    assert s["deepseek"]["compared"] == 0
+    text = bench.table(rows)
+    assert "900!" in text and "0.909" in text
+    names = {bench.artifact_name(*sh[3:], bn) for sh in bench.shapes() for bn in bench.BNS}
+    assert len(bench.shapes()) == 22 and len(names) == 44

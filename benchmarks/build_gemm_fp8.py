@@ -1,0 +1,65 @@
+#!/usr/bin/env python
+"""Build the FP8 GEMM benchmark's artifacts (run on the CPU machine): ``kernels/gemm_fp8.py`` for
+every shape of ``benchmarks/gemm_fp8.py`` (16 MLP shapes at M = 8192, DeepSeek-V3's six at
+M = 4096), tile widths 128 and 256, into ``.carry/gemm_fp8/<name>/``; with ``--wheel``, also
+DeepGEMM's wheel (``sgl-deep-gemm``, ``pip download``: a py3-none manylinux wheel built for CUDA
+13 and torch) into ``.carry/gemm_fp8/wheels/``, so one carry path holds everything.
+
+Usage: ``.venv/bin/python benchmarks/build_gemm_fp8.py [--out DIR] [--only mlp|deepseek] [--bns 128 256] [--wheel]``.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
+
+WHEEL = "sgl-deep-gemm"
+
+
+def main(argv=None):
+    from gemm_fp8 import BNS, artifact_name, shapes
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=os.path.join(ROOT, ".carry", "gemm_fp8"))
+    ap.add_argument("--only", choices=("mlp", "deepseek"), default=None)
+    ap.add_argument("--bns", nargs="*", type=int, default=list(BNS))
+    ap.add_argument("--wheel", action="store_true", help=f"also download {WHEEL}'s wheel into OUT/wheels")
+    args = ap.parse_args(argv)
+    from kernels import gemm_fp8
+    total, failed = 0, []
+    for kind, model, proj, m, n, k in shapes():
+        if args.only not in (None, kind):
+            continue
+        for bn in args.bns:
+            name = artifact_name(m, n, k, bn)
+            if os.path.exists(os.path.join(args.out, name, "launch.json")):
+                continue
+            t = time.time()
+            try:
+                art = gemm_fp8.build(m, n, k, bn, name=name)
+            except Exception as err:  # noqa: BLE001 - report every shape that does not build
+                failed.append(f"{name}: {type(err).__name__}: {err}")
+                print(f"FAILED {name}: {err}", flush=True)
+                continue
+            art.save(os.path.join(args.out, name))
+            r = art.launch["resources"]
+            total += len(art.cubin)
+            print(f"built {name:36s} {len(art.cubin):7d} B  regs {r.get('registers')} "
+                  f"spills {r.get('spill_stores')}/{r.get('spill_loads')}  {time.time() - t:4.1f} s", flush=True)
+    if args.wheel:
+        dest = os.path.join(args.out, "wheels")
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
+                        "3.12", "--platform", "manylinux2014_x86_64", "-d", dest, WHEEL], check=True)
+    print(f"artifacts in {args.out}; {total / 2**20:.1f} MiB of new cubins; {len(failed)} failed")
+    for f in failed:
+        print("  " + f)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
