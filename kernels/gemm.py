@@ -6,7 +6,7 @@ computes 128×256 tiles of C with three warpgroups:
 
 - warpgroup 0, the producer (``setmaxnreg`` down to 40): one thread issues TMA loads of the
   A tile (128×64) and the B tile (64×256 or 256×64) into 128-byte-swizzled shared slots of a
-  ``STAGES``-deep (4) :class:`~axe.lang.pipeline.Pipeline` (full barriers count bytes, empty
+  ``STAGES``-deep (4) ``Ax.cuda.pipeline`` (full barriers count bytes, empty
   barriers count the two consumers' releases);
 - warpgroups 1 and 2, the consumers (``setmaxnreg`` up to 232): each owns 64 rows of the tile
   and runs ``Ax.gemm`` per slot.  The wgmma schedule is chosen from the layouts: B's shared
@@ -38,8 +38,8 @@ Measured on H200 it is 1–4% slower than unclustered, so it is not the default.
 ``stream_k=True`` splits the last whole wave of tiles and the partial one evenly over the CTAs
 in k-iterations (:func:`stream_k_bound`), so no CTA idles in a partial last wave: a tile is then
 computed in at most two pieces, the CTA with its last k-blocks writes the fp32 partial sum to a
-scratch workspace and sets a flag (``Ax.flag_set``), the CTA with its first k-blocks waits for the
-flag (``Ax.flag_take``), adds the partial sum and stores the tile.  It is correct but not the
+scratch workspace and sets a flag (``Ax.cuda.flag_set``), the CTA with its first k-blocks waits for the
+flag (``Ax.cuda.flag_take``), adds the partial sum and stores the tile.  It is correct but not the
 default: on H200 it gains 3–4% where K is short (8192×12288×4096) and loses up to 17% where K
 is long (8192×3584×14336), because CTAs at different k-offsets of different tiles no longer share
 A and B slabs in L2, and the stream-K phase waits on DRAM.
@@ -61,7 +61,7 @@ picked from the build target inside the factory): the accumulator lives in tenso
 elected thread of the producer warpgroup's warp 1: per k-block it waits for the slot, runs
 ``Ax.gemm`` (the layouts pick ``tcgen05.mma.cta_group::1`` M=128 N=256) and commits to the slot's
 *empty* barrier (the tensor core's completion frees it, one arrival); after a tile's last k-block it
-commits to the accumulator's *full* barrier (a one-slot :class:`~axe.lang.pipeline.Pipeline`).
+commits to the accumulator's *full* barrier (a one-slot ``Ax.cuda.pipeline``).
 Warpgroups 1 and 2 are the epilogue: warp w of a warpgroup reaches only TMEM lanes 32·(w % 4), so
 each warpgroup reads all 128 rows of its own 128 columns (``Ax.copy`` TMEM → registers, which the
 register layout turns into ``tcgen05.ld.16x256b``: the fragment ``stmatrix`` stores), frees the
@@ -72,9 +72,9 @@ the two small per-generation steps (``mma`` vs ``mma_tcgen05``; the consumers' `
 ``drain``).  ``cluster=2`` on sm_100a makes CTA pairs (vertically neighbouring tiles, as on
 sm_90a) run ``tcgen05.mma.cta_group::2``: each CTA loads its 128 rows of A and its half (128
 columns) of B at the same shared offsets — no multicast, the pair MMA reads both CTAs' shared
-memory — the odd CTA's warp 1 relays each landed slot to the even CTA (``Ax.arrive_remote`` on a
+memory — the odd CTA's warp 1 relays each landed slot to the even CTA (``Ax.cuda.arrive_remote`` on a
 *relay* barrier), and the even CTA's thread issues M=256 N=256 instructions on the
-``Ax.cta_pair`` views, committing by multicast to both CTAs' *empty* and accumulator barriers;
+``Ax.cuda.cta_pair`` views, committing by multicast to both CTAs' *empty* and accumulator barriers;
 each CTA's epilogue reads its own 128 TMEM lanes, and all 512 epilogue threads free the even
 CTA's accumulator.  The cooperative schedule is built for sm_100a; ping-pong, stream-K and the
 reduce-scatter epilogue are sm_90a-only for now and refused there by name.
@@ -315,8 +315,8 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         row = m_blk * bm + (0 if pp or split_cols else wg * HALF)
         for j in range(chunks):
             # the store that last read this chunk's buffer (chunk j - bufs, or the previous tile's) is done
-            Ax.tma_store_wait(bufs - 1, pred=leader)
-            Ax.named_barrier(1 + wg, 128)
+            Ax.cuda.tma_store_wait(bufs - 1, pred=leader)
+            Ax.cuda.named_barrier(1 + wg, 128)
             Cw = tile(pool, c_at + (wg * bufs + j % bufs) * (wrows * epilogue), (wrows, epilogue))
             n0 = n_blk * BN + (wg * wcols + j * epilogue if split_cols else j * epilogue)
             cols = slice(j * epilogue, (j + 1) * epilogue)
@@ -324,8 +324,8 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                 add_chunk(j, Cw, n0)
                 Ax.cast(out[:, cols], acc[:, cols])
             Ax.copy(Cw, out if chunks == 1 else out[:, cols])
-            Ax.fence_proxy_async()
-            Ax.named_barrier(1 + wg, 128)
+            Ax.cuda.fence_proxy_async()
+            Ax.cuda.named_barrier(1 + wg, 128)
             if dest is None:
                 Ax.copy(C[row:row + wrows, n0:n0 + epilogue], Cw, fence=False, wait=False)
             else:           # one bulk copy of the chunk's image (a peer's staging has no tensor map)
@@ -362,7 +362,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                        scratch=True)
         # Pl: this rank's slots as one (world·rows, cols) matrix, read locally
         Pl = Ax.view(Ax.param(P_), staging([], world * rows // HALF), (world * rows, cols))
-        d = _Distributed(mesh, P, Pl, Ax.mbarrier(1, 2, name="partial"))   # one barrier per consumer
+        d = _Distributed(mesh, P, Pl, Ax.cuda.mbarrier(1, 2, name="partial"))   # one barrier per consumer
         if rs_push == "forward":     # the stash: this rank's peer tiles, by owner, as staging images
             d.Q = Ax.view(Ax.param(Q_, scratch=True), staging([], world * rows // HALF), (world * rows, cols))
         d.F, d.cid, d.tx = F, cid, tx
@@ -385,11 +385,11 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         pend = dist.pending
         with guard(pend[0] >= 0):
             with guard(leader):
-                Ax.bulk_wait(0)                 # the pushed chunks are written (at the owner, or stashed)
+                Ax.cuda.bulk_wait(0)                 # the pushed chunks are written (at the owner, or stashed)
                 if rs_push == "bulk":
                     Ax.signal(pend[0], pend[1])
                 else:                           # hand the stashed half-tile to this warpgroup's forwarding warp
-                    Ax.counter_publish(dist.F, dist.cid * 2 + wg, pend[3] + 1)
+                    Ax.cuda.counter_publish(dist.F, dist.cid * 2 + wg, pend[3] + 1)
             IRB.buffer_store(pend, -1, [0])
             IRB.buffer_store(pend, pend[3] + 1, [3])
 
@@ -411,7 +411,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             owner = (me + 1 + seg) % world
             with guard(seg < world - 1):
                 with guard(lead):
-                    Ax.counter_wait(dist.F, dist.cid * 2 + wg, done[0] + 1)
+                    Ax.cuda.counter_wait(dist.F, dist.cid * 2 + wg, done[0] + 1)
                 T.evaluate(T.cuda.warp_sync())
                 row = j * BM + wg * HALF
                 at = owner * p_shape[1] + row
@@ -423,7 +423,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                     Ax.signal(rs_flag(me, j, n_blk, wg), owner)
                 IRB.buffer_store(done, done[0] + 1, [0])
         with guard(lead):                       # the counter is zero again for the next launch
-            Ax.counter_publish(dist.F, dist.cid * 2 + wg, 0)
+            Ax.cuda.counter_publish(dist.F, dist.cid * 2 + wg, 0)
 
     def rs_forwarders(dist):
         """Warp 2 + wg of the producer warpgroup forwards consumer warpgroup wg's halves."""
@@ -465,8 +465,8 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                     for s in range(1, world):
                         src = (me + s) % world
                         Ax.wait(rs_flag(src, j, n_blk, wg), src)
-                Ax.named_barrier(1 + wg, 128)
-                Ax.fence_gpu()
+                Ax.cuda.named_barrier(1 + wg, 128)
+                Ax.cuda.fence_gpu()
                 row = j * BM + wg * HALF
 
                 def add_partials(c, Cw, n0):
@@ -476,10 +476,10 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                     for s in range(1, world):
                         at = (me + s) % world * p_shape[1] + row
                         Ax.copy(Cw, Pl[at:at + HALF, n0:n0 + epilogue], barrier=dist.bar, stage=wg, schedule="bulk")
-                        Ax.mbarrier_wait(dist.bar, dist.pending[2] % 2, wg)
+                        Ax.cuda.mbarrier_wait(dist.bar, dist.pending[2] % 2, wg)
                         IRB.buffer_store(dist.pending, dist.pending[2] + 1, [2])
                         Ax.copy(out[:, cols], Cw)
-                        Ax.named_barrier(1 + wg, 128)       # every thread has read the buffer
+                        Ax.cuda.named_barrier(1 + wg, 128)       # every thread has read the buffer
                         Ax.elementwise(acc[:, cols], lambda a, q: a + T.cast(q, "float32"), acc[:, cols], out[:, cols])
                 epilogue_tile(acc, out, pool, C, wg, leader, j, n_blk, add_chunk=add_partials)
 
@@ -523,14 +523,14 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         with IRB.If(k1 < k_iters):
             with IRB.Then():
                 nxt = (cid + 1) * 2 + wg
-                Ax.flag_take(F, nxt, leader, 1 + wg, 128)
+                Ax.cuda.flag_take(F, nxt, leader, 1 + wg, 128)
                 epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk, partial=W[nxt * HALF:(nxt + 1) * HALF, :])
             with IRB.Else():
                 with IRB.If(k0 > 0):
                     with IRB.Then():
                         me = cid * 2 + wg
                         Ax.copy(W[me * HALF:(me + 1) * HALF, :], acc)
-                        Ax.flag_set(F, me, leader, 1 + wg, 128)
+                        Ax.cuda.flag_set(F, me, leader, 1 + wg, 128)
                     with IRB.Else():
                         epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk)
 
@@ -579,12 +579,12 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         pipe.wait(i)
         a = tile(pool, a_at + s * (bm * BK), (BM, BK))
         if cluster == 1:
-            with Ax.elect_one():
+            with Ax.cuda.elect_one():
                 Ax.gemm(acc, a, b_operand(pool, s), accumulate=accumulate, barrier=pipe.empty[s])
             return
-        Ax.mbarrier_wait(steps["relay"], pipe.phase(i), s)
-        with Ax.elect_one():
-            Ax.gemm(Ax.cta_pair(acc, 0), Ax.cta_pair(a, 0), Ax.cta_pair(b_operand(pool, s, b_half), 1),
+        Ax.cuda.mbarrier_wait(steps["relay"], pipe.phase(i), s)
+        with Ax.cuda.elect_one():
+            Ax.gemm(Ax.cuda.cta_pair(acc, 0), Ax.cuda.cta_pair(a, 0), Ax.cuda.cta_pair(b_operand(pool, s, b_half), 1),
                     accumulate=accumulate, barrier=pipe.empty[s], multicast=0b11)
 
     def relay_slots(pipe, cid):
@@ -592,18 +592,18 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         one arrival on the even CTA's relay barrier of that slot (the pair MMA reads both)."""
         with T.serial(sched.count(cid) * k_iters) as i:
             pipe.wait(i)
-            with Ax.elect_one():
-                Ax.arrive_remote(steps["relay"].ptr(pipe.slot(i)), 0)
+            with Ax.cuda.elect_one():
+                Ax.cuda.arrive_remote(steps["relay"].ptr(pipe.slot(i)), 0)
 
     def issue_tiles(pool, pipe, acc_t, accp, cid, rank):
         """sm_100a, warp 1 of the producer warpgroup: every tile's MMAs, each tile once the
         epilogue has read the previous one out of TMEM; its completion committed to ``accp.full``."""
         with T.serial(sched.count(cid)) as it:
             accp.acquire(it)
-            Ax.tcgen05_fence_after()
+            Ax.cuda.tcgen05_fence_after()
             tile_loop(pool, pipe, acc_t, 0, None, it * k_iters, 0, k_iters)
-            with Ax.elect_one():        # arrives when every MMA this thread issued has completed
-                Ax.tcgen05_commit((accp.full,), cluster, 0b11 if cluster > 1 else None)
+            with Ax.cuda.elect_one():        # arrives when every MMA this thread issued has completed
+                Ax.cuda.tcgen05_commit((accp.full,), cluster, 0b11 if cluster > 1 else None)
 
     def drain(acc_t, accp, acc, wg, j):
         """sm_100a epilogue warpgroup ``wg``: wait for tile j's accumulator, read its 128 columns
@@ -612,7 +612,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         for w in range(2):          # TMEM views have static columns: one branch per warpgroup
             with guard(wg == w):
                 Ax.copy(acc, acc_t[:, w * wcols:(w + 1) * wcols])
-        Ax.tcgen05_fence_before()
+        Ax.cuda.tcgen05_fence_before()
         accp.release(j)
 
     steps = {"mma": mma}        # the factory sets sm_100a's; "relay": a pair's relay barriers (the kernel's)
@@ -661,30 +661,30 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                  P_: T.Buffer(p_shape, dtype), peers: T.Buffer((world,), "int64"), sig: T.Buffer((nsig,), "int32"),
                  err: T.Buffer((8,), "int32"), rank_: T.int32, epoch: T.int32, timeout_ns: T.int64,
                  Q_: T.Buffer(p_shape, dtype), W_: T.Buffer((ws_rows, BN if stream_k else 1), "float32"), F_: T.Buffer((2 * sms,), "int32")):
-            Ax.min_blocks_per_sm(1)
+            Ax.cuda.min_blocks_per_sm(1)
             if cluster == 1:      # a runtime M: no more CTAs than tiles (the grid is an expression of M)
                 bx, tx = Ax.launch([T.min(sms, sched.tiles)] if dyn else sms, THREADS)
                 cid, rank = bx, 0
             else:
-                cid, rank, bx, tx = Ax.cluster_launch(sms, THREADS, cluster)
+                cid, rank, bx, tx = Ax.cuda.cluster_launch(sms, THREADS, cluster)
             A = Ax.param(rows_view(A_), tensormap=A_map)
             B = Ax.param(B_, tensormap=B_map)
             C = Ax.param(rows_view(C_), tensormap=C_map)
             W = Ax.param(W_, scratch=True)          # stream-K partial sums (fp32)
             F = Ax.param(F_, scratch=True)          # stream-K flags, one per CTA and warpgroup
             dist = distributed(A_, B_, C_, P_, Q_, peers, sig, err, rank_, epoch, timeout_ns, F, cid, tx)
-            pool = Ax.dynamic_shared(c_at + 2 * bufs * wrows * epilogue, dtype)
+            pool = Ax.cuda.dynamic_shared(c_at + 2 * bufs * wrows * epilogue, dtype)
             # a pair's slots are freed by the even CTA's multicast commit: one arrival per CTA
-            pipe = Ax.pipeline(stages, producers=2, consumers=1 if pp else gen.releases, cluster=1 if tc else cluster)
+            pipe = Ax.cuda.pipeline(stages, producers=2, consumers=1 if pp else gen.releases, cluster=1 if tc else cluster)
             if tc:      # the TMEM accumulator (256 columns) and its one-slot pipeline: full <- the MMA
-                acc_t = Ax.tmem((BM, BN), "float32", name="acc_tmem", cta_group=cluster)   # thread's commit,
+                acc_t = Ax.cuda.tmem((BM, BN), "float32", name="acc_tmem", cta_group=cluster)   # thread's commit,
                 # empty <- the epilogues' 256 threads (a pair: of both CTAs, on the even CTA's barrier)
-                accp = Ax.pipeline(1, producers=1, consumers=2 * 128, name="accp", cluster=cluster)
+                accp = Ax.cuda.pipeline(1, producers=1, consumers=2 * 128, name="accp", cluster=cluster)
                 if cluster > 1:
-                    steps.update(relay=Ax.mbarrier(1, stages, name="relay"))   # odd CTA's slot landed -> even
-                    Ax.fence_mbarrier_init()
-                    Ax.cluster_sync()
-            with Ax.role(0, 1, regs=PRODUCER_REGS):
+                    steps.update(relay=Ax.cuda.mbarrier(1, stages, name="relay"))   # odd CTA's slot landed -> even
+                    Ax.cuda.fence_mbarrier_init()
+                    Ax.cuda.cluster_sync()
+            with Ax.cuda.role(0, 1, regs=PRODUCER_REGS):
                 with Ax.warps(0, 1):
                     for it in T.serial(dp_waves if stream_k else sched.count(cid)):
                         m_blk, n_blk = coords(cid, rank, it)
@@ -706,8 +706,8 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                                 issue_tiles(pool, pipe, acc_t, accp, cid, rank)
                             with guard(rank == 1):
                                 relay_slots(pipe, cid)
-            with Ax.role(1, 3, regs=CONSUMER_REGS, each=True):
-                wg = Ax.warpgroup_index()
+            with Ax.cuda.role(1, 3, regs=CONSUMER_REGS, each=True):
+                wg = Ax.cuda.warpgroup_index()
                 leader = tx % 128 == 0
                 acc = Ax.registers((wrows, wcols), "float32", acc_layout, name="acc")
                 out = Ax.registers((wrows, wcols), dtype, acc_layout, name="out")
@@ -719,12 +719,12 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                     it = 2 * j + wg if pp else j
                     m_blk, n_blk = coords(cid, rank, it)
                     if pp:      # my turn: the other warpgroup has issued the previous tile's main loop
-                        when(it > 0, lambda: Ax.named_barrier(ORDER + wg, 256))
+                        when(it > 0, lambda: Ax.cuda.named_barrier(ORDER + wg, 256))
                     if tc:      # the MMA thread computed the tile in TMEM
                         drain(acc_t, accp, acc, wg, it)
                     else:       # ping-pong: pass the turn once every k-block but the last has been waited for
                         tile_loop(pool, pipe, acc, wg, leader, it * k_iters, 0, k_iters, before_last=(
-                            lambda: when(it + 1 < count, lambda: Ax.named_barrier_arrive(ORDER + 1 - wg, 256))) if pp else None)
+                            lambda: when(it + 1 < count, lambda: Ax.cuda.named_barrier_arrive(ORDER + 1 - wg, 256))) if pp else None)
                     if rs:
                         rs_store(acc, out, pool, C, dist, wg, leader, m_blk, n_blk)
                     else:
@@ -740,13 +740,13 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                         m_blk, n_blk = sched.coords(dp_tiles + t)
                         tile_loop(pool, pipe, acc, wg, leader, dp_waves * k_iters + t * k_iters - b0, k0, k1)
                         sk_finish(acc, out, pool, C, W, F, cid, wg, leader, m_blk, n_blk, k0, k1)
-                Ax.tma_store_wait(0, pred=leader)
+                Ax.cuda.tma_store_wait(0, pred=leader)
             if tc:
                 if cluster > 1:     # PTX ISA: no access from the peer may run into the pair's dealloc
-                    Ax.cluster_sync()
-                Ax.tmem_free(acc_t)
+                    Ax.cuda.cluster_sync()
+                Ax.cuda.tmem_free(acc_t)
             if cluster > 1:
-                Ax.cluster_sync()                    # no CTA leaves while its peer may still arrive on it
+                Ax.cuda.cluster_sync()                    # no CTA leaves while its peer may still arrive on it
         if dyn:
             unbake_rows(current_context().tensormaps)
         # one GPU: the reduce-scatter parameters leave the call signature

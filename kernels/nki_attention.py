@@ -14,7 +14,6 @@ from math import sqrt
 from tvm.script import tirx as T
 
 import axe.lang as Ax
-from axe.backends.neuron import lang as trn
 from axe.layout import F, P, S
 
 D, BQ, BK = 128, 128, 512
@@ -46,45 +45,45 @@ def nki_attention(heads=2, seq=1024, dtype="bfloat16"):
         @T.prim_func
         def nki_attention(Q_: T.Buffer((heads, seq, D), dtype), K_: T.Buffer((heads, seq, D), dtype),
                           V_: T.Buffer((heads, seq, D), dtype), O_: T.Buffer((heads, seq, D), dtype)):
-            trn.core()
-            Q, K = trn.hbm(Q_, (1, BK, D)), trn.hbm(K_, (1, BK, D))
-            V, O = trn.hbm(V_, (1, BK, D)), trn.hbm(O_, (1, BK, D))
+            Ax.neuron.core()
+            Q, K = Ax.neuron.hbm(Q_, (1, BK, D)), Ax.neuron.hbm(K_, (1, BK, D))
+            V, O = Ax.neuron.hbm(V_, (1, BK, D)), Ax.neuron.hbm(O_, (1, BK, D))
             for h in T.parallel(heads):
                 for qi in T.parallel(QT):
-                    q = trn.sbuf((BQ, D), dtype, Q_TILE, name="q")
+                    q = Ax.neuron.sbuf((BQ, D), dtype, Q_TILE, name="q")
                     Ax.copy(q, Q[h:h + 1, qi * BQ:(qi + 1) * BQ, :])
-                    m_run = trn.sbuf((BQ, 1), "float32", name="m_run")
+                    m_run = Ax.neuron.sbuf((BQ, 1), "float32", name="m_run")
                     Ax.elementwise(m_run, lambda: T.float32(-30000.0))
-                    l_run = trn.sbuf((BQ, 1), "float32", name="l_run")
-                    o_acc = trn.sbuf((BQ, D), "float32", name="o_acc")
+                    l_run = Ax.neuron.sbuf((BQ, 1), "float32", name="l_run")
+                    o_acc = Ax.neuron.sbuf((BQ, D), "float32", name="o_acc")
                     for kj in T.serial(KT):
-                        k = trn.sbuf((BK, D), dtype, K_TILE, name="k")
-                        v = trn.sbuf((BK, D), dtype, V_TILE, name="v")
+                        k = Ax.neuron.sbuf((BK, D), dtype, K_TILE, name="k")
+                        v = Ax.neuron.sbuf((BK, D), dtype, V_TILE, name="v")
                         Ax.copy(k, K[h:h + 1, kj * BK:(kj + 1) * BK, :])
                         Ax.copy(v, V[h:h + 1, kj * BK:(kj + 1) * BK, :])
-                        s = trn.psum((BQ, BK), "float32", name="s")
+                        s = Ax.neuron.psum((BQ, BK), "float32", name="s")
                         Ax.gemm(s, q, Ax.permute(k, (1, 0)), accumulate=False)
-                        trn.keep_columns(s, kj * BK, seq)
-                        mx = trn.sbuf((BQ, 1), "float32", name="mx")
+                        Ax.neuron.keep_columns(s, kj * BK, seq)
+                        mx = Ax.neuron.sbuf((BQ, 1), "float32", name="mx")
                         Ax.reduce(mx, s, "max", dims=1)
-                        m_new = trn.sbuf((BQ, 1), "float32", name="m_new")
+                        m_new = Ax.neuron.sbuf((BQ, 1), "float32", name="m_new")
                         Ax.elementwise(m_new, lambda a, b: T.max(a, b * T.float32(scale)), m_run, mx)
-                        p = trn.sbuf((BQ, BK), "float32", name="p")
+                        p = Ax.neuron.sbuf((BQ, BK), "float32", name="p")
                         Ax.elementwise(p, lambda x, mm: T.exp(x * T.float32(scale) - mm), s, m_new)
-                        rs = trn.sbuf((BQ, 1), "float32", name="rs")
+                        rs = Ax.neuron.sbuf((BQ, 1), "float32", name="rs")
                         Ax.reduce(rs, p, "sum", dims=1)
-                        alpha = trn.sbuf((BQ, 1), "float32", name="alpha")
+                        alpha = Ax.neuron.sbuf((BQ, 1), "float32", name="alpha")
                         Ax.elementwise(alpha, lambda a, b: T.exp(a - b), m_run, m_new)
                         Ax.elementwise(l_run, lambda l_, a, r: l_ * a + r, l_run, alpha, rs)
-                        pt_ps = trn.psum((BQ, BK), "float32", PT_TILE, name="pt_ps")
+                        pt_ps = Ax.neuron.psum((BQ, BK), "float32", PT_TILE, name="pt_ps")
                         Ax.copy(pt_ps, p)
-                        pt = trn.sbuf((BQ, BK), dtype, PT_TILE, name="pt")
+                        pt = Ax.neuron.sbuf((BQ, BK), dtype, PT_TILE, name="pt")
                         Ax.cast(pt, pt_ps)
-                        pv = trn.psum((BQ, D), "float32", name="pv")
+                        pv = Ax.neuron.psum((BQ, D), "float32", name="pv")
                         Ax.gemm(pv, pt, v, accumulate=False)
                         Ax.elementwise(o_acc, lambda o, a, x: o * a + x, o_acc, alpha, pv)
                         Ax.copy(m_run, m_new)
-                    out = trn.sbuf((BQ, D), dtype, name="out")
+                    out = Ax.neuron.sbuf((BQ, D), dtype, name="out")
                     Ax.elementwise(out, lambda o, l_: T.Cast(dtype, o / l_), o_acc, l_run)
                     Ax.copy(O[h:h + 1, qi * BQ:(qi + 1) * BQ, :], out)
         return nki_attention

@@ -11,7 +11,6 @@ banks for BN = 1024: all 8 banks).  ``Ax.gemm`` intersects the iters and issues 
 from tvm.script import tirx as T
 
 import axe.lang as Ax
-from axe.backends.neuron import lang as trn
 from axe.layout import F, P, S
 
 BM, BK = 512, 128
@@ -45,18 +44,18 @@ def nki_gemm(M=1024, N=1024, K=1024, dtype="float16"):
     def kernel():
         @T.prim_func
         def nki_gemm(A_: T.Buffer((M, K), dtype), B_: T.Buffer((K, N), dtype), C_: T.Buffer((M, N), dtype)):
-            trn.core()
-            A, B, C = trn.hbm(A_, (BM, BK)), trn.hbm(B_, (BK, BN)), trn.hbm(C_, (BM, BN))
+            Ax.neuron.core()
+            A, B, C = Ax.neuron.hbm(A_, (BM, BK)), Ax.neuron.hbm(B_, (BK, BN)), Ax.neuron.hbm(C_, (BM, BN))
             for m in T.parallel(MT):
                 for n in T.parallel(NT):
-                    acc = trn.psum((BM, BN), "float32", C_TILE, name="acc")
+                    acc = Ax.neuron.psum((BM, BN), "float32", C_TILE, name="acc")
                     for k in T.parallel(KT):
-                        a = trn.sbuf((BM, BK), dtype, A_TILE, name="a")
-                        b = trn.sbuf((BK, BN), dtype, B_TILE, name="b")
+                        a = Ax.neuron.sbuf((BM, BK), dtype, A_TILE, name="a")
+                        b = Ax.neuron.sbuf((BK, BN), dtype, B_TILE, name="b")
                         Ax.copy(a, A[m * BM:(m + 1) * BM, k * BK:(k + 1) * BK])
                         Ax.copy(b, B[k * BK:(k + 1) * BK, n * BN:(n + 1) * BN])
                         Ax.gemm(acc, a, b)
-                    out = trn.sbuf((BM, BN), dtype, C_TILE, name="out")
+                    out = Ax.neuron.sbuf((BM, BN), dtype, C_TILE, name="out")
                     Ax.cast(out, acc)
                     Ax.copy(C[m * BM:(m + 1) * BM, n * BN:(n + 1) * BN], out)
         return nki_gemm

@@ -6,7 +6,6 @@ partitions).  An example for the tests and the API check.
 from tvm.script import tirx as T
 
 import axe.lang as Ax
-from axe.backends.neuron import lang as trn
 
 
 def nki_reductions():
@@ -16,14 +15,14 @@ def nki_reductions():
         @T.prim_func
         def red(X_: T.Buffer((128, 300), "float32"), R_: T.Buffer((128, 1), "float32"),
                 Cs_: T.Buffer((1, 300), "float32")):
-            trn.core()
+            Ax.neuron.core()
             X, R, Cs = Ax.param(X_), Ax.param(R_), Ax.param(Cs_)
-            x = trn.sbuf((128, 300), "float32", name="x")
+            x = Ax.neuron.sbuf((128, 300), "float32", name="x")
             Ax.copy(x, X[0:128, 0:300])
-            r = trn.sbuf((128, 1), "float32", name="r")
+            r = Ax.neuron.sbuf((128, 1), "float32", name="r")
             Ax.reduce(r, x, "max", dims=1)
             Ax.copy(R[0:128, 0:1], r)
-            cs = trn.psum((1, 300), "float32", name="cs")
+            cs = Ax.neuron.psum((1, 300), "float32", name="cs")
             Ax.reduce(cs, x, "sum", dims=0)
             Ax.copy(Cs[0:1, 0:300], cs)
         return red

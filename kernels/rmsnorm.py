@@ -22,7 +22,6 @@ weights sit on one partition and the scaling broadcasts them to all 128.
 from tvm.script import tirx as T
 
 import axe.lang as Ax
-from axe.backends.neuron import lang as trn
 from axe.layout import S, tx
 from axe.schedules.context import current_context
 
@@ -34,7 +33,7 @@ VEC = 8                                           # 16-byte chunks of fp16/bf16
 #: of the weights and of a per-row scalar (None: the allocator's plain tile, rows on partitions)
 TARGETS = {
     "cuda": dict(rows=1, tile=Ax.registers, row=ROW, weights=ROW, one="S[1:1]"),
-    "neuron": dict(rows=128, tile=trn.sbuf, row=None, weights=None, one=None),
+    "neuron": dict(rows=128, tile=Ax.neuron.sbuf, row=None, weights=None, one=None),
 }
 
 
@@ -99,7 +98,7 @@ def _trn1():
     @T.prim_func
     def rmsnorm(X_: T.Buffer((ROWS, N), "float16"), W_: T.Buffer((1, N), "float16"),
                 Y_: T.Buffer((ROWS, N), "float16")):
-        trn.core()
+        Ax.neuron.core()
         X = Ax.param(X_)
         W = Ax.param(W_)
         Y = Ax.param(Y_)

@@ -19,7 +19,6 @@ row on a GPU, a loop over 128-row blocks on the one NeuronCore).
 from tvm.script import tirx as T
 
 import axe.lang as Ax
-from axe.backends.neuron import lang as trn
 from axe.schedules.context import current_context
 from kernels.rmsnorm import row_layout, row_params
 from axe.layout import S, tx
@@ -32,7 +31,7 @@ ONE = S[1:1]
 #: of a per-row scalar (None: the allocator's plain tile, rows on the partitions)
 TARGETS = {
     "cuda": dict(rows=1, tile=Ax.registers, row=ROW, one=ONE),
-    "neuron": dict(rows=128, tile=trn.sbuf, row=None, one=None),
+    "neuron": dict(rows=128, tile=Ax.neuron.sbuf, row=None, one=None),
 }
 
 
@@ -68,7 +67,7 @@ def _trn1():
 
     @T.prim_func
     def softmax(X_: T.Buffer((ROWS, N), "float16"), Y_: T.Buffer((ROWS, N), "float16")):
-        trn.core()
+        Ax.neuron.core()
         X = Ax.param(X_)
         Y = Ax.param(Y_)
         for r in T.parallel(ROWS // cfg["rows"]):

@@ -13,7 +13,6 @@ from tvm.script import tirx as T
 
 import axe.lang as Ax
 from axe.backends.neuron import hardware as hw
-from axe.backends.neuron import lang as trn
 from axe.layout import F, P, S
 from axe.lang import KernelError, compile_kernel, explain
 from axe.schedules.registry import candidates
@@ -39,17 +38,17 @@ def _gemm_kernel(a_layout, b_layout, c_layout, M=128, N=512, K=128, io=True):
     def k():
         @T.prim_func
         def mm(A_: T.Buffer((M, K), "float16"), B_: T.Buffer((K, N), "float16"), C_: T.Buffer((M, N), "float16")):
-            trn.core()
+            Ax.neuron.core()
             A, B, C = Ax.param(A_), Ax.param(B_), Ax.param(C_)
-            a = trn.sbuf((M, K), "float16", a_layout, name="a")
-            b = trn.sbuf((K, N), "float16", b_layout, name="b")
-            acc = trn.psum((M, N), "float32", c_layout, name="acc")
+            a = Ax.neuron.sbuf((M, K), "float16", a_layout, name="a")
+            b = Ax.neuron.sbuf((K, N), "float16", b_layout, name="b")
+            acc = Ax.neuron.psum((M, N), "float32", c_layout, name="acc")
             if io:
                 Ax.copy(a, A[0:M, 0:K])
                 Ax.copy(b, B[0:K, 0:N])
             Ax.gemm(acc, a, b)
             if io:
-                out = trn.sbuf((M, N), "float16", c_layout, name="out")
+                out = Ax.neuron.sbuf((M, N), "float16", c_layout, name="out")
                 Ax.cast(out, acc)
                 Ax.copy(C[0:M, 0:N], out)
         return mm
@@ -199,7 +198,7 @@ def test_cuda_constructs_in_a_trn1_build_are_named():
         compile_kernel(_launching_kernel(lambda shape, dt: Ax.shared(shape, dt, name="s")), "trn1")
     from axe.backends.neuron.emit import TargetError
     with pytest.raises(TargetError, match=r"GPU thread/CTA binding .*CUDA-only construct: it has no meaning on trn1"):
-        compile_kernel(_launching_kernel(lambda shape, dt: trn.sbuf(shape, dt, name="t")), "trn1")
+        compile_kernel(_launching_kernel(lambda shape, dt: Ax.neuron.sbuf(shape, dt, name="t")), "trn1")
 
 
 def test_registry_loads_backends_by_family():
@@ -222,7 +221,7 @@ def test_reductions_over_partitions_and_free_axis():
 
 
 def test_trainium_constructs_in_a_gpu_build_are_named():
-    with pytest.raises(KernelError, match=r"trn.core\(\) is a Trainium construct .* for sm_90a"):
+    with pytest.raises(KernelError, match=r"Ax.neuron.core is a construct of the neuron backend; this build is for sm_90a"):
         explain(nki_gemm(256, 256, 256), "sm_90a")
 
 
@@ -231,7 +230,6 @@ def test_cli_reports_a_cuda_construct_in_a_trn1_build(tmp_path, capsys):
     src = tmp_path / "gpu_kernel.py"
     src.write_text('''from tvm.script import tirx as T
 import axe.lang as Ax
-from axe.backends.neuron import lang as trn
 
 @Ax.kernel(name="g", outputs=("B",))
 def g():
@@ -239,7 +237,7 @@ def g():
     def g(A_: T.Buffer((128, 64), "float16"), B_: T.Buffer((128, 64), "float16")):
         bx, tx = Ax.launch(1, 128)
         A, B = Ax.param(A_), Ax.param(B_)
-        t = trn.sbuf((128, 64), "float16", name="t")
+        t = Ax.neuron.sbuf((128, 64), "float16", name="t")
         Ax.copy(t, A[0:128, 0:64])
         Ax.copy(B[0:128, 0:64], t)
     return g

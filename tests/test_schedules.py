@@ -106,7 +106,7 @@ def test_tma_store_chosen_and_its_refusals_explained():
         def bad_store(B_: T.Buffer((64, 64), "float16"), B_map: T.handle("tensormap")):
             bx, tx_ = Ax.launch(1, 128)
             B = Ax.param(B_, tensormap=B_map)
-            bar = Ax.mbarrier(count=1)
+            bar = Ax.cuda.mbarrier(count=1)
             t = Ax.shared((64, 64), "float16", "S[(64,64):(1,64)]", name="t")
             Ax.copy(B, t, schedule="tma_store", barrier=bar)
         return bad_store

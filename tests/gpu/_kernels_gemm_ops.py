@@ -32,7 +32,7 @@ def tile_setup(A_, B_, C_, A_map, B_map, M, K, bshape, dtype, sw, stages):
     A = Ax.param(A_, tensormap=A_map)
     B = Ax.param(B_, tensormap=B_map)
     Cg = Ax.param(C_)
-    bars = Ax.mbarrier(count=1, stages=stages)
+    bars = Ax.cuda.mbarrier(count=1, stages=stages)
     As = Ax.shared((M, K), dtype, swizzled_rows(M, K, sw), name="As")
     Bs = Ax.shared(bshape, dtype, swizzled_rows(*bshape, sw), name="Bs")
     return A, B, Cg, bars, As, Bs
@@ -42,8 +42,8 @@ def tma_tiles(As, A, Bs, B, bars):
     """TMA loads of A and B into As and Bs on barriers 0 and 1, and the waits for both."""
     Ax.copy(As, A, barrier=bars[0])
     Ax.copy(Bs, B, barrier=bars[1])
-    Ax.mbarrier_wait(bars, 0, 0)
-    Ax.mbarrier_wait(bars, 0, 1)
+    Ax.cuda.mbarrier_wait(bars, 0, 0)
+    Ax.cuda.mbarrier_wait(bars, 0, 1)
 
 
 def wgmma_tile(b_major="K", K=64, N=128, a_regs=False, dtype="float16", sw=128, name=None):

@@ -39,10 +39,10 @@ def tma_copy(swizzled: bool):
             (bx, by), tx_ = Ax.launch([128 // cols, 256 // rows], 128)
             A = Ax.param(A_, tensormap=A_map)
             B = Ax.param(B_, tensormap=B_map)
-            bar = Ax.mbarrier(count=1)
+            bar = Ax.cuda.mbarrier(count=1)
             t = Ax.shared((rows, cols), F16, layout, name="t")
             Ax.copy(t, A[by * rows:(by + 1) * rows, bx * cols:(bx + 1) * cols], barrier=bar)
-            Ax.mbarrier_wait(bar, 0)
+            Ax.cuda.mbarrier_wait(bar, 0)
             Ax.copy(B[by * rows:(by + 1) * rows, bx * cols:(bx + 1) * cols], t)
         return k
     return k

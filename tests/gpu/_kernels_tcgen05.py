@@ -30,23 +30,23 @@ def tcgen05_tile(N=128, K=64, b_major="K", sw=128, a_tmem=False, dtype="float16"
               A_map: T.handle("tensormap"), B_map: T.handle("tensormap")):
             bx, tx = Ax.launch(1, 128)
             A, B, Cg, bars, As, Bs = tile_setup(A_, B_, C_, A_map, B_map, M, K, bshape, dtype, sw, 3)
-            acc = Ax.tmem((M, N), "float32", name="acc", last=False)
-            At = Ax.tmem((M, K), dtype, name="At")      # unused unless a_tmem
+            acc = Ax.cuda.tmem((M, N), "float32", name="acc", last=False)
+            At = Ax.cuda.tmem((M, K), dtype, name="At")      # unused unless a_tmem
             tma_tiles(As, A, Bs, B, bars)
             with Ax.warps(0, 1):
-                with Ax.elect_one():
+                with Ax.cuda.elect_one():
                     Bv = Ax.permute(Bs, (1, 0)) if b_major == "K" else Bs
                     if a_tmem:
                         Ax.copy(At, As)
                         Ax.gemm(acc, At, Bv, accumulate=False, barrier=bars[2])
                     else:
                         Ax.gemm(acc, As, Bv, accumulate=False, barrier=bars[2])
-            Ax.mbarrier_wait(bars, 0, 2)
+            Ax.cuda.mbarrier_wait(bars, 0, 2)
             with Ax.warpgroups(0):
                 R = Ax.registers((M, N), "float32", rows, name="R")
                 Ax.copy(R, acc)
                 Ax.copy(Cg, R)
-            Ax.tmem_free(At)
-            Ax.tmem_free(acc)
+            Ax.cuda.tmem_free(At)
+            Ax.cuda.tmem_free(acc)
         return k
     return k

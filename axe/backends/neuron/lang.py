@@ -1,11 +1,14 @@
-"""Trainium constructs a kernel body uses: the NeuronCore scope and SBUF/PSUM tiles.
+"""Trainium constructs a kernel body uses (``Ax.neuron.<name>``): the NeuronCore scope and
+SBUF/PSUM tiles.
 
 A trn1 kernel is an ``@Ax.kernel`` TVMScript factory like a GPU one: parameters are HBM tensors
 (``Ax.param``), loops are ``T.parallel`` (independent iterations: ``nl.affine_range``) or
 ``T.serial`` (carried state: ``nl.sequential_range``), and operators (``Ax.copy``, ``Ax.gemm``,
 ``Ax.elementwise``, ``Ax.reduce``) dispatch on their operands' layouts to the neuron schedules.
-On-chip tiles come from :func:`sbuf` and :func:`psum`; their layouts map the logical shape to the
-axes ``P`` (partition) and ``F`` (free), e.g. ``S[(128, 512):(1@P, 1@F)]``.
+On-chip tiles come from :func:`sbuf` and :func:`psum` (``Ax.neuron.sbuf``); their layouts map the
+logical shape to the axes ``P`` (partition) and ``F`` (free), e.g. ``S[(128, 512):(1@P, 1@F)]``.
+The language checks that these are called in a trn1 build (:mod:`axe.lang.targets`): in a GPU
+build ``Ax.neuron.sbuf`` is an error naming it and the target.
 """
 
 from __future__ import annotations
@@ -27,18 +30,8 @@ register_memory_scope("sbuf", "psum")
 _NL_DTYPE = {"float16": "nl.float16", "bfloat16": "nl.bfloat16", "float32": "nl.float32"}
 
 
-def _require_trainium(construct: str) -> None:
-    """A Trainium construct in a build for another target is an error naming both."""
-    from axe.schedules.context import current_context
-    ctx = current_context()
-    if ctx.family != "neuron":
-        raise ValueError(f"{construct} is a Trainium construct (axe.backends.neuron.lang); this build is for "
-                         f"{ctx.target}")
-
-
 def core():
     """Enter the NeuronCore scope (a trn1 kernel runs on one NeuronCore; no grid, no threads)."""
-    _require_trainium("trn.core()")
     reset_scopes()
     push_scope(ExecScope("kernel", None, 1))
 
@@ -69,7 +62,6 @@ def _ax(name):
 
 def _alloc(kind, shape, dtype, layout, name, init):
     import tvm
-    _require_trainium(f"trn.{kind}({name})")
     shape = tuple(shape)
     L = tile_layout(shape) if layout is None else (parse(layout) if isinstance(layout, str) else layout)
     if prod(shape) != L.size:
