@@ -9,8 +9,8 @@
 - ``C[i, j] = Σ_kb SA[i, kb] · SB[j // 128, kb] · Σ_{k in kb} A[i, k] · B[j, k]``.
 
 The kernel is :mod:`kernels.gemm`'s structure (persistent CTAs over a grouped
-:class:`~axe.lang.pipeline.TileSchedule`, a producer warpgroup issuing TMA into a
-:class:`~axe.lang.pipeline.Pipeline`, two consumer warpgroups of 64 rows each, an stmatrix +
+:class:`~axe.lang.TileSchedule`, a producer warpgroup issuing TMA into a
+:class:`~axe.backends.cuda.lang.pipeline.Pipeline`, two consumer warpgroups of 64 rows each, an stmatrix +
 TMA-store epilogue) with an fp8 main loop.  A pipeline slot holds one scale block of K
 (BK = 128): the A tile (128×128), the B tile (``bn``×128, both 128-byte swizzled, K-major as fp8
 wgmma requires) and the A tile's 128 row scales (a 512-byte TMA box of SA).  Per slot and per
@@ -113,11 +113,11 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None):
             row = m_blk * BM + wg * HALF
             cw = Ax.view(cbuf, swizzled(HALF, PART), (HALF, PART), base=wg * (HALF * PART))
             for c in range(halves):
-                Ax.tma_store_wait(0, pred=leader)       # the previous store has read the buffer
-                Ax.named_barrier(1 + wg, 128)
+                Ax.cuda.tma_store_wait(0, pred=leader)       # the previous store has read the buffer
+                Ax.cuda.named_barrier(1 + wg, 128)
                 Ax.copy(cw, out[:, c * PART:(c + 1) * PART])
-                Ax.fence_proxy_async()
-                Ax.named_barrier(1 + wg, 128)
+                Ax.cuda.fence_proxy_async()
+                Ax.cuda.named_barrier(1 + wg, 128)
                 n0 = n_blk * bn + c * PART
                 Ax.copy(C[row:row + HALF, n0:n0 + PART], cw, fence=False, wait=False)
 
@@ -126,18 +126,18 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None):
                             SB_: T.Buffer(sb_shape, "float32"), C_: T.Buffer((M, N), "bfloat16"),
                             A_map: T.handle("tensormap"), B_map: T.handle("tensormap"),
                             SA_map: T.handle("tensormap"), C_map: T.handle("tensormap")):
-            Ax.min_blocks_per_sm(1)
+            Ax.cuda.min_blocks_per_sm(1)
             cid, tx = Ax.launch(sms, THREADS)
             A = Ax.param(A_, tensormap=A_map)
             B = Ax.param(B_, tensormap=B_map)
             SA = Ax.param(SA_, tensormap=SA_map)
             SB = Ax.param(SB_)
             C = Ax.param(C_, tensormap=C_map)
-            pool = Ax.dynamic_shared(stages * (BM + bn) * BK, FP8)
+            pool = Ax.cuda.dynamic_shared(stages * (BM + bn) * BK, FP8)
             sa = Ax.shared((stages, BM), "float32", name="sa")          # the A tile's row scales, per slot
             cbuf = Ax.shared((2 * HALF, PART), "bfloat16", swizzled(2 * HALF, PART), name="cbuf")
-            pipe = Ax.pipeline(stages, producers=3, consumers=2)      # full: A, B and SA copies
-            with Ax.role(0, 1, regs=PRODUCER_REGS):
+            pipe = Ax.cuda.pipeline(stages, producers=3, consumers=2)      # full: A, B and SA copies
+            with Ax.cuda.role(0, 1, regs=PRODUCER_REGS):
                 with Ax.warps(0, 1):
                     for it in T.serial(sched.count(cid)):
                         m_blk, n_blk = sched.coords(sched.tile(cid, it))
@@ -151,8 +151,8 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None):
                                     B[n_blk * bn:(n_blk + 1) * bn, kb * BK:(kb + 1) * BK], barrier=pipe.full, stage=s)
                             Ax.copy(sa[s:s + 1, :], SA[kb:kb + 1, m_blk * BM:(m_blk + 1) * BM],
                                     barrier=pipe.full, stage=s)
-            with Ax.role(1, 3, regs=CONSUMER_REGS, each=True):
-                wg = Ax.warpgroup_index()
+            with Ax.cuda.role(1, 3, regs=CONSUMER_REGS, each=True):
+                wg = Ax.cuda.warpgroup_index()
                 leader = tx % 128 == 0
                 acc = Ax.registers((HALF, bn), "float32", acc_layout, name="acc")
                 part = Ax.registers((HALF, PART), "float32", part_layout, name="part")
@@ -164,7 +164,7 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None):
                     for kb in T.serial(1, k_iters):
                         k_block(pool, sa, SB, pipe, acc, part, wg, leader, j * k_iters + kb, kb, n_blk, False)
                     store(cbuf, C, acc, out, wg, leader, m_blk, n_blk)
-                Ax.tma_store_wait(0, pred=leader)
+                Ax.cuda.tma_store_wait(0, pred=leader)
         return gemm_fp8_kernel
 
     return Ax.Kernel(name or f"gemm_fp8_{M}x{N}x{K}", factory, reference=reference, outputs=("C",),
@@ -179,8 +179,8 @@ def _d_fragment(n):
 def _wait_for(part):
     """The partial accumulator is complete: wait for the wgmma group and pin its registers after
     the wait (the compiler cannot see wgmma's asynchronous writes)."""
-    Ax.wgmma_wait(0)
-    Ax.fence_registers(part)
+    Ax.cuda.wgmma_wait(0)
+    Ax.cuda.fence_registers(part)
 
 
 def build(M, N, K, bn=128, name=None, target="sm_90a", **kw):
