@@ -355,3 +355,36 @@ def test_benchmark_summary_and_table_from_rows():
     assert "900!" in text and "0.909" in text
     names = {bench.artifact_name(*sh[3:], bn) for sh in bench.shapes() for bn in bench.BNS}
     assert len(bench.shapes()) == 22 and len(names) == 44
+
+
+def test_benchmark_control_flow_on_cpu(tmp_path, monkeypatch):
+    """benchmarks/gemm_fp8.py end to end on CPU tensors with a stand-in axe artifact (the
+    reference, rounded to bf16) for bn=128 and none for bn=256: the row records the missing
+    artifact and every unavailable peer's error, the right output passes the check, and the JSON
+    and table are written."""
+    torch = pytest.importorskip("torch")
+    import json
+
+    import axe.runtime as rt
+    bench = _bench_module()
+    monkeypatch.setattr(bench, "DEVICE", "cpu")
+    monkeypatch.setattr(bench, "bench", lambda fn: (fn(), 1.0)[1])
+    monkeypatch.setattr(bench, "shapes", lambda: [("mlp", "toy", "up", 256, 384, 512),
+                                                  ("deepseek", "DeepSeek-V3", "256x384", 128, 256, 384)])
+
+    def load(path):
+        if path.endswith("_bn256"):
+            raise FileNotFoundError(path)
+
+        def kern(A, W, SA, SB, C):
+            C.copy_(Q.reference(A, W, SA, SB)["C"].to(C.dtype))
+        return kern
+    monkeypatch.setattr(rt, "load", load)
+    out = tmp_path / "r.json"
+    assert bench.main(["--json", str(out), "--wheels", str(tmp_path), "--artifacts", str(tmp_path)]) == 0
+    res = json.loads(out.read_text())
+    assert [r["M"] for r in res["figures"]] == [256, 128]
+    for r in res["figures"]:
+        assert r["correct"]["axe_bn128"] and r["rel_err"]["axe"] < 4e-3 and r["axe_config"] == "axe_bn128"
+        assert "axe_bn256" in r["errors"] and "deepgemm" in r["errors"] and "triton" in r["errors"]
+        assert "cublas" in r["errors"] or r["correct"].get("cublas")
