@@ -189,6 +189,20 @@ def test_scale_accumulate_matches_brute_force_on_other_layouts():
     assert plan.table_size == 4
 
 
+def test_scale_accumulate_matches_brute_force_on_two_stacked_fragments():
+    """A 128×256 accumulator of two m64n256 fragments (C_out ⊗ D fragment, as a warpgroup holding
+    128 rows would) with per-row scales over 128 rows and 128×128 weight blocks: 2 × 2 column
+    blocks, 4 rows per thread."""
+    from axe.layout import tile
+    L = tile(S[(2, 1):(1, 1)], (2, 1), d_fragment(256, "tx"), (64, 256))
+    D = _t((128, 256), L, "local", "float32", "acc2")
+    SA = _t((128, 1), parse("S[(128,1):(1,1)]"), "shared", "float32", "sa")
+    SB = _t((1, 2), parse("S[(1,2):(1,3)]"), "global", "float32", "sb")
+    got, plan = _plan_pairs(D, D, [SA, SB])
+    assert got == _brute_force(D, D, [SA, SB])
+    assert plan.table_size == 8
+
+
 def test_refine_shape_nests_blocks_and_declines_otherwise():
     assert refine_shape((64, 128), [(1, 128), (64, 128)]) == ((64, 1, 128), [(64, 1, 1), (1, 1, 1)])
     assert refine_shape((64, 128), [(16, 64)]) == ((4, 16, 2, 64), [(4, 1, 2, 1)])
