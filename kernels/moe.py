@@ -343,12 +343,12 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
             Ax.cast(out, acc)
         row = m_blk * bm + wg * 64
         for j in range(half // chunk):
-            Ax.tma_store_wait(0, pred=leader)
-            Ax.named_barrier(1 + wg, 128)
+            Ax.cuda.tma_store_wait(0, pred=leader)
+            Ax.cuda.named_barrier(1 + wg, 128)
             cw = tile(pool, c_at + wg * (64 * chunk), (64, chunk))
             Ax.copy(cw, out if chunk == half else out[:, j * chunk:(j + 1) * chunk])
-            Ax.fence_proxy_async()
-            Ax.named_barrier(1 + wg, 128)
+            Ax.cuda.fence_proxy_async()
+            Ax.cuda.named_barrier(1 + wg, 128)
             n0 = n_blk * half + j * chunk
             Ax.copy(C[row:row + 64, n0:n0 + chunk], cw, fence=False, wait=False)
 
@@ -364,23 +364,23 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
             A_ = T.match_buffer(a_, (P, k), dtype, align=16)
             C_ = T.match_buffer(c_, (P, n_out), dtype, align=16)
             tiles = T.match_buffer(tiles_, (MT,), "int32")
-            Ax.min_blocks_per_sm(1)
+            Ax.cuda.min_blocks_per_sm(1)
             bx, tx = Ax.launch([T.min(sms, MT * n_tiles)], threads)
             A = Ax.param(_rows(A_, bm, k), tensormap=A_map, name="A")
             B = Ax.param(B_, tensormap=B_map)
             C = Ax.param(_rows(C_, bm, n_out), tensormap=C_map, name="C")
-            pool = Ax.dynamic_shared(pool_elems, dtype)
-            pipe = Ax.pipeline(stages, producers=copies, consumers=consumers)
+            pool = Ax.cuda.dynamic_shared(pool_elems, dtype)
+            pipe = Ax.cuda.pipeline(stages, producers=copies, consumers=consumers)
             # the m-extent is the permutation's tile count, read on the device
             sched = Ax.TileSchedule(meta[0], n_tiles, sms, GROUP)
-            with Ax.role(0, 1, regs=PRODUCER_REGS):
+            with Ax.cuda.role(0, 1, regs=PRODUCER_REGS):
                 with Ax.warps(0, 1):
                     for it in T.serial(sched.count(bx)):
                         m_blk, n_blk = sched.coords(sched.tile(bx, it))
                         for kb in T.serial(k_iters):
                             load(pool, pipe, A, B, it * k_iters + kb, m_blk, n_blk, tiles[m_blk], kb)
-            with Ax.role(1, 1 + consumers, regs=CONSUMER_REGS, each=True):
-                wg = Ax.warpgroup_index()
+            with Ax.cuda.role(1, 1 + consumers, regs=CONSUMER_REGS, each=True):
+                wg = Ax.cuda.warpgroup_index()
                 leader = tx % 128 == 0
                 acc = Ax.registers((64, bn), "float32", acc_layout, name="acc")
                 out = Ax.registers((64, half), dtype, out_layout, name="out")
@@ -393,7 +393,7 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
                         mma(pool, pipe, acc, wg, base + kb, True, leader)
                     mma(pool, pipe, acc, wg, base + k_iters - 1, True, leader)
                     epilogue(acc, out, pool, C, wg, leader, m_blk, n_blk)
-                Ax.tma_store_wait(0, pred=leader)
+                Ax.cuda.tma_store_wait(0, pred=leader)
         unbake_rows(current_context().tensormaps)
         return moe_gemm
 
