@@ -1,5 +1,7 @@
-"""GEMM in axe for Hopper (sm_90a, wgmma) and Blackwell (sm_100a, tcgen05; see below): ``C = A·B``,
-fp16 or bf16, fp32 accumulation, A row-major (M×K), B row-major (K×N) or column-major (stored N×K).
+"""GEMM in axe for Hopper (sm_90a, wgmma), Blackwell (sm_100a, tcgen05) and Trainium (trn1,
+TensorE; both below): ``C = A·B``, fp16 or bf16, fp32 accumulation, A row-major (M×K), B row-major
+(K×N) or column-major (stored N×K).  One kernel object (:func:`make`) builds for all three; what
+differs per target is the :data:`TARGETS` entry the build's target picks.
 
 One persistent CTA per SM (``TileSchedule``: grouped rasterization, bands of 16 block-rows)
 computes 128×256 tiles of C with three warpgroups:
@@ -90,12 +92,42 @@ expression the runtime evaluates; the schedule still strides by ``sms``, so a sm
 leaves out CTAs that would have had no tile) and A's and C's tensor maps are encoded from the
 tensors (their specs carry no shape).  Ragged M is the path above, down to M = 1.  The kernel body is
 the static one: ``make(M=None, ...)``; stream-K, clusters and the reduce-scatter are refused.
+
+**Trainium (trn1)** takes the :class:`NeuronCore` entry of :data:`TARGETS`: block sizes (512×1024
+blocks of C, 128-deep k-steps) and the layouts of the on-chip tiles — A's tile with K on the
+partitions (a transposing DMA), B's k-step with K on the partitions (as stored, or through a
+transposing DMA when B is stored N×K), C's accumulator as 4 blocks of 128 PSUM partitions, each two
+banks wide — from which ``Ax.gemm`` derives the TensorE instructions (8 ``nc_matmul`` K=128 M=128
+N=512 per k-step).  The body is :func:`make`'s ``neuron_core``: a loop over C's blocks, each
+accumulated in PSUM over the k-steps (``Ax.copy`` into fresh SBUF tiles, masked at ragged edges;
+``Ax.gemm``), then cast and stored, through the same region helpers (:func:`block`,
+:func:`b_block`) as the GPU forms.  Its NKI source is the former ``kernels/nki_gemm.py``'s, line for
+line.  Any size builds there; sizes only the GPU form refuses (N or K not a multiple of 8, a problem
+smaller than one GPU tile) are refused by the GPU builds, and the GPU-only options (stream-K,
+clusters, ping-pong, reduce-scatter, a runtime M) by the trn1 build, each as a ``TargetError``.
+
+Why the GPU body and the trn1 loop stay two bodies (the brief's "where one source would cost a
+kernel its measured speed, keep the split minimal"): the GPU kernel's speed is its warp
+specialization — a producer warpgroup running TMA ``STAGES`` k-blocks ahead of two consumer
+warpgroups through mbarriers, registers moved between them with ``setmaxnreg`` — and every part of
+that was measured: 0.998–1.001 of cuBLAS (median, H200, ``benchmarks/results/gemm-2026-11-23-h200.json``),
+while the nearest measured stand-in for a loop without warp roles — Triton's autotuned,
+software-pipelined matmul in the same runs — reached 0.77 (axe has not timed a loop of its own); 3
+stages and one group in flight instead of 4 and none cost 10% of the cycles (2.12 M against 1.92 M,
+above); the ping-pong variant 0.91.  The tile loop a NeuronCore runs has none of those parts: one instruction stream per
+engine, with NKI's compiler overlapping a loop's DMA and TensorE work by itself (tiles allocated in
+an ``affine_range`` body rotate through buffers it assigns), so there is no producer/consumer ring
+to write.  Folding the GPU body into that loop would drop the overlap that makes it fast; folding
+the loop into the GPU body would make trn1 run warp roles it has no hardware for.  What is shared
+is what both are: the problem and its checks, the regions of A, B and C a step reads and writes,
+the operators (copy, gemm, cast) and the per-target configuration table.  Both GPU builds emit
+byte-identical CUDA to the pre-merge source.
 """
 
 from tvm.script import tirx as T
 
 import axe.lang as Ax
-from axe.layout import Iter, Layout, S, Swizzle, SwizzledLayout
+from axe.layout import F, Iter, Layout, P, S, Swizzle, SwizzledLayout
 from axe.schedules.emit import guard
 
 BM, BN, BK, STAGES, SMS, GROUP = 128, 256, 64, 4, 132, 16
@@ -124,20 +156,66 @@ class Generation:
         return ld_fragment("16x256b", self.part[1] // 8, self.part[0])
 
 
-#: per generation: sm_90a — each consumer warpgroup runs wgmma on 64 rows × 256 columns in its
-#: registers and frees a slot itself (2 releases); sm_100a — one thread runs tcgen05.mma into a
-#: TMEM accumulator, whose commit frees the slot (1 release), and each epilogue warpgroup reads
-#: 128 rows × 128 columns (TMEM lanes are per warp, so the warpgroups split columns, not rows)
-GENERATIONS = {
+class NeuronCore:
+    """trn1: the GEMM on one NeuronCore — a loop over ``bm``×``bn`` blocks of C, each accumulated
+    in PSUM over ``bk``-deep k-steps on TensorE — as block sizes and the layouts of the on-chip tiles,
+    which carry the whole TensorE mapping (the Axe paper §3.4): ``Ax.gemm`` intersects their iters
+    and issues ``bm/128 × bn/512`` ``nc_matmul`` (K=128, M=128, N=512) per k-step."""
+
+    mma, accumulator, bm, bk = "tensore", "psum", 512, 128
+
+    def bn(self, N):
+        """C's block width: 1024 (two PSUM banks per 128-row block, all 8 banks) when N > 512, so
+        A's tile is loaded half as often; else 512."""
+        return 1024 if N > 512 else 512
+
+    def a_tile(self):
+        """A[m, k] with k on the partitions and m on the free axis (the DMA transposes it)."""
+        return S[(self.bm, self.bk):(1 @ F, 1 @ P)]
+
+    def b_tile(self, bn, b_major):
+        """B's k-step with k on the partitions: B[k, n] as stored (``row``), or B stored [n, k]
+        (``col``) through a transposing DMA, so that both feed the same matmul."""
+        if b_major == "row":
+            return S[(self.bk, bn):(1 @ P, 1 @ F)]
+        return S[(bn, self.bk):(1 @ F, 1 @ P)]
+
+    def c_tile(self, bn):
+        """C[m, n] in PSUM (and its cast in SBUF): ``bm/128`` blocks of 128 rows on the partitions,
+        each ``bn`` fp32 wide (``bn/512`` PSUM banks)."""
+        return S[(self.bm // 128, 128, bn):(bn @ F, 1 @ P, 1 @ F)]
+
+
+#: what each target changes, in one place: sm_90a — each consumer warpgroup runs wgmma on 64 rows ×
+#: 256 columns in its registers and frees a slot itself (2 releases); sm_100a — one thread runs
+#: tcgen05.mma into a TMEM accumulator, whose commit frees the slot (1 release), and each epilogue
+#: warpgroup reads 128 rows × 128 columns (TMEM lanes are per warp, so the warpgroups split columns,
+#: not rows); trn1 — one NeuronCore's loop over 512×1024 blocks of C accumulated in PSUM
+TARGETS = {
     "wgmma": Generation("wgmma", "registers", (HALF, BN), "rows", EPILOGUE, 2),
     "tcgen05": Generation("tcgen05", "tmem", (BM, BN // 2), "columns", 64, 1),
+    "trn1": NeuronCore(),
 }
 
 
 def generation(target):
-    """The :class:`Generation` key of a CUDA target: ``tcgen05`` on sm_100a-family, else ``wgmma``."""
-    from axe.schedules.context import target_arch
+    """The :data:`TARGETS` key of a build target: ``trn1`` for Trainium, ``tcgen05`` on
+    sm_100a-family, else ``wgmma``."""
+    from axe.schedules.context import target_arch, target_family
+    if target_family(target) == "neuron":
+        return "trn1"
     return "tcgen05" if 100 <= target_arch(target) < 120 and target.endswith("a") else "wgmma"
+
+
+def block(X, i, j, rows, cols):
+    """Block (i, j) of ``rows``×``cols`` of the matrix ``X``."""
+    return X[i * rows:(i + 1) * rows, j * cols:(j + 1) * cols]
+
+
+def b_block(B, b_major, n0, k0, cols, depth):
+    """B's ``depth`` k-rows from ``k0`` by ``cols`` columns from ``n0``, as B is stored (K×N for
+    ``"row"``, N×K for ``"col"``)."""
+    return B[k0:k0 + depth, n0:n0 + cols] if b_major == "row" else B[n0:n0 + cols, k0:k0 + depth]
 
 
 def swizzled(rows, cols, lead=()):
@@ -220,10 +298,11 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         raise ValueError(f"gemm: dtype must be float16 or bfloat16, got {dtype!r}")
     if min(1 if dyn else M, N, K) < 1:
         raise ValueError(f"gemm: empty problem {M}x{N}x{K}")
-    if N % 8 or K % 8:
-        raise ValueError(f"gemm: N={N} and K={K} must be multiples of 8 (TMA needs 16-byte row pitches)")
-    if (not dyn and M < BM and not rs) or N < BN or K < BK:
-        raise ValueError(f"gemm: {M}x{N}x{K} is smaller than one {BM}x{BN}x{BK} tile")
+    # what only the GPU form needs of the sizes (trn1 masks ragged edges at any size): refused when a
+    # GPU build is asked for
+    gpu_sizes = (f"N={N} and K={K} must be multiples of 8 (TMA needs 16-byte row pitches)" if N % 8 or K % 8 else
+                 f"{M}x{N}x{K} is smaller than one {BM}x{BN}x{BK} tile"
+                 if (not dyn and M < BM and not rs) or N < BN or K < BK else None)
     if cluster not in (1, 2) or sms % cluster:
         raise ValueError(f"gemm: cluster must be 1 or 2 and divide sms={sms}, got {cluster!r}")
     if schedule not in ("cooperative", "pingpong") or (schedule == "pingpong" and cluster > 1):
@@ -244,7 +323,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
     in_flight = (1 if pp else IN_FLIGHT) if in_flight is None else in_flight
     epi_arg = epilogue
     epilogue = epilogue or (BN if pp else EPILOGUE)
-    wrows, wcols = GENERATIONS["wgmma"].part   # a consumer warpgroup's part of the tile (the factory
+    wrows, wcols = TARGETS["wgmma"].part   # a consumer warpgroup's part of the tile (the factory
     split_cols = False                         # sets sm_100a's: 128 rows x 128 columns)
     b_shape, b_tile = ((K, N), (BK, BN)) if b_major == "row" else ((N, K), (BN, BK))
     b_half = (BK, BN // 2) if b_major == "row" else (BN // 2, BK)      # one CTA's multicast share
@@ -289,7 +368,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         return Ax.view(pool, swizzled(*shape), shape, base=at)
 
     def b_region(B, n0, k0, cols=BN):
-        return B[k0:k0 + BK, n0:n0 + cols] if b_major == "row" else B[n0:n0 + cols, k0:k0 + BK]
+        return b_block(B, b_major, n0, k0, cols, BK)
 
     def load_b(pool, pipe, B, s, n_blk, kb, rank):
         if cluster > 1 and pair_mma:    # sm_100a pair: each CTA loads its half at the same offset
@@ -541,7 +620,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
     def a_region(A, mesh, m_blk, kb):
         """A's k-block kb of block-row m_blk (reduce-scatter: of the owner's rows of segment m_blk)."""
         if not rs:
-            return A[m_blk * bm:(m_blk + 1) * bm, kb * BK:(kb + 1) * BK]
+            return block(A, m_blk, kb, bm, BK)
         owner = (mesh.rank + 1 + m_blk // m_tiles) % world
         j = m_blk % m_tiles
         return A[owner, j * bm:(j + 1) * bm, kb * BK:(kb + 1) * BK]
@@ -632,10 +711,47 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         import tvm
         return tvm.tirx.decl_buffer((DYN_ROWS, buf.shape[1]), buf.dtype, name=buf.name, data=buf.data)
 
+    def neuron_core(cfg):
+        """The trn1 form (see the module docstring): a loop over C's blocks on one NeuronCore, each
+        accumulated in PSUM over k-steps; the layouts of ``cfg`` carry the TensorE mapping, masked
+        DMAs into fresh tiles handle ragged edges."""
+        gpu_only = [n for n, v in (("a runtime M", dyn), ("world>1", rs), ("stream_k", stream_k),
+                                   ("cluster>1", cluster > 1), ("pingpong", pp)) if v]
+        if gpu_only:
+            raise Ax.TargetError(f"gemm on trn1: {', '.join(gpu_only)} belong to the GPU form")
+        bm, bk, bn = cfg.bm, cfg.bk, cfg.bn(N)
+        b_box = (bk, bn) if b_major == "row" else (bn, bk)
+
+        def k_by_n(b):      # the matmul's K×N operand
+            return b if b_major == "row" else Ax.permute(b, (1, 0))
+
+        @T.prim_func
+        def gemm(A_: T.Buffer((M, K), dtype), B_: T.Buffer(b_shape, dtype), C_: T.Buffer((M, N), dtype)):
+            Ax.neuron.core()
+            A, B, C = Ax.neuron.hbm(A_, (bm, bk)), Ax.neuron.hbm(B_, b_box), Ax.neuron.hbm(C_, (bm, bn))
+            for m in T.parallel(-(-M // bm)):
+                for n in T.parallel(-(-N // bn)):
+                    acc = Ax.neuron.psum((bm, bn), "float32", cfg.c_tile(bn), name="acc")
+                    for k in T.parallel(-(-K // bk)):
+                        a = Ax.neuron.sbuf((bm, bk), dtype, cfg.a_tile(), name="a")
+                        b = Ax.neuron.sbuf(b_box, dtype, cfg.b_tile(bn, b_major), name="b")
+                        Ax.copy(a, block(A, m, k, bm, bk))
+                        Ax.copy(b, b_block(B, b_major, n * bn, k * bk, bn, bk))
+                        Ax.gemm(acc, a, k_by_n(b))
+                    out = Ax.neuron.sbuf((bm, bn), dtype, cfg.c_tile(bn), name="out")
+                    Ax.cast(out, acc)
+                    Ax.copy(block(C, m, n, bm, bn), out)
+        return gemm
+
     def factory():
         from axe.schedules.context import current_context
         nonlocal wrows, wcols, split_cols, epilogue, chunks, bufs, pair_mma
-        gen = GENERATIONS[generation(current_context().target)]
+        target = current_context().target
+        if generation(target) == "trn1":
+            return neuron_core(TARGETS["trn1"])
+        if gpu_sizes:
+            raise Ax.TargetError(f"gemm on {target}: {gpu_sizes}")
+        gen = TARGETS[generation(target)]
         tc = gen.mma == "tcgen05"
         if tc:
             if pp or stream_k or rs:

@@ -18,7 +18,7 @@ from axe.lang import KernelError, compile_kernel, explain
 from axe.schedules.registry import candidates
 from kernels.nki_attention import nki_attention
 from kernels.nki_attention import reference as attention_reference
-from kernels.nki_gemm import nki_gemm, tiles
+from kernels import gemm
 from kernels.nki_reductions import nki_reductions
 
 NP = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
@@ -104,28 +104,43 @@ def test_c_crossing_a_psum_bank_is_declined():
 # kernels on the model against NumPy
 
 
-@pytest.mark.parametrize("M, N, K, dtype", [(512, 512, 512, "float16"), (1000, 700, 300, "bfloat16"),
-                                            (130, 513, 129, "float16")])
-def test_gemm_matches_numpy(M, N, K, dtype):
-    art = compile_kernel(nki_gemm(M, N, K, dtype), "trn1")
+@pytest.mark.parametrize("M, N, K, dtype, b_major", [
+    (512, 512, 512, "float16", "row"), (1024, 1024, 1024, "bfloat16", "col"), (1000, 700, 300, "bfloat16", "row"),
+    (130, 513, 129, "float16", "row"), (300, 1000, 200, "float16", "col"), (777, 1496, 328, "bfloat16", "col")])
+def test_gemm_matches_numpy(M, N, K, dtype, b_major):
+    """kernels/gemm.py built for trn1 (B row-major, or stored N×K through a transposing DMA)."""
+    art = compile_kernel(gemm.make(M, N, K, dtype, b_major), "trn1")
     rng, seed = _rng()
     A = rng.standard_normal((M, K)).astype(NP[dtype])
-    B = rng.standard_normal((K, N)).astype(NP[dtype])
+    B = rng.standard_normal((K, N) if b_major == "row" else (N, K)).astype(NP[dtype])
     out, cost = art.run(A=A, B=B)
-    ref = A.astype(np.float32) @ B.astype(np.float32)
+    ref = A.astype(np.float32) @ (B.astype(np.float32) if b_major == "row" else B.astype(np.float32).T)
     tol = 4e-3 if dtype == "float16" else 2e-2
     assert np.abs(out["C"].astype(np.float32) - ref).max() <= tol * np.abs(ref).max(), seed
-    bn = tiles(N)[0]
+    bn = gemm.TARGETS["trn1"].bn(N)
     assert cost.flops == 2 * 512 * bn * 128 * ceil(M / 512) * ceil(N / bn) * ceil(K / 128)  # whole tiles issued
+
+
+@pytest.mark.parametrize("n, dtype", [(2048, "bfloat16"), (4096, "float16")])
+def test_gemm_figure13_sizes_match_numpy(n, dtype):
+    """The large square sizes of the paper's Figure 13 with numerics on.  Small integer inputs
+    make the fp32 accumulation exact, so the model's C must equal numpy's product rounded once to
+    the output dtype, element for element."""
+    art = compile_kernel(gemm.make(n, n, n, dtype), "trn1")
+    rng, seed = _rng()
+    A, B = (rng.integers(-2, 3, (n, n)).astype(NP[dtype]) for _ in range(2))
+    out, _ = art.run(A=A, B=B)
+    ref = (A.astype(np.float32) @ B.astype(np.float32)).astype(NP[dtype])
+    np.testing.assert_array_equal(out["C"].astype(np.float32), ref.astype(np.float32), err_msg=str(seed))
 
 
 @pytest.mark.parametrize("n", [512, 1024, 2048])
 def test_gemm_cost_model_accounting(n):
     """Figure 13's square sizes through the cost model (TensorE results not computed)."""
-    art = compile_kernel(nki_gemm(n, n, n), "trn1")
+    art = compile_kernel(gemm.make(n, n, n), "trn1")
     Z = np.zeros((n, n), np.float16)
     _, cost = art.run(numerics=False, A=Z, B=Z)
-    bn = tiles(n)[0]
+    bn = gemm.TARGETS["trn1"].bn(n)
     assert cost.flops == 2 * n ** 3
     assert cost.dma_bytes == 2 * (n * n * (n // bn) + n * n * (n // 512) + n * n)   # A per n-block, B per m-block
     assert cost.counts["nisa.nc_matmul"] == (n // 128) ** 2 * (n // 512)
@@ -159,23 +174,24 @@ def test_attention_cost_model_long_sequence():
 
 
 def test_build_writes_source_and_manifest_that_run_unchanged(tmp_path):
-    art = compile_kernel(nki_gemm(256, 256, 256), "trn1")
+    art = compile_kernel(gemm.make(256, 256, 256, name="g256"), "trn1")
     path = art.save(str(tmp_path))
-    man = json.load(open(tmp_path / "nki_gemm.manifest.json"))
+    man = json.load(open(tmp_path / "g256.manifest.json"))
     assert man["target"] == "trn1" and man["inputs"] == ["A", "B"] and man["outputs"] == ["C"]
     assert {s["chosen"] for s in man["schedules"]} == {"dma_load", "nc_matmul", "engine", "dma_store"}
     from axe.backends.neuron.sim import run
     rng, seed = _rng()
     A, B = (rng.standard_normal((256, 256)).astype(np.float16) for _ in range(2))
-    (C,), _ = run(open(path).read(), "nki_gemm", {"A": A, "B": B})
+    (C,), _ = run(open(path).read(), "g256", {"A": A, "B": B})
     np.testing.assert_array_equal(C, art.run(A=A, B=B)[0]["C"])
 
 
 def test_cli_build_trn1(tmp_path, capsys):
     from axe.cli import main
-    assert main(["build", "kernels/nki_gemm.py", "--target", "trn1", "-o", str(tmp_path)]) == 0
-    assert (tmp_path / "nki_gemm" / "nki_gemm.py").exists()
-    assert (tmp_path / "nki_gemm" / "nki_gemm.manifest.json").exists()
+    assert main(["build", "kernels/gemm.py", "--target", "trn1", "-o", str(tmp_path)]) == 0
+    for name in ("gemm_fp16", "gemm_bf16_nt"):      # the file's GPU examples, built for trn1
+        assert (tmp_path / name / f"{name}.py").exists()
+        assert (tmp_path / name / f"{name}.manifest.json").exists()
 
 
 def _launching_kernel(on_chip):
@@ -222,7 +238,7 @@ def test_reductions_over_partitions_and_free_axis():
 
 def test_trainium_constructs_in_a_gpu_build_are_named():
     with pytest.raises(KernelError, match=r"Ax.neuron.core is a construct of the neuron backend; this build is for sm_90a"):
-        explain(nki_gemm(256, 256, 256), "sm_90a")
+        explain(nki_reductions(), "sm_90a")
 
 
 def test_cli_reports_a_cuda_construct_in_a_trn1_build(tmp_path, capsys):
@@ -269,3 +285,29 @@ def test_one_source_builds_for_gpus_and_trn1(name):
         out, _ = art.run(X=X, W=W)
         ref = x / np.sqrt((x * x).mean(1, keepdims=True) + mod.EPS) * W.astype(np.float32)
     assert np.abs(out["Y"].astype(np.float32) - ref).max() <= 2e-3 * np.abs(ref).max(), seed
+
+
+def test_gemm_is_one_source_for_sm90a_sm100a_and_trn1():
+    """kernels/gemm.py: one kernel object; the build target picks its TARGETS entry — wgmma on
+    sm_90a, tcgen05 on sm_100a, TensorE's nc_matmul on trn1 — and the trn1 build matches numpy."""
+    k = gemm.make(1024, 1024, 1024, "bfloat16", "col")
+    chosen = {t: {r.chosen for r in Ax.build_func(k, t)[1].records if r.call.op == "gemm"}
+              for t in ("sm_90a", "sm_100a", "trn1")}
+    assert chosen == {"sm_90a": {"wgmma"}, "sm_100a": {"tcgen05"}, "trn1": {"nc_matmul"}}
+
+
+@pytest.mark.parametrize("options, named", [({"stream_k": True}, "stream_k"), ({"cluster": 2}, "cluster>1"),
+                                            ({"schedule": "pingpong"}, "pingpong")])
+def test_gemm_gpu_options_are_refused_on_trn1_by_name(options, named):
+    with pytest.raises(Ax.TargetError, match=f"gemm on trn1: {named} belong to the GPU form"):
+        compile_kernel(gemm.make(2048, 4864, 520, **options), "trn1")
+
+
+def test_gemm_sizes_only_a_gpu_refuses_build_on_trn1():
+    """N, K not multiples of 8 and a problem smaller than one GPU tile: a GPU build refuses them
+    (TMA row pitch, tile), the trn1 build masks them."""
+    k = gemm.make(64, 1004, 72)
+    for target in ("sm_90a", "sm_100a"):
+        with pytest.raises(Ax.TargetError, match=f"gemm on {target}: N=1004 and K=72 must be multiples of 8"):
+            Ax.build_func(k, target)
+    assert compile_kernel(k, "trn1").params["C"]["shape"] == [64, 1004]

@@ -13,7 +13,7 @@ from axe.backends.neuron.sim import Machine, namespace
 from axe.lang import compile_kernel
 from kernels.nki_attention import nki_attention
 from kernels import rmsnorm, softmax
-from kernels.nki_gemm import nki_gemm
+from kernels import gemm
 from kernels.nki_reductions import nki_reductions
 
 
@@ -62,9 +62,9 @@ def _check_source(src):
     return checked, problems
 
 
-@pytest.mark.parametrize("kernel", [nki_gemm(1000, 700, 300, "bfloat16"), nki_attention(1, 300), nki_reductions(),
-                                    softmax.softmax, rmsnorm.rmsnorm],
-                         ids=["gemm", "attention", "reductions", "softmax", "rmsnorm"])
+@pytest.mark.parametrize("kernel", [gemm.make(1000, 700, 300, "bfloat16"), gemm.make(300, 1000, 200, b_major="col"),
+                                    nki_attention(1, 300), nki_reductions(), softmax.softmax, rmsnorm.rmsnorm],
+                         ids=["gemm", "gemm_nt", "attention", "reductions", "softmax", "rmsnorm"])
 def test_emitted_calls_match_the_reference(kernel):
     src = compile_kernel(kernel, "trn1").source
     checked, problems = _check_source(src)

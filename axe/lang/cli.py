@@ -9,8 +9,9 @@ import sys
 __all__ = ["add_commands", "load_kernels"]
 
 
-def load_kernels(spec: str) -> dict:
-    """The kernels of a Python file (``path.py`` or ``path.py::name``), by name."""
+def load_kernels(spec: str, required: bool = True) -> dict:
+    """The kernels of a Python file (``path.py`` or ``path.py::name``), by name; ``required``: a
+    file that defines none is an error (``False``: an empty dict, e.g. a kernel's helper module)."""
     from .kernel import kernels_of
     path, _, name = spec.partition("::")
     if not os.path.exists(path):
@@ -28,7 +29,7 @@ def load_kernels(spec: str) -> dict:
         if name not in found:
             raise SystemExit(f"axe: {path} has no kernel {name!r} (it has {sorted(found)})")
         return {name: found[name]}
-    if not found:
+    if not found and required:
         raise SystemExit(f"axe: {path} defines no axe kernels")
     return found
 
