@@ -160,7 +160,6 @@ def _trn1_kernel(body):
     ("Ax.cuda.role", lambda: Ax.cuda.role(0, 1, regs=40)),
     ("Ax.cuda.cluster_launch", lambda: Ax.cuda.cluster_launch(132, 384, 2)),
     ("Ax.cuda.tmem", lambda: Ax.cuda.tmem((128, 256))),
-    ("Ax.cuda.mbarrier", lambda: Ax.mbarrier(1)),          # the old spelling is checked the same way
 ])
 def test_a_cuda_construct_in_a_trn1_build_names_construct_and_target(construct, call):
     k = _trn1_kernel(call)
@@ -175,6 +174,16 @@ def test_a_trainium_construct_in_a_gpu_build_names_construct_and_target():
     with pytest.raises(Ax.TargetError, match=r"Ax.neuron.core is a construct of the neuron backend; this build is "
                                              r"for sm_100a"):
         Ax.compile_kernel(_trn1_kernel(lambda: None), "sm_100a")
+
+
+def test_an_old_top_level_spelling_names_the_new_one():
+    with pytest.raises(AttributeError, match=r"no attribute 'mbarrier' \(mbarrier is a construct of a target: write "
+                                             r"Ax.cuda.mbarrier\)"):
+        Ax.mbarrier
+    with pytest.raises(AttributeError, match=r"no attribute 'sbuf' \(.*Ax.neuron.sbuf\)"):
+        Ax.sbuf
+    with pytest.raises(AttributeError, match=r"no attribute 'nothing'$"):
+        Ax.nothing
 
 
 def test_mesh_signals_need_the_targets_mesh_hook():

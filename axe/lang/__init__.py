@@ -41,8 +41,8 @@ __all__ = ["S", "R", "Swizzle", "SwizzledLayout", "parse", "Kernel", "KernelErro
 
 def __getattr__(name: str):
     """``Ax.<family>``: the language of the target family's backend (cached here once resolved).
-    Also, for now, a backend's constructs under their old top-level names (``Ax.mbarrier`` for
-    ``Ax.cuda.mbarrier``), which the backend lists as its ``"toplevel"`` hook."""
+    Any other missing name is an ``AttributeError``, which names the backend whose construct it
+    is, if one is (``Ax.mbarrier``: write ``Ax.cuda.mbarrier``)."""
     if name.startswith("_"):
         raise AttributeError(f"module 'axe.lang' has no attribute {name!r}")
     import importlib
@@ -50,7 +50,6 @@ def __getattr__(name: str):
     if name in targets.families():
         lang = globals()[name] = targets.language(name)
         return lang
-    for family in targets.families():
-        if name in targets.old_names(family):
-            return getattr(targets.language(family), name)
-    raise AttributeError(f"module 'axe.lang' has no attribute {name!r}")
+    owners = " or ".join(f"Ax.{f}.{name}" for f in targets.owners(name))
+    hint = f" ({name} is a construct of a target: write {owners})" if owners else ""
+    raise AttributeError(f"module 'axe.lang' has no attribute {name!r}{hint}")

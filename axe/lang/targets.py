@@ -10,9 +10,7 @@ module path) resolved on first use so that importing a backend package stays lig
   returns for the family's targets;
 - ``"user_errors"``: error classes ``axe build``/``explain`` report as the kernel author's to fix;
 - ``"mesh"`` (optional): ``signal_peer``, ``wait_signal``, ``fence_sys`` for the device mesh's
-  signals;
-- ``"toplevel"`` (optional, for a transition): names of its constructs that kernels may still
-  write as ``Ax.<name>``.
+  signals.
 
 Nothing here names a backend: a third target adds a folder with such a package.  Every
 construct reached through ``Ax.<family>`` checks when it is called that the build's target is of
@@ -31,7 +29,7 @@ from axe.schedules.registry import families
 
 from .kernel import TargetError
 
-__all__ = ["TargetLanguage", "backend_hook", "language", "old_names", "user_errors", "families"]
+__all__ = ["TargetLanguage", "backend_hook", "language", "owners", "user_errors", "families"]
 
 
 def _resolve(path: str):
@@ -109,10 +107,9 @@ def language(family: str) -> TargetLanguage:
     return TargetLanguage(family, backend_hook(family, "language", f"Ax.{family}"))
 
 
-def old_names(family: str) -> tuple:
-    """The constructs of ``family`` still reachable by their old top-level names (``Ax.<name>``)."""
-    path = _hooks(family).get("toplevel")
-    return tuple(_resolve(path)) if path else ()
+def owners(name: str) -> list:
+    """The families whose language defines the construct ``name`` (for an error's hint)."""
+    return [f for f in families() if "language" in _hooks(f) and name in dir(language(f))]
 
 
 def user_errors(loaded_only: bool = False) -> tuple:

@@ -17,5 +17,4 @@ HOOKS = {
     "build_kernel": "axe.backends.cuda.compile:build_kernel",   # compile_kernel for sm_* targets
     "user_errors": ("axe.backends.cuda.build:BuildError", "axe.backends.cuda.artifact:ArtifactError"),
     "mesh": "axe.backends.cuda.peer",                           # Ax.signal / Ax.wait / Ax.fence_system
-    "toplevel": "axe.backends.cuda.lang:__all__",               # Ax.mbarrier etc. until kernels say Ax.cuda.*
 }
