@@ -21,7 +21,30 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(ROOT, ".carry", "moe"))
     ap.add_argument("--dtypes", nargs="*", default=["bfloat16", "float16"])
+    ap.add_argument("--wheels", default=os.path.join(ROOT, ".whl"), help="folder holding sglang-*.whl")
+    ap.add_argument("--skip-kernels", action="store_true", help="only extract SGLang's files")
     args = ap.parse_args(argv)
+    failed = extract_sglang(args.wheels, os.path.join(args.out, "sglang"))
+    return 1 if failed or (not args.skip_kernels and build_kernels(args)) else 0
+
+
+def extract_sglang(wheels, dest):
+    """SGLang's peer files from the one ``sglang-*.whl`` in ``wheels`` into ``dest``; 1 if that fails."""
+    from benchmarks import moe, moe_sglang
+    try:
+        wheel = moe.find_wheel(wheels, "sglang")
+        shutil.rmtree(dest, ignore_errors=True)
+        moe_sglang.extract(wheel, dest)
+    except (OSError, ValueError) as err:
+        print(f"FAIL sglang peer files: {type(err).__name__}: {err}")
+        return 1
+    size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(dest) for f in fs)
+    print(f"ok   sglang peer files from {os.path.basename(wheel)} ({size / 2 ** 20:.1f} MiB) in {dest}")
+    return 0
+
+
+def build_kernels(args):
+    """Every MoE kernel into ``args.out``; the number that failed to build."""
     import axe.lang as Ax
     from kernels import moe
     failed = 0
@@ -37,7 +60,7 @@ def main(argv=None):
         shutil.rmtree(dest, ignore_errors=True)
         art.save(dest)
         print(f"ok   {name} ({time.time() - t:.1f} s, {art.launch['resources']})")
-    return 1 if failed else 0
+    return failed
 
 
 if __name__ == "__main__":

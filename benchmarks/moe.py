@@ -1,22 +1,40 @@
 #!/usr/bin/env python
 """MoE layer benchmark (Qwen3-30B-A3B: 128 experts, top-8, hidden 2048, intermediate 768), side by
-side in one run on one H100/H200: axe (``kernels/moe.py``) vs SGLang's Triton fused-MoE kernel vs
-FlashInfer's fused MoE (``cutlass_fused_moe``) vs plain torch, latency per T.
+side in one run on one H100/H200: axe (``kernels/moe.py``) vs SGLang's Triton fused MoE vs
+torch's grouped GEMM vs plain torch (vs FlashInfer's ``cutlass_fused_moe`` where it can run),
+latency per token count T, with the layer's lower bound.
 
-The contract is the peers': hidden states, top-8 ids and weights in, the combined output out
-(SGLang's ``fused_experts`` and FlashInfer's ``cutlass_fused_moe`` take ids and weights; routing is
-a separate op in both).  axe's routing kernel is timed in its own column.  Every runnable
-implementation is checked against an fp32 torch reference before it is timed; a peer that cannot
-be imported or fails is recorded with its exact error and the others still run.
+Contract (the peers'): hidden states, top-8 ids and weights in, the combined output out; routing
+is a separate op (axe's routing kernel is timed in its own column).  Every implementation is
+checked against an fp32 torch reference before it is timed, and again on the output of its CUDA
+graph replay; a failure is recorded with its exact error and the others still run.
 
-Peers: the wheels carried under ``.whl_moe/`` are unpacked (``--wheels``) onto ``sys.path``
-without their dependency trees.  SGLang is tried first through its full ``fused_experts``; if
-that import fails, through its Triton kernel alone (``invoke_fused_moe_kernel`` of
-``sglang/kernels/ops/moe/fused_moe_triton_kernels.py``) with the block alignment, SiLU·up and the
-sum done in torch (its CUDA helpers live in sgl-kernel), timed as ``sglang_triton``.
+Columns, each the median over ``--reps``:
 
-Usage (GPU machine): ``python3 benchmarks/moe.py [--artifacts .carry/moe] [--tokens 1 8 ...]
-[--dtype bfloat16] [--out FILE.json]``.  Total time is a few minutes (1.2 GB of weights per dtype).
+- *eager*: one call between two CUDA events, host launch overhead included (what a Python
+  caller sees; :func:`benchmarks.cuda_timing.eager_ms`);
+- *graph*: the whole layer captured once per T into a CUDA graph and replayed back to back (GPU
+  time without host overhead, as serving stacks run decode; :func:`cuda_timing.graph_ms`);
+- *bound*: ``max(bytes / copy bandwidth, flops / mm throughput)`` with the bytes and flops
+  counted in :mod:`benchmarks.moe_bounds` and both rates measured in this run; *fraction* is
+  bound / axe's graph time.
+
+Implementations:
+
+- ``axe``: the ``.carry/moe`` artifacts (align, permute, two grouped GEMMs, combine).
+- ``sglang``: SGLang 0.5.23's Triton kernels loaded unchanged from its wheel's files
+  (``.carry/moe/sglang``, which ``build_moe.py`` extracts from ``.whl/``), its tuned configs; what runs and what substitutes its CUDA-only pieces is listed in
+  :mod:`benchmarks.moe_sglang`.  ``sglang_align`` times its alignment step alone (for T·8 > 64 a
+  substitute for its CUDA align).
+- ``torch_grouped``: ``torch._grouped_mm`` (ATen's CUTLASS grouped GEMM) for both GEMMs, with
+  the sort, SiLU·up and the weighted sum in torch; capturable (no host sync).
+- ``torch``: plain torch, one matmul pair per active expert; eager only (it reads the active
+  experts on the host, which a graph cannot capture).
+- ``flashinfer``: :data:`FLASHINFER_WHY` says why it does not run on the lent machines; if the
+  package imports, ``cutlass_fused_moe`` runs.
+
+Usage (GPU machine): ``python3 benchmarks/moe.py [--artifacts .carry/moe] [--sglang DIR]
+[--tokens 1 8 ...] [--dtype bfloat16] [--out FILE.json] [--md FILE.md]``.  About two minutes.
 """
 
 import argparse
@@ -25,192 +43,277 @@ import glob
 import json
 import os
 import sys
+import tempfile
 import traceback
-import zipfile
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
+
+from benchmarks import cuda_timing, moe_bounds  # noqa: E402
+
 TOKENS = (1, 8, 32, 128, 512, 1024, 2048, 4096)
-
-
-def unpack_wheels(folder, dest):
-    """Unzip every wheel in ``folder`` into ``dest`` (put first on sys.path); returns the names."""
-    names = []
-    for whl in sorted(glob.glob(os.path.join(folder, "*.whl"))):
-        with zipfile.ZipFile(whl) as z:
-            z.extractall(dest)
-        names.append(os.path.basename(whl))
-    if names:
-        sys.path.insert(0, dest)
-    return names
-
-
-def timed(torch, fn, reps=50, warmup=5):
-    """Median milliseconds of ``fn()`` over ``reps`` CUDA-event-timed calls (L2 not flushed: the
-    1.2 GB of weights do not fit in it anyway)."""
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
+TOL = 3e-2              # max |error| / max |reference|: bf16 rounding of two GEMMs' outputs
+PEERS = ("sglang", "torch_grouped", "flashinfer")
+DEVICE = "cuda"         # tests run the control flow on "cpu" with stand-in timers
+FLASHINFER_WHY = (
+    "not carried: flashinfer-python 0.7.2 (the version sglang 0.5.23 pins) is a 62.2 MiB wheel, with "
+    "apache-tvm-ffi, cuda-tile, nvidia-cutlass-dsl, nccl4py and cudnn-frontend as dependencies, beside the "
+    "37.2 MiB SGLang wheel and 2.3 MB of MoE artifacts in a 64 MiB carry; and its Hopper cutlass_fused_moe "
+    "is not prebuilt: the first call JIT-compiles module fused_moe_90 with nvcc (28 CUTLASS/TensorRT-LLM "
+    "sources plus the generated grouped-GEMM instantiations for every dtype pair), whose prebuilt form ships "
+    "only in flashinfer-jit-cache, which is not on PyPI (flashinfer-cubin, 458 MB, holds trtllm-gen cubins, "
+    "not this module)")
 
 
 def torch_plain(torch, x, w1, w2, ids, weights):
     """The layer in plain torch (bf16/fp16 matmuls, one loop over the active experts)."""
+    inter = w2.shape[2]
     out = torch.zeros(x.shape[0], w2.shape[1], dtype=torch.float32, device=x.device)
     for e in torch.unique(ids).tolist():
         t, j = (ids == e).nonzero(as_tuple=True)
         g = x[t] @ w1[e].t()
-        a = torch.nn.functional.silu(g[:, :768]) * g[:, 768:]
+        a = torch.nn.functional.silu(g[:, :inter]) * g[:, inter:]
         out.index_add_(0, t, (a @ w2[e].t()).float() * weights[t, j, None])
     return out.to(x.dtype)
 
 
-def sglang_peer(torch):
-    """SGLang's MoE: ``(name, fn(x, w1, w2, ids, weights))`` or raises with the import error."""
-    errors = []
-    try:
-        from sglang.srt.layers.moe.fused_moe_triton.fused_moe import fused_experts
-
-        def full(x, w1, w2, ids, weights):
-            return fused_experts(x, w1, w2, (weights, ids, None))
-        return "sglang", full, errors
-    except Exception as err:        # noqa: BLE001 - recorded, then the kernel-only path
-        errors.append(f"fused_experts: {type(err).__name__}: {err}")
-    import triton.language as tl
-    from sglang.kernels.ops.moe.fused_moe_triton_kernels import invoke_fused_moe_kernel
-    cfg = {"BLOCK_SIZE_M": 64, "BLOCK_SIZE_N": 64, "BLOCK_SIZE_K": 32, "GROUP_SIZE_M": 8, "num_warps": 4,
-           "num_stages": 3}
-
-    def align(ids, block, experts=128):
-        """SGLang's moe_align_block_size contract in torch: sorted pair indices padded per expert
-        with ``numel``, the expert of every block, the padded total."""
-        flat = ids.flatten()
-        counts = torch.bincount(flat, minlength=experts)
-        padded = (counts + block - 1) // block * block
-        starts = torch.cumsum(padded, 0) - padded
-        order = torch.argsort(flat, stable=True)
-        rank = torch.arange(flat.numel(), device=ids.device) - (torch.cumsum(counts, 0) - counts)[flat[order]]
-        total = int(padded.sum())
-        srt = torch.full((total,), flat.numel(), dtype=torch.int32, device=ids.device)
-        srt[starts[flat[order]] + rank] = order.to(torch.int32)
-        experts_of = torch.repeat_interleave(torch.arange(experts, device=ids.device), padded // block).to(torch.int32)
-        return srt, experts_of, torch.tensor([total], dtype=torch.int32, device=ids.device)
-
-    def kernel_only(x, w1, w2, ids, weights):
-        t = x.shape[0]
-        srt, eid, ntp = align(ids.long(), cfg["BLOCK_SIZE_M"])
-        ct = tl.bfloat16 if x.dtype == torch.bfloat16 else tl.float16
-        c1 = torch.empty(t, 8, w1.shape[1], dtype=x.dtype, device=x.device)
-        c2 = torch.empty(t, 8, w2.shape[1], dtype=x.dtype, device=x.device)
-        common = dict(config=cfg, compute_type=ct, use_fp8_w8a8=False, use_int8_w8a8=False, use_int8_w8a16=False,
-                      use_int4_w4a16=False, per_channel_quant=False)
-        invoke_fused_moe_kernel(x, w1, None, c1, None, None, None, weights, ids, srt, eid, ntp, False, 8, **common)
-        a = torch.nn.functional.silu(c1[..., :768]) * c1[..., 768:]
-        invoke_fused_moe_kernel(a.view(t * 8, 768), w2, None, c2, None, None, None, weights, ids, srt, eid, ntp, True, 1,
-                                **common)
-        return c2.sum(1)
-    return "sglang_triton", kernel_only, errors
+def torch_grouped(torch, x, w1, w2, ids, weights):
+    """The layer with ``torch._grouped_mm`` for both GEMMs: (token, slot) pairs sorted by expert,
+    group ends from a device-side count (no host sync, so it captures into a graph)."""
+    topk, inter = ids.shape[1], w2.shape[2]
+    flat = ids.flatten().long()
+    order = torch.argsort(flat, stable=True)
+    counts = torch.zeros(w1.shape[0], dtype=torch.int32, device=x.device)
+    counts.index_add_(0, flat, torch.ones_like(flat, dtype=torch.int32))
+    ends = torch.cumsum(counts, 0, dtype=torch.int32)
+    rows = order // topk
+    g = torch._grouped_mm(x[rows], w1.transpose(1, 2), offs=ends)
+    a = torch.nn.functional.silu(g[:, :inter]) * g[:, inter:]
+    y = torch._grouped_mm(a, w2.transpose(1, 2), offs=ends)
+    out = torch.zeros(x.shape[0], w2.shape[1], dtype=torch.float32, device=x.device)
+    out.index_add_(0, rows, y.float() * weights.flatten()[order, None])
+    return out.to(x.dtype)
 
 
-def flashinfer_peer(torch):
+def flashinfer_peer(torch, w1):
+    """FlashInfer's ``cutlass_fused_moe`` as ``fn(x, w1, w2, ids, weights)``; raises where the
+    package is absent, the reason then being :data:`FLASHINFER_WHY`."""
     from flashinfer.fused_moe import cutlass_fused_moe
+    inter = w1.shape[1] // 2
+    # FlashInfer's fc1 holds [up; gate] (SwiGLU with the gate second): swap our halves once
+    fc1 = torch.cat([w1[:, inter:], w1[:, :inter]], 1).contiguous()
+    return lambda x, w1, w2, ids, weights: cutlass_fused_moe(x, ids, weights, fc1, w2, x.dtype)[0]
 
-    def run(x, w1, w2, ids, weights):
-        # FlashInfer's fc1 holds [up; gate] (SwiGLU with the gate second): swap our halves
-        return cutlass_fused_moe(x, ids, weights, run.w1, w2, x.dtype)[0]
-    run.prepare = lambda w1: setattr(run, "w1", torch.cat([w1[:, 768:], w1[:, :768]], 1).contiguous())
-    return "flashinfer", run
+
+def find_wheel(folder, dist):
+    """The one ``dist-*.whl`` in ``folder``."""
+    found = sorted(glob.glob(os.path.join(folder, f"{dist}-*.whl")))
+    if len(found) != 1:
+        raise FileNotFoundError(f"expected one {dist}-*.whl in {folder}, found {[os.path.basename(f) for f in found]}")
+    return found[0]
+
+
+def rel_err(torch, got, ref):
+    return ((got.float() - ref).abs().max() / ref.abs().max()).item()
+
+
+def reps_for(tokens, reps):
+    """Fewer repetitions where one call is long, to keep the whole run within minutes."""
+    return reps if tokens <= 1024 else max(10, reps // 2)
+
+
+def measure(torch, name, fn, ref, row, errors, reps, graph=True):
+    """Check ``fn()`` against ``ref`` eagerly, time it eagerly; capture it into a CUDA graph, check
+    a replay's output (the output buffer poisoned with NaN first), time the replays.  Results go
+    to ``row[name]``, ``row[name + "_graph"]`` and their ``_err``; failures to ``errors``."""
+    tag = f"{name} T={row['T']}"
+    try:
+        row[f"{name}_err"] = err = rel_err(torch, fn(), ref)
+        if not err <= TOL:
+            raise AssertionError(f"rel. error {err:.2e} against the fp32 reference (tolerance {TOL})")
+        row[name] = cuda_timing.eager_ms(torch, fn, reps)
+    except Exception as e:          # noqa: BLE001 - recorded; the other implementations still run
+        errors[tag] = f"{type(e).__name__}: {e}"
+        traceback.print_exc()
+        return
+    if not graph:
+        return
+    try:
+        g, out = cuda_timing.capture(torch, fn)
+        out.fill_(float("nan"))
+        g.replay()
+        row[f"{name}_graph_err"] = err = rel_err(torch, out, ref)
+        if not err <= TOL:
+            raise AssertionError(f"graph replay: rel. error {err:.2e} against the fp32 reference")
+        row[f"{name}_graph"] = cuda_timing.graph_ms(torch, g, reps)
+    except Exception as e:          # noqa: BLE001
+        errors[f"{tag} graph"] = f"{type(e).__name__}: {e}"
+        traceback.print_exc()
+
+
+def time_only(torch, name, fn, row, errors, reps):
+    """Eager and graph time of a step that has no output of its own to check (``sglang_align``:
+    its result is checked through the layer it feeds)."""
+    try:
+        row[name] = cuda_timing.eager_ms(torch, fn, reps)
+        g, _ = cuda_timing.capture(torch, fn)
+        row[f"{name}_graph"] = cuda_timing.graph_ms(torch, g, reps)
+    except Exception as e:          # noqa: BLE001
+        errors[f"{name} T={row['T']}"] = f"{type(e).__name__}: {e}"
+
+
+def summarize(row, peers):
+    """Add the best peer's time over axe's (> 1: axe faster), eager and graph, and axe's fraction
+    of the bound (graph and eager) to ``row``."""
+    for suffix in ("", "_graph"):
+        times = {p: row[p + suffix] for p in peers if p + suffix in row}
+        if times and "axe" + suffix in row:
+            best = min(times, key=times.get)
+            row[f"best_peer{suffix}"] = best
+            row[f"vs_best{suffix}"] = times[best] / row["axe" + suffix]
+        if "axe" + suffix in row:
+            row[f"axe_bound_fraction{suffix}"] = row["bound_ms"] / row["axe" + suffix]
+
+
+def _cell(row, key, fmt="{:.4f}"):
+    return fmt.format(row[key]) if key in row else "-"
+
+
+def table(result):
+    """The markdown table of ``result`` (times in ms; ratios as best peer / axe)."""
+    peers = [p for p in PEERS if any(p in r or f"{p}_graph" in r for r in result["rows"])]
+    head = ["T", "experts hit", "axe eager", "axe graph"]
+    for p in peers:
+        head += [f"{p} eager", f"{p} graph"]
+    extra = [k for k in ("sglang_align_graph",) if any(k in r for r in result["rows"])]
+    head += ["sglang align graph"] * len(extra) + ["torch eager", "best peer / axe eager",
+                                                   "best peer / axe graph", "bound", "axe graph / bound"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in result["rows"]:
+        cells = [str(r["T"]), _cell(r, "experts_hit", "{}"), _cell(r, "axe"), _cell(r, "axe_graph")]
+        for p in peers:
+            cells += [_cell(r, p), _cell(r, f"{p}_graph")]
+        cells += [_cell(r, k) for k in extra]
+        cells += [_cell(r, "torch", "{:.3f}"),
+                  (_cell(r, "vs_best", "{:.2f}x") + f" ({r['best_peer']})") if "vs_best" in r else "-",
+                  (_cell(r, "vs_best_graph", "{:.2f}x") + f" ({r['best_peer_graph']})") if "vs_best_graph" in r
+                  else "-",
+                  _cell(r, "bound_ms"), _cell(r, "axe_bound_fraction_graph", "{:.2f}")]
+        lines.append("| " + " | ".join(cells) + " |")
+    dev = result.get("device_rates", {})
+    if dev:
+        lines.append("")
+        lines.append(f"Bound rates measured in this run: copy {dev['copy_bytes_per_s'] / 1e12:.2f} TB/s "
+                     f"(read + write), {result['dtype']} torch.mm {dev['mm_flop_per_s'] / 1e12:.0f} TFLOP/s.")
+    return "\n".join(lines)
+
+
+def load_peers(torch, args, w1, result):
+    """``{name: fn(x, w1, w2, ids, weights)}`` of the peers that can run, and the SGLang module
+    namespace (or None); every reason a peer cannot run goes to ``result["errors"]``."""
+    peers = {"torch_grouped": lambda x, w1, w2, ids, weights: torch_grouped(torch, x, w1, w2, ids, weights)}
+    sglang = None
+    try:
+        from benchmarks import moe_sglang
+        source = args.sglang if args.sglang and os.path.isdir(args.sglang) else find_wheel(args.wheels, "sglang")
+        sglang = moe_sglang.load(source, os.path.join(tempfile.gettempdir(), "axe_sglang"))
+        result["sglang"] = {"source": source, "steps": moe_sglang.STEPS}
+    except Exception as err:        # noqa: BLE001 - the peer cannot run here: say why, keep the others
+        result["errors"]["sglang"] = f"{type(err).__name__}: {err}"
+        traceback.print_exc()
+    try:
+        peers["flashinfer"] = flashinfer_peer(torch, w1)
+    except ImportError as err:
+        result["errors"]["flashinfer"] = f"{FLASHINFER_WHY} ({type(err).__name__}: {err})"
+    except Exception as err:        # noqa: BLE001
+        result["errors"]["flashinfer"] = f"{type(err).__name__}: {err}"
+    return peers, sglang
+
+
+def run_tokens(torch, tokens, ctx, result):
+    """One row: every implementation on ``tokens`` tokens."""
+    from kernels import moe_host as moe
+    args, g, dt, w1, w2 = ctx["args"], ctx["gen"], ctx["dt"], ctx["w1"], ctx["w2"]
+    errors, reps = result["errors"], reps_for(tokens, args.reps)
+    row = {"T": tokens, "reps": reps}
+    x = torch.randn(tokens, moe.HIDDEN, device=DEVICE, generator=g).to(dt)
+    logits = torch.randn(tokens, w1.shape[0], device=DEVICE, generator=g).to(dt)
+    ids, weights = moe.route_reference(logits)
+    ref = moe.reference(x, w1, w2, ids.long(), weights)
+    row["experts_hit"] = hit = int(torch.unique(ids).numel())
+    row.update(moe_bounds.counted(tokens, hit, moe.TOPK, moe.HIDDEN, moe.INTER, x.element_size()))
+    row.update(moe_bounds.bound_ms(row, ctx["bw"], ctx["peak"]))
+    cfg = moe.config_for(tokens)
+    if cfg in ctx["axe"]:
+        layer = moe.Layer(ctx["axe"][cfg], tokens, cfg, args.dtype)
+        row["axe_config"] = cfg
+        measure(torch, "axe", lambda: layer.experts(x, w1, w2, ids, weights), ref, row, errors, reps)
+        time_only(torch, "axe_route", lambda: layer.route(logits), row, errors, reps)
+    if ctx["sglang"] is not None:
+        try:
+            from benchmarks import moe_sglang
+            peer = moe_sglang.Peer(ctx["sglang"], x, w1, w2, ids, weights)
+            row["sglang_ran"] = peer.describe()
+            measure(torch, "sglang", peer, ref, row, errors, reps)
+            time_only(torch, "sglang_align", peer.align, row, errors, reps)
+        except Exception as e:      # noqa: BLE001
+            errors[f"sglang T={tokens}"] = f"{type(e).__name__}: {e}"
+            traceback.print_exc()
+    for name, fn in ctx["peers"].items():
+        measure(torch, name, (lambda f: lambda: f(x, w1, w2, ids, weights))(fn), ref, row, errors, reps)
+    measure(torch, "torch", lambda: torch_plain(torch, x, w1, w2, ids.long(), weights), ref, row, errors,
+            min(reps, 10), graph=False)
+    summarize(row, PEERS)
+    return row
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--artifacts", default=os.path.join(ROOT, ".carry", "moe"))
-    ap.add_argument("--wheels", default=os.path.join(ROOT, ".whl_moe"))
+    ap.add_argument("--sglang", default=os.path.join(ROOT, ".carry", "moe", "sglang"),
+                    help="SGLang's files as build_moe.py extracts them (else the wheel in --wheels is used)")
+    ap.add_argument("--wheels", default=os.path.join(ROOT, ".whl"))
     ap.add_argument("--tokens", nargs="*", type=int, default=list(TOKENS))
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--out", default=None)
+    ap.add_argument("--out", default=None, help="JSON path (default $OUT/moe-DATE.json)")
+    ap.add_argument("--md", default=None, help="markdown table path (default: the JSON path with .md)")
     args = ap.parse_args(argv)
     import torch
     from axe import runtime as rt
     from kernels import moe_host as moe
+    dt = getattr(torch, args.dtype)
     result = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(), "dtype": args.dtype,
               "torch": torch.__version__, "errors": {}, "rows": []}
-    result["wheels"] = unpack_wheels(args.wheels, os.path.join("/tmp", "moe_wheels"))
-    dt = getattr(torch, args.dtype)
+    timed = lambda fn: cuda_timing.eager_ms(torch, fn, 10)     # noqa: E731
+    bw, peak = moe_bounds.copy_bandwidth(torch, timed), moe_bounds.mm_throughput(torch, timed, dt)
+    result["device_rates"] = {"copy_bytes_per_s": bw, "mm_flop_per_s": peak}
+    print(f"copy {bw / 1e12:.2f} TB/s, mm {peak / 1e12:.0f} TFLOP/s", flush=True)
     g = torch.Generator(device="cuda").manual_seed(0)
-    w1 = (torch.randn(128, 1536, 2048, device="cuda", generator=g) / 2048 ** 0.5).to(dt)
-    w2 = (torch.randn(128, 2048, 768, device="cuda", generator=g) / 768 ** 0.5).to(dt)
-    peers = {}
-    for make in (sglang_peer, flashinfer_peer):
-        try:
-            got = make(torch)
-            peers[got[0]] = got[1]
-            if len(got) > 2 and got[2]:
-                result["errors"]["sglang fused_experts"] = got[2]
-            if hasattr(got[1], "prepare"):
-                got[1].prepare(w1)
-        except Exception as err:    # noqa: BLE001 - the peer cannot run here: say why, keep the others
-            result["errors"][make.__name__] = f"{type(err).__name__}: {err}"
-    kernels = {}
+    w1 = (torch.randn(moe.E, 2 * moe.INTER, moe.HIDDEN, device="cuda", generator=g) / moe.HIDDEN ** 0.5).to(dt)
+    w2 = (torch.randn(moe.E, moe.HIDDEN, moe.INTER, device="cuda", generator=g) / moe.INTER ** 0.5).to(dt)
+    peers, sglang = load_peers(torch, args, w1, result)
+    axe = {}
     for cfg in moe.CONFIGS:
         try:
-            kernels[cfg] = {r: rt.load(os.path.join(args.artifacts, n)) for r, n in moe.artifact_names(args.dtype, cfg).items()}
+            axe[cfg] = {r: rt.load(os.path.join(args.artifacts, n)) for r, n in moe.artifact_names(args.dtype, cfg).items()}
         except Exception as err:    # noqa: BLE001
             result["errors"][f"axe {cfg}"] = f"{type(err).__name__}: {err}"
+    ctx = dict(args=args, gen=g, dt=dt, w1=w1, w2=w2, bw=bw, peak=peak, axe=axe, sglang=sglang, peers=peers)
+    out = args.out or os.path.join(os.environ.get("OUT", ROOT), f"moe-{result['date']}.json")
+    md = args.md or os.path.splitext(out)[0] + ".md"
     for tokens in args.tokens:
-        row = {"T": tokens}
-        x = torch.randn(tokens, 2048, device="cuda", generator=g).to(dt)
-        logits = torch.randn(tokens, 128, device="cuda", generator=g).to(dt)
-        ids, weights = moe.route_reference(logits)
-        ref = moe.reference(x, w1, w2, ids.long(), weights)
-        scale = ref.abs().max().item()
-        impls = {"torch": lambda: torch_plain(torch, x, w1, w2, ids.long(), weights)}
-        cfg = moe.config_for(tokens)
-        if cfg in kernels:
-            layer = moe.Layer(kernels[cfg], tokens, cfg, args.dtype)
-            impls["axe"] = lambda: layer.experts(x, w1, w2, ids, weights)
-            row["axe_config"] = cfg
-        for name, fn in peers.items():
-            impls[name] = (lambda f: lambda: f(x, w1, w2, ids, weights))(fn)
-        for name, fn in impls.items():
-            try:
-                err = (fn().float() - ref).abs().max().item() / scale
-                row[f"{name}_err"] = err
-                if not err <= 3e-2:
-                    raise AssertionError(f"rel. error {err:.2e} against the fp32 reference")
-                row[name] = timed(torch, fn, args.reps)
-            except Exception as e:  # noqa: BLE001
-                result["errors"][f"{name} T={tokens}"] = f"{type(e).__name__}: {e}"
-                traceback.print_exc()
-        if cfg in kernels:
-            try:
-                row["axe_route"] = timed(torch, lambda: layer.route(logits), args.reps)
-            except Exception as e:  # noqa: BLE001
-                result["errors"][f"axe_route T={tokens}"] = f"{type(e).__name__}: {e}"
-        result["rows"].append(row)
-        print(json.dumps(row), flush=True)
-    names = ["axe", "axe_route", "torch"] + list(peers)
-    print(f"\n| T | {' | '.join(n + ' ms' for n in names)} | axe vs best peer |")
-    print("|" + "---|" * (len(names) + 2))
-    for row in result["rows"]:
-        best = min([row[p] for p in peers if p in row] or [float("nan")])
-        vs = f"{best / row['axe']:.2f}x" if "axe" in row else "-"
-        print(f"| {row['T']} | " + " | ".join(f"{row[n]:.4f}" if n in row else "-" for n in names) + f" | {vs} |")
+        result["rows"].append(run_tokens(torch, tokens, ctx, result))
+        print(json.dumps(result["rows"][-1]), flush=True)
+        with open(out, "w") as f:           # rewritten after every row: a cut-off run keeps its rows
+            json.dump(result, f, indent=1)
+    text = table(result)
+    print("\n" + text)
     for k, v in result["errors"].items():
         print(f"error {k}: {v}")
-    out = args.out or os.path.join(os.environ.get("OUT", ROOT), f"moe-{result['date']}.json")
-    with open(out, "w") as f:
-        json.dump(result, f, indent=1)
-    print("wrote", out)
+    with open(md, "w") as f:
+        f.write(text + "\n")
+    print("wrote", out, md)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,55 @@
+"""GPU timings of a callable two ways: eager (each call's host work included, what a Python caller
+sees) and replayed from a CUDA graph (the same kernels with no host work between them, what a
+serving stack that runs decode under CUDA graphs sees)."""
+
+
+def eager_ms(torch, fn, reps, warmup=3):
+    """Median milliseconds of one ``fn()`` between two CUDA events, the stream idle before each
+    call: host launch overhead is inside the interval whenever it exceeds the GPU work."""
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return sorted(times)[len(times) // 2]
+
+
+def capture(torch, fn, warmup=2):
+    """``(graph, out)``: ``fn`` captured once into a CUDA graph; ``out`` is what the captured call
+    returned, the buffer every replay rewrites.  Warm-up calls run first on the capture stream, so
+    lazy work (Triton compiles, per-stream scratch, cached descriptors) happens outside the graph."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(warmup):
+            fn()
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        out = fn()
+    torch.cuda.synchronize()
+    return graph, out
+
+
+def graph_ms(torch, graph, reps, inner=10):
+    """Median over ``reps`` batches of milliseconds per replay, each batch ``inner`` replays queued
+    back to back between two events: the GPU never waits for the host inside a batch (a replay
+    is one launch; the kernels of a layer take longer than the host needs to queue the next)."""
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(inner):
+            graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / inner)
+    return sorted(times)[len(times) // 2]
