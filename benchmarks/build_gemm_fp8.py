@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """Build the FP8 GEMM benchmark's artifacts (run on the CPU machine): ``kernels/gemm_fp8.py`` for
 every shape of ``benchmarks/gemm_fp8.py`` (16 MLP shapes at M = 8192, DeepSeek-V3's six at
-M = 4096), tile widths 128 and 256, into ``.carry/gemm_fp8/<name>/``; with ``--wheel``, also
+M = 4096), tile widths 128 and 256, alone and in CTA pairs (``cluster=2``), into ``.carry/gemm_fp8/<name>/``; with ``--wheel``, also
 DeepGEMM's wheel (``sgl-deep-gemm``, ``pip download``: a py3-none manylinux wheel built for CUDA
 13 and torch) into ``.carry/gemm_fp8/wheels/``, so one carry path holds everything.
 
-Usage: ``.venv/bin/python benchmarks/build_gemm_fp8.py [--out DIR] [--only mlp|deepseek] [--bns 128 256] [--wheel]``.
+Usage: ``.venv/bin/python benchmarks/build_gemm_fp8.py [--out DIR] [--only mlp|deepseek] [--bns 128 256] [--clusters 1 2] [--wheel]``.
 """
 
 import argparse
@@ -23,11 +23,12 @@ WHEEL = "sgl-deep-gemm"
 
 
 def main(argv=None):
-    from gemm_fp8 import BNS, artifact_name, shapes
+    from gemm_fp8 import VARIANTS, artifact_name, shapes
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(ROOT, ".carry", "gemm_fp8"))
     ap.add_argument("--only", choices=("mlp", "deepseek"), default=None)
-    ap.add_argument("--bns", nargs="*", type=int, default=list(BNS))
+    ap.add_argument("--bns", nargs="*", type=int, default=sorted({b for b, _ in VARIANTS}))
+    ap.add_argument("--clusters", nargs="*", type=int, default=sorted({c for _, c in VARIANTS}))
     ap.add_argument("--wheel", action="store_true", help=f"also download {WHEEL}'s wheel into OUT/wheels")
     args = ap.parse_args(argv)
     from kernels import gemm_fp8
@@ -35,13 +36,15 @@ def main(argv=None):
     for kind, model, proj, m, n, k in shapes():
         if args.only not in (None, kind):
             continue
-        for bn in args.bns:
-            name = artifact_name(m, n, k, bn)
+        for bn, cluster in VARIANTS:
+            if bn not in args.bns or cluster not in args.clusters:
+                continue
+            name = artifact_name(m, n, k, bn, cluster)
             if os.path.exists(os.path.join(args.out, name, "launch.json")):
                 continue
             t = time.time()
             try:
-                art = gemm_fp8.build(m, n, k, bn, name=name)
+                art = gemm_fp8.build(m, n, k, bn, name=name, cluster=cluster)
             except Exception as err:  # noqa: BLE001 - report every shape that does not build
                 failed.append(f"{name}: {type(err).__name__}: {err}")
                 print(f"FAILED {name}: {err}", flush=True)

@@ -9,7 +9,8 @@ e4m3 with one per 128×128 block, quantized from random normal data the DeepSeek
 (:mod:`kernels.fp8_blocks`).  Every peer's output is checked against the fp32 product of the
 dequantized operands (‖C − ref‖/‖ref‖ < 1e-2, the tolerance argued in
 ``tests/gpu/cases_gemm_fp8.py``) before it is timed; a wrong one is timed and marked.  axe runs
-both tile widths built (``bn`` 128 and 256) and reports the faster.  Timing:
+the tile widths 128 and 256, alone and as CTA pairs sharing B
+(``cluster=2``), and reports the fastest correct one.  Timing:
 ``triton.testing.do_bench`` median.  Every peer and shape is guarded: a failure is recorded with
 its exact error and the run goes on.  The JSON (``$OUT`` or ``benchmarks/results/``) is rewritten
 after every shape, so a run cut short still leaves its rows.
@@ -52,7 +53,9 @@ M_MLP, M_DS = 8192, 4096
 #: DeepSeek-V3's (N, K) pairs as DeepGEMM's tests enumerate them (fused q_a+kv_a 2112x7168, q_b
 #: 24576x1536, kv_b 32768x512, o 7168x16384, shared-expert 4096x7168, 7168x2048)
 DEEPSEEK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
-BNS = (128, 256)
+#: axe builds per shape, ``(bn, cluster)``: both tile widths, alone and as CTA pairs sharing B by
+#: TMA multicast; the fastest correct one is reported as axe
+VARIANTS = ((128, 1), (256, 1), (128, 2), (256, 2))
 TOL = 1e-2
 PEERS = ("cublas", "deepgemm", "triton")
 DEVICE = "cuda"         # the CPU test of this script's control flow sets "cpu"
@@ -68,8 +71,12 @@ def shapes():
             + [("deepseek", "DeepSeek-V3", f"{n}x{k}", M_DS, n, k) for n, k in DEEPSEEK])
 
 
-def artifact_name(m, n, k, bn):
-    return f"gemm_fp8_{m}x{n}x{k}_bn{bn}"
+def variant_name(bn, cluster):
+    return f"bn{bn}" + (f"_c{cluster}" if cluster > 1 else "")
+
+
+def artifact_name(m, n, k, bn, cluster=1):
+    return f"gemm_fp8_{m}x{n}x{k}_{variant_name(bn, cluster)}"
 
 
 def error_line(err):
@@ -257,14 +264,14 @@ def run_shape(shape, artifacts, peers, tri, cub, dg):
     W, SB = quantize_blocks(torch.randn(n, k, device=DEVICE))
     ref = reference(A, W, SA, SB)["C"]
     C = torch.empty(m, n, device=DEVICE, dtype=torch.bfloat16)
-    for bn in BNS:
-        path = os.path.join(artifacts, artifact_name(m, n, k, bn))
+    for bn, cluster in VARIANTS:
+        tag = f"axe_{variant_name(bn, cluster)}"
         try:
-            kern = rt.load(path)
+            kern = rt.load(os.path.join(artifacts, artifact_name(m, n, k, bn, cluster)))
         except Exception as e:  # noqa: BLE001
-            row["errors"][f"axe_bn{bn}"] = error_line(e)
+            row["errors"][tag] = error_line(e)
             continue
-        measure(f"axe_bn{bn}", lambda: kern(A, W, SA, SB, C), ref, C, row)
+        measure(tag, lambda: kern(A, W, SA, SB, C), ref, C, row)
     axes = {k_: v for k_, v in row["ms"].items() if k_.startswith("axe_")}
     if axes:
         best = min(axes, key=axes.get)

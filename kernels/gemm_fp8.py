@@ -23,7 +23,8 @@ wgmma requires) and the A tile's 128 row scales (a 512-byte TMA box of SA).  Per
    from the layouts of the wgmma D fragment, of the SA slot in shared memory and of SB in global
    memory, see :mod:`axe.schedules.block_scale`),
 3. waits for the group and promotes: ``acc += partial · factor`` (the two-level accumulation that
-   keeps FP8 accurate: each k-block's sum of 128 products is exact to fp32 before scaling).
+   keeps FP8 accurate: Hopper's tensor cores keep only about 14 bits while summing fp8 products,
+   so their error is confined to one k-block's 128 terms; the sum over k-blocks is full fp32).
 
 With ``bn = 256`` a warpgroup holds a 64×256 accumulator (128 registers) and one 64×128 partial
 (64) — two full partials would not fit the 232 registers a consumer gets — so the two 128-column
@@ -31,6 +32,14 @@ halves of a slot are issued one after the other.  ``bn = 256`` loads 48 KiB per 
 MFLOP, ``bn = 128`` 32 KiB for 4.2 MFLOP (a third more L2 traffic per flop) but keeps 5 stages.
 Where N is not a multiple of 256 the last tile's second half may lie wholly past N:
 it is skipped (its scale row does not exist) and its columns are clipped by the TMA store.
+
+``cluster=2`` runs CTA pairs on vertically neighbouring tiles (block-rows 2p and 2p + 1 of one
+block-column): each CTA loads half of the B tile and multicasts it to both, and a slot is free once
+the consumers of both CTAs released it (the pipeline counts the peer's releases).  Why it may pay
+here when it did not for the 16-bit GEMM: at fp8 rates a 128×256 tile consumes its 48.5 KiB per
+k-block in about 0.7 µs (8.4 MFLOP at ~12 TFLOP/s per SM), 9 TB/s from L2 over 132 SMs; sharing B
+brings that to 32.5 KiB, 6 TB/s.  With an odd number of block-rows the last pair's second CTA
+computes a block-row past M (its loads read zeros) and stores nothing.
 
 Shapes need not be multiples of the tile: TMA zero-fills loads past M, N or K and clips stores.
 """
@@ -60,10 +69,14 @@ def fp8_tile(rows, cols=BK):
     return SwizzledLayout(S[(rows, cols)], Swizzle(3, 4, 3))
 
 
-def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None):
-    """The block-scaled FP8 GEMM kernel for static sizes; ``bn``: tile columns (128 or 256)."""
+def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=1):
+    """The block-scaled FP8 GEMM kernel for static sizes; ``bn``: tile columns (128 or 256);
+    ``cluster=2``: CTA pairs on vertically neighbouring tiles, each loading half of the B tile with
+    a TMA multicast to both (B's L2 traffic per CTA halved, as in kernels/gemm.py)."""
     if bn not in STAGES:
         raise ValueError(f"gemm_fp8: bn must be one of {sorted(STAGES)}, got {bn!r}")
+    if cluster not in (1, 2) or sms % cluster:
+        raise ValueError(f"gemm_fp8: cluster must be 1 or 2 and divide sms={sms}, got {cluster!r}")
     if M < BM or N < bn or K <= BK:
         raise ValueError(f"gemm_fp8: {M}x{N}x{K} is smaller than one {BM}x{bn} tile with two k-blocks (K > {BK}: "
                          "with one k-block SA's TMA map has an extent-1 dimension, which tma.py gives stride 0)")
@@ -74,7 +87,11 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None):
     n_blocks = sb_shape[0]                      # rows of SB: 128-column blocks of N
     halves = bn // PART
     m_tiles, n_tiles, k_iters = -(-M // BM), -(-N // bn), sa_shape[0]
-    sched = Ax.TileSchedule(m_tiles, n_tiles, sms, group)
+    # one scheduled block-row per cluster: a pair's CTAs take block-rows 2p and 2p + 1 (the second
+    # lies past M when m_tiles is odd: its loads read zeros and its store is skipped)
+    sched = Ax.TileSchedule(-(-m_tiles // cluster), n_tiles, sms // cluster, max(group // cluster, 1))
+    b_part = bn // cluster                      # rows of the B tile each CTA of a cluster loads
+    odd_pair = cluster > 1 and m_tiles % cluster != 0
     a_at, b_at = 0, stages * BM * BK            # byte offsets of the slots in the fp8 pool
     # the last tile's second half lies past N when the 128-column blocks are odd in number
     ragged_half = halves > 1 and n_blocks % halves != 0
@@ -106,6 +123,32 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None):
                     half()
             pipe.release(i, pred=leader)
 
+        cta = {}        # the CTA's rank in its cluster, set at launch
+
+        def launch():
+            """``(cluster index, tx)``: a plain persistent launch, or one in clusters of ``cluster``."""
+            if cluster == 1:
+                return Ax.launch(sms, THREADS)
+            cid, cta["rank"], _, tx = Ax.cuda.cluster_launch(sms, THREADS, cluster)
+            return cid, tx
+
+        def coords(cid, it):
+            """(block-row, block-column) of the CTA's it-th tile: a cluster's CTAs stack vertically."""
+            pm, n_blk = sched.coords(sched.tile(cid, it))
+            return (pm, n_blk) if cluster == 1 else (pm * cluster + cta["rank"], n_blk)
+
+        def load_b(pool, pipe, B, s, n_blk, kb):
+            """The slot's B tile: whole, or (a cluster) this CTA's ``b_part`` rows of it multicast
+            into the same offset of every CTA of the pair, so each slot receives the whole tile."""
+            ks = slice(kb * BK, (kb + 1) * BK)
+            if cluster == 1:
+                Ax.copy(Ax.view(pool, fp8_tile(bn), (bn, BK), base=b_at + s * (bn * BK)),
+                        B[n_blk * bn:(n_blk + 1) * bn, ks], barrier=pipe.full, stage=s)
+                return
+            r0 = n_blk * bn + cta["rank"] * b_part
+            Ax.copy(Ax.view(pool, fp8_tile(b_part), (b_part, BK), base=b_at + s * (bn * BK) + cta["rank"] * (b_part * BK)),
+                    B[r0:r0 + b_part, ks], barrier=pipe.full, stage=s, multicast=(1 << cluster) - 1)
+
         def store(cbuf, C, acc, out, wg, leader, m_blk, n_blk):
             """Cast the tile and store it 128 columns at a time: stmatrix into the warpgroup's
             swizzled buffer, one thread's TMA store (rows and columns past C are clipped)."""
@@ -127,7 +170,7 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None):
                             A_map: T.handle("tensormap"), B_map: T.handle("tensormap"),
                             SA_map: T.handle("tensormap"), C_map: T.handle("tensormap")):
             Ax.cuda.min_blocks_per_sm(1)
-            cid, tx = Ax.launch(sms, THREADS)
+            cid, tx = launch()
             A = Ax.param(A_, tensormap=A_map)
             B = Ax.param(B_, tensormap=B_map)
             SA = Ax.param(SA_, tensormap=SA_map)
@@ -136,19 +179,19 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None):
             pool = Ax.cuda.dynamic_shared(stages * (BM + bn) * BK, FP8)
             sa = Ax.shared((stages, BM), "float32", name="sa")          # the A tile's row scales, per slot
             cbuf = Ax.shared((2 * HALF, PART), "bfloat16", swizzled(2 * HALF, PART), name="cbuf")
-            pipe = Ax.cuda.pipeline(stages, producers=3, consumers=2)      # full: A, B and SA copies
+            # full: the A, B and SA copies; empty: both consumers of every CTA of the cluster
+            pipe = Ax.cuda.pipeline(stages, producers=3, consumers=2, cluster=cluster)
             with Ax.cuda.role(0, 1, regs=PRODUCER_REGS):
                 with Ax.warps(0, 1):
                     for it in T.serial(sched.count(cid)):
-                        m_blk, n_blk = sched.coords(sched.tile(cid, it))
+                        m_blk, n_blk = coords(cid, it)
                         for kb in T.serial(k_iters):
                             i = it * k_iters + kb
                             s = pipe.slot(i)
                             pipe.acquire(i)
                             Ax.copy(Ax.view(pool, fp8_tile(BM), (BM, BK), base=a_at + s * (BM * BK)),
                                     A[m_blk * BM:(m_blk + 1) * BM, kb * BK:(kb + 1) * BK], barrier=pipe.full, stage=s)
-                            Ax.copy(Ax.view(pool, fp8_tile(bn), (bn, BK), base=b_at + s * (bn * BK)),
-                                    B[n_blk * bn:(n_blk + 1) * bn, kb * BK:(kb + 1) * BK], barrier=pipe.full, stage=s)
+                            load_b(pool, pipe, B, s, n_blk, kb)
                             Ax.copy(sa[s:s + 1, :], SA[kb:kb + 1, m_blk * BM:(m_blk + 1) * BM],
                                     barrier=pipe.full, stage=s)
             with Ax.cuda.role(1, 3, regs=CONSUMER_REGS, each=True):
@@ -159,16 +202,23 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None):
                 out = Ax.registers((HALF, bn), "bfloat16", acc_layout, name="out")
 
                 for j in T.serial(sched.count(cid)):
-                    m_blk, n_blk = sched.coords(sched.tile(cid, j))
+                    m_blk, n_blk = coords(cid, j)
                     k_block(pool, sa, SB, pipe, acc, part, wg, leader, j * k_iters, 0, n_blk, True)
                     for kb in T.serial(1, k_iters):
                         k_block(pool, sa, SB, pipe, acc, part, wg, leader, j * k_iters + kb, kb, n_blk, False)
-                    store(cbuf, C, acc, out, wg, leader, m_blk, n_blk)
+                    if odd_pair:
+                        with guard(m_blk < m_tiles):
+                            store(cbuf, C, acc, out, wg, leader, m_blk, n_blk)
+                    else:
+                        store(cbuf, C, acc, out, wg, leader, m_blk, n_blk)
                 Ax.cuda.tma_store_wait(0, pred=leader)
+            if cluster > 1:
+                Ax.cuda.cluster_sync()      # no CTA leaves while its peer may still arrive on its barriers
         return gemm_fp8_kernel
 
     return Ax.Kernel(name or f"gemm_fp8_{M}x{N}x{K}", factory, reference=reference, outputs=("C",),
-                     meta={"M": M, "N": N, "K": K, "bn": bn, "stages": stages, "grid": (sms,), "threads": THREADS})
+                     meta={"M": M, "N": N, "K": K, "bn": bn, "stages": stages, "grid": (sms,), "threads": THREADS,
+                           "cluster": cluster})
 
 
 def _d_fragment(n):

@@ -220,32 +220,34 @@ def test_scale_accumulate_signature_checks():
 
 # --- the kernel: builds, ptxas, PTX -------------------------------------------------------------------
 
-#: (M, N, K, bn): ragged M, an odd number of 128-column blocks (bn=256's last half skipped), K of
-#: DeepSeek-V3's projections; a square bn=128 build
-BUILDS = {"ragged_256": (1000, 2112, 7168, 256), "square_128": (1024, 1024, 1024, 128),
-          "ragged_128": (777, 576, 1536, 128)}
+#: (M, N, K, bn, cluster): ragged M, an odd number of 128-column blocks (bn=256's last half
+#: skipped), K of DeepSeek-V3's projections; a square bn=128 build; CTA pairs (B multicast) with an
+#: odd number of block-rows (the last pair's second CTA lies past M)
+BUILDS = {"ragged_256": (1000, 2112, 7168, 256, 1), "square_128": (1024, 1024, 1024, 128, 1),
+          "ragged_128": (777, 576, 1536, 128, 1), "ragged_256_c2": (777, 2112, 1536, 256, 2)}
 
 
 @pytest.fixture(scope="module", params=sorted(BUILDS))
 def built(request):
-    M, N, K, bn = BUILDS[request.param]
-    return BUILDS[request.param], G.build(M, N, K, bn, name=f"gemm_fp8_{request.param}")
+    M, N, K, bn, cluster = BUILDS[request.param]
+    return BUILDS[request.param], G.build(M, N, K, bn, name=f"gemm_fp8_{request.param}", cluster=cluster)
 
 
 def test_fp8_gemm_builds_without_spills(built):
-    (M, N, K, bn), art = built
+    (M, N, K, bn, cluster), art = built
     res = art.launch["resources"]
     assert res["spill_stores"] == 0 and res["spill_loads"] == 0
     assert res["registers"] <= G.CONSUMER_REGS
     assert art.launch["dynamic_smem"] + res["static_smem"] <= 232448
     maps = {m["param"]: m for m in art.launch["tensormaps"]}
     assert maps["A_map"]["dtype"] == FP8 and maps["A_map"]["box"] == [128, 128] and maps["A_map"]["swizzle"] == 128
-    assert maps["B_map"]["box"] == [128, bn]
+    assert maps["B_map"]["box"] == [128, bn // cluster]        # a pair's CTAs load half of B each
+    assert art.launch["cluster"] == (None if cluster == 1 else [cluster, 1, 1])
     assert maps["SA_map"]["shape"] == [Q.scale_shapes(M, N, K)[0][1], -(-K // 128)] and maps["SA_map"]["box"] == [128, 1]
 
 
 def test_fp8_gemm_ptx_holds_wgmma_e4m3_k32_and_the_promotion(built):
-    (M, N, K, bn), art = built
+    (M, N, K, bn, cluster), art = built
     wg = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3", art.ptx)
     assert wg, "no fp8 wgmma in the PTX"
     assert "wgmma.mma_async.sync.aligned.m64n256k16" not in art.ptx
@@ -255,6 +257,9 @@ def test_fp8_gemm_ptx_holds_wgmma_e4m3_k32_and_the_promotion(built):
     assert len(re.findall(r"\bmul(\.rn)?(\.ftz)?\.f32\b", art.ptx)) >= 64
     assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in art.ptx
     assert "stmatrix" in art.ptx
+    # B multicast to both CTAs of a pair, releases on both CTAs' barriers, a cluster barrier at the end
+    assert ("multicast::cluster" in art.ptx) == (cluster > 1)
+    assert ("barrier.cluster.arrive" in art.ptx) == (cluster > 1)
 
 
 def test_fp8_gemm_binds_the_quantizers_output(built):
@@ -263,7 +268,7 @@ def test_fp8_gemm_binds_the_quantizers_output(built):
     torch = pytest.importorskip("torch")
     from axe.runtime import bind_arguments
     from axe.runtime.tensormap import tiled_args
-    (M, N, K, bn), art = built
+    (M, N, K, bn, cluster), art = built
     A, SA = Q.quantize_rows(torch.randn(M, K))
     B, SB = Q.quantize_blocks(torch.randn(N, K))
     C = torch.zeros(M, N, dtype=torch.bfloat16)
@@ -367,14 +372,14 @@ def test_benchmark_summary_and_table_from_rows():
     assert s["deepseek"]["compared"] == 0
     text = bench.table(rows)
     assert "900!" in text and "0.909" in text
-    names = {bench.artifact_name(*sh[3:], bn) for sh in bench.shapes() for bn in bench.BNS}
-    assert len(bench.shapes()) == 22 and len(names) == 44
+    names = {bench.artifact_name(*sh[3:], *v) for sh in bench.shapes() for v in bench.VARIANTS}
+    assert len(bench.shapes()) == 22 and len(names) == 88
 
 
 def test_benchmark_control_flow_on_cpu(tmp_path, monkeypatch):
     """benchmarks/gemm_fp8.py end to end on CPU tensors with a stand-in axe artifact (the
-    reference, rounded to bf16) for bn=128 and none for bn=256: the row records the missing
-    artifact and every unavailable peer's error, the right output passes the check, and the JSON
+    reference, rounded to bf16) for bn=128 and none for the other variants: the row records the
+    missing artifacts and every unavailable peer's error, the right output passes the check, and the JSON
     and table are written."""
     torch = pytest.importorskip("torch")
     import json
@@ -387,7 +392,7 @@ def test_benchmark_control_flow_on_cpu(tmp_path, monkeypatch):
                                                   ("deepseek", "DeepSeek-V3", "256x384", 128, 256, 384)])
 
     def load(path):
-        if path.endswith("_bn256"):
+        if not path.endswith("_bn128"):
             raise FileNotFoundError(path)
 
         def kern(A, W, SA, SB, C):
@@ -400,5 +405,6 @@ def test_benchmark_control_flow_on_cpu(tmp_path, monkeypatch):
     assert [r["M"] for r in res["figures"]] == [256, 128]
     for r in res["figures"]:
         assert r["correct"]["axe_bn128"] and r["rel_err"]["axe"] < 4e-3 and r["axe_config"] == "axe_bn128"
-        assert "axe_bn256" in r["errors"] and "deepgemm" in r["errors"] and "triton" in r["errors"]
+        assert {"axe_bn256", "axe_bn128_c2", "axe_bn256_c2"} <= set(r["errors"])
+        assert "deepgemm" in r["errors"] and "triton" in r["errors"]
         assert "cublas" in r["errors"] or r["correct"].get("cublas")

@@ -1,7 +1,8 @@
 """GPU cases for the block-scaled FP8 GEMM (``kernels/gemm_fp8.py``): both tile widths, ragged M
 (not a multiple of 128, nor of 4: SA's rows are padded), an odd number of 128-column blocks (the
-``bn = 256`` tile's last half lies past N), two k-blocks, a ragged last k-block and DeepSeek-V3
-projection sizes.
+``bn = 256`` tile's last half lies past N), two k-blocks, a ragged last k-block, DeepSeek-V3
+projection sizes and CTA pairs sharing B through TMA multicast (``cluster=2``, with an odd number of
+block-rows).
 
 Each check quantizes fresh random fp32 operands the way DeepSeek-V3 does (activations per row and
 128 columns, weights per 128×128 block, scale = amax / 448; :mod:`kernels.fp8_blocks`), poisons C
@@ -23,16 +24,20 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-#: name -> (M, N, K, bn)
+#: name -> (M, N, K, bn, cluster)
 SHAPES = {
-    "square": (1024, 1024, 1024, 128),
-    "square256": (1024, 1024, 1024, 256),
-    "ragged": (1000, 2112, 1536, 256),     # M % 128 != 0, 17 column blocks: bn=256's last half skipped
-    "ragged128": (777, 576, 1536, 128),     # M % 4 != 0 (SA rows padded to 780)
-    "k2": (256, 512, 256, 128),             # two k-blocks: the shortest K built (see gemm_fp8.make)
-    "kragged": (384, 768, 208, 256),        # K % 128 != 0: the last k-block half zeros (TMA fill)
-    "ds_o": (4096, 7168, 2048, 256),        # DeepSeek-V3 attention output projection
-    "ds_kv": (512, 576, 7168, 128),         # DeepSeek-V3 kv down-projection (N = 576)
+    "square": (1024, 1024, 1024, 128, 1),
+    "square256": (1024, 1024, 1024, 256, 1),
+    "ragged": (1000, 2112, 1536, 256, 1),     # M % 128 != 0, 17 column blocks: bn=256's last half skipped
+    "ragged128": (777, 576, 1536, 128, 1),     # M % 4 != 0 (SA rows padded to 780)
+    "k2": (256, 512, 256, 128, 1),             # two k-blocks: the shortest K built (see gemm_fp8.make)
+    "kragged": (384, 768, 208, 256, 1),        # K % 128 != 0: the last k-block half zeros (TMA fill)
+    "ds_o": (4096, 7168, 2048, 256, 1),        # DeepSeek-V3 attention output projection
+    "ds_kv": (512, 576, 7168, 128, 1),         # DeepSeek-V3 kv down-projection (N = 576)
+    # CTA pairs sharing B by TMA multicast: 7 block-rows (the last pair's second CTA past M), 8
+    "c2_ragged128": (777, 576, 1536, 128, 2),
+    "c2_ragged": (1000, 2112, 1536, 256, 2),
+    "c2_ds_o": (4096, 7168, 2048, 256, 2),
 }
 TOL = 1e-2
 
@@ -45,8 +50,8 @@ def _builder(shape):
     def build():
         sys.path.insert(0, ROOT)
         from kernels import gemm_fp8
-        M, N, K, bn = SHAPES[shape]
-        return gemm_fp8.build(M, N, K, bn, name=case_name(shape))
+        M, N, K, bn, cluster = SHAPES[shape]
+        return gemm_fp8.build(M, N, K, bn, name=case_name(shape), cluster=cluster)
     return build
 
 
