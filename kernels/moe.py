@@ -29,7 +29,7 @@ read off the tensors at launch):
    operator into registers (8 rows per token), then a weighted sum.
 
 The grouped GEMM is :mod:`kernels.gemm`'s cooperative Hopper design with a runtime tile count:
-persistent CTAs walk a :class:`~axe.lang.pipeline.TileSchedule` whose m-extent is ``meta[0]``
+persistent CTAs walk a :class:`~axe.lang.TileSchedule` whose m-extent is ``meta[0]``
 (read in the kernel), a producer warpgroup issues TMA loads of the A tile (rows of the padded
 matrix, a tensor map encoded from the tensor at launch) and of the expert's B rows from the
 3-D weight tensor (box ``(1, rows, 64)`` at the tile's expert), consumer warpgroups of 64 rows

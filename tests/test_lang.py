@@ -243,3 +243,16 @@ def test_tile_schedule_visits_every_tile_once_on_ints_and_tir():
         ana = tvm.sym.Analyzer()
         ana.bind(t, v)
         assert tuple(int(ana.simplify(e)) for e in (m, n)) == s.coords(v)
+
+
+def test_target_families_come_from_the_backends_hooks():
+    """``target_family`` reads each backend's declared target prefixes (no backend is named in the
+    shared layer): every prefix maps to the backend that declares it."""
+    import importlib
+
+    from axe.schedules.context import _target_prefixes, target_family
+    from axe.schedules.registry import families
+    declared = {(p, f) for f in families()
+                for p in getattr(importlib.import_module(f"axe.backends.{f}"), "HOOKS", {}).get("targets", ())}
+    assert declared == set(_target_prefixes()) and {f for _, f in declared} == {"cuda", "neuron"}
+    assert [target_family(t) for t in ("sm_90a", "sm_100a", "trn1", "toy")] == ["cuda", "cuda", "neuron", "toy"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 
-from axe.ops.scope import ExecScope, current_scope, pop_scope, push_scope, reset_scopes
+from axe.ops.scope import ExecScope, current_scope, pop_scope, push_scope, reset_scopes, scope_or_cta
 
 __all__ = ["launch", "warps", "warpgroups", "each_warp", "thread", "cta", "scope_or_cta"]
 
@@ -25,13 +25,6 @@ def launch(grid, threads: int):
     reset_scopes()
     push_scope(ExecScope("cta", tx, threads))
     return bx, tx
-
-
-def scope_or_cta() -> ExecScope:
-    s = current_scope()
-    if s is None:
-        raise RuntimeError("axe operator outside a kernel: call axe.lang.launch(grid, threads) first")
-    return s
 
 
 @contextlib.contextmanager

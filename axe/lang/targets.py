@@ -4,6 +4,8 @@ A backend is a package ``axe.backends.<family>`` (``sm_90a``, ``sm_100a`` → ``
 ``neuron``) whose ``HOOKS`` dict says what it adds, each entry a ``"module:attribute"`` path (or a
 module path) resolved on first use so that importing a backend package stays light:
 
+- ``"targets"``: the target-name prefixes it builds (``("sm_",)``), which
+  :func:`~axe.schedules.context.target_family` maps to it;
 - ``"language"``: its kernel-language module, reached as ``Ax.<family>`` (``Ax.cuda.mbarrier``,
   ``Ax.neuron.sbuf``);
 - ``"build_kernel"``: ``build_kernel(k, func, ctx, target)`` → the artifact :func:`compile_kernel`

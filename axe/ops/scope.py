@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ExecScope", "KINDS", "THREADS_PER", "current_scope", "push_scope", "pop_scope",
+__all__ = ["ExecScope", "KINDS", "THREADS_PER", "current_scope", "scope_or_cta", "push_scope", "pop_scope",
            "thread_axis_values"]
 
 KINDS = ("devices", "kernel", "cluster", "cta", "warpgroup", "warp", "thread")
@@ -79,6 +79,15 @@ _STACK: list[ExecScope] = []
 def current_scope() -> ExecScope | None:
     """The innermost scope the kernel body is in (None outside a kernel)."""
     return _STACK[-1] if _STACK else None
+
+
+def scope_or_cta(what: str = "axe operator") -> ExecScope:
+    """The innermost scope; ``what`` (an operator or construct) written before the kernel's
+    launch, where there is no scope, is an error naming it."""
+    s = current_scope()
+    if s is None:
+        raise RuntimeError(f"{what} outside a kernel: call axe.lang.launch(grid, threads) first")
+    return s
 
 
 def push_scope(scope: ExecScope) -> None:

@@ -3,18 +3,32 @@
 from __future__ import annotations
 
 import contextlib
+import functools
+import importlib
 from dataclasses import dataclass, field
 
 __all__ = ["BuildContext", "building", "current_context", "target_family", "target_arch"]
 
 
 def target_family(target: str) -> str:
-    """``"cuda"`` for ``sm_XX`` targets, ``"neuron"`` for ``trn*``; else the name itself."""
-    if target.startswith("sm_"):
-        return "cuda"
-    if target.startswith("trn"):
-        return "neuron"
+    """The backend family whose ``HOOKS["targets"]`` prefixes ``target`` starts with (``sm_90a`` →
+    ``cuda``, ``trn1`` → ``neuron``); else the target's own name (a backend folder named after it)."""
+    for prefix, family in _target_prefixes():
+        if target.startswith(prefix):
+            return family
     return target
+
+
+@functools.cache
+def _target_prefixes() -> tuple:
+    """``(prefix, family)`` of every backend (packages under ``axe.backends``, found by folder; a
+    backend package's import is light: its ``HOOKS`` name modules without importing them)."""
+    from .registry import families
+    out = []
+    for family in families():
+        hooks = getattr(importlib.import_module(f"axe.backends.{family}"), "HOOKS", {})
+        out.extend((prefix, family) for prefix in hooks.get("targets", ()))
+    return tuple(sorted(out, key=lambda pf: -len(pf[0])))       # the longest prefix wins
 
 
 def target_arch(target: str) -> int:

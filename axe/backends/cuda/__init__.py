@@ -13,6 +13,7 @@ from .artifact import Artifact, ArtifactError
 __all__ = ["Artifact", "ArtifactError", "HOOKS"]
 
 HOOKS = {
+    "targets": ("sm_",),                                        # sm_90a, sm_100a, ...
     "language": "axe.backends.cuda.lang",                       # Ax.cuda
     "build_kernel": "axe.backends.cuda.compile:build_kernel",   # compile_kernel for sm_* targets
     "user_errors": ("axe.backends.cuda.build:BuildError", "axe.backends.cuda.artifact:ArtifactError"),

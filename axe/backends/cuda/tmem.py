@@ -155,11 +155,8 @@ def free(scope, t, warp: int = 0):
 
 
 def _cta_scope():
-    from axe.ops.scope import current_scope
-    s = current_scope()
-    if s is None:
-        raise RuntimeError("tmem outside a kernel: call axe.lang.launch(grid, threads) first")
-    return s
+    from axe.ops.scope import scope_or_cta
+    return scope_or_cta("tmem")
 
 
 def tmem(shape, dtype="float32", layout=None, cta_group: int = 1, name: str = "tmem", last: bool = True):

@@ -10,6 +10,7 @@ paths resolved on first use): its language (``Ax.neuron``), its build and its us
 __all__ = ["HOOKS"]
 
 HOOKS = {
+    "targets": ("trn",),                                            # trn1
     "language": "axe.backends.neuron.lang",                       # Ax.neuron
     "build_kernel": "axe.backends.neuron.build:build_kernel",     # compile_kernel for trn1
     "user_errors": ("axe.backends.neuron.emit:TargetError",),

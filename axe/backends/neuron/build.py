@@ -19,7 +19,6 @@ from .tiles import var_name
 __all__ = ["NkiArtifact", "build_kernel", "TargetError", "TARGETS"]
 
 TARGETS = ("trn1",)
-USER_ERRORS = (TargetError,)     # reported by ``axe build/explain`` without a traceback
 
 
 @dataclass

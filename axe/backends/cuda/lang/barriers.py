@@ -10,7 +10,7 @@ def mbarrier(count: int = 1, stages: int = 1, name: str = "mbar"):
     by thread 0 of the current scope, then the CTA synchronises.  Returns an
     :class:`~axe.backends.cuda.sync.MBarrier` (index it by stage for a pipeline)."""
     from ..sync import alloc_mbarrier
-    from .scope import scope_or_cta
+    from axe.ops.scope import scope_or_cta
     return alloc_mbarrier(scope_or_cta(), count, stages, name)
 
 

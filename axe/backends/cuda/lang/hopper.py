@@ -23,7 +23,7 @@ from axe.layout import S
 from axe.ops.scope import ExecScope, pop_scope, push_scope
 from axe.schedules.emit import guard
 
-from .scope import scope_or_cta
+from axe.ops.scope import scope_or_cta
 
 __all__ = ["min_blocks_per_sm", "setmaxnreg", "role", "warpgroup_index", "named_barrier", "named_barrier_arrive",
            "fence_proxy_async", "elect_one", "entry_registers", "tma_store_wait", "dynamic_shared", "fence_registers",

@@ -76,7 +76,7 @@ def pipeline(stages: int, producers: int = 1, consumers: int = 1, name: str = "p
     """Allocate and initialise a :class:`Pipeline` (in the CTA scope, before the roles split);
     ``cluster=n``: shared by the n CTAs of a cluster (barriers published with a cluster sync)."""
     from ..sync import alloc_mbarrier
-    from .scope import scope_or_cta
+    from axe.ops.scope import scope_or_cta
     if stages < 1:
         raise ValueError(f"pipeline: {stages} stages")
     s = scope_or_cta()

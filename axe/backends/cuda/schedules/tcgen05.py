@@ -2,7 +2,7 @@
 ``tcgen05.st`` and ``tcgen05.cp`` for ``copy`` between tensor memory, registers and shared memory.
 
 **gemm → tcgen05.mma.cta_group::{1,2}.kind::f16** (fp16/bf16 in, fp32 accumulate in TMEM), issued
-by one thread (``Ax.elect_one()`` or ``Ax.thread``).  Preconditions, all from the layouts:
+by one thread (``Ax.cuda.elect_one()`` or ``Ax.thread``).  Preconditions, all from the layouts:
 
 - C lives in tensor memory; its layout is a tiling ``C_out ⊗ D(N)`` of the data-path layout D
   ``S[(128,N):(1@TLane,1@TCol)]`` (row i in lane i), ``C_out`` on ``TCol`` only (M = 128·m tiles
@@ -236,7 +236,7 @@ def tcgen05_plan(call, ctx):
     sc = call.scope
     if sc.kind != "thread":
         return (f"tcgen05.mma is issued by one thread; the scope is {sc.describe()} "
-                f"(use Ax.elect_one() in the issuing warp)")
+                f"(use Ax.cuda.elect_one() in the issuing warp)")
     if C.mem != "tmem":
         return f"C ({C.name}) is in {C.mem} memory; the tcgen05 accumulator lives in tensor memory"
     # the CTA pair, from the layouts
