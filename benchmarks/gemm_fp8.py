@@ -30,7 +30,7 @@ Peers, as found in the sources:
 - Triton: :func:`triton_block_fp8` below, autotuned over 6 configurations.
 
 Usage (GPU machine): ``python3 benchmarks/gemm_fp8.py [--artifacts DIR] [--wheels DIR (default .carry/gemm_fp8/wheels)] [--only mlp|deepseek]
-[--budget SECONDS] [--json PATH]``.
+[--variants bn128 bn256 bn128_c2 bn256_c2] [--peers cublas deepgemm triton] [--budget SECONDS] [--json PATH]``.
 """
 
 import argparse
@@ -252,7 +252,7 @@ def measure(name, fn, ref, C, row):
     return ms
 
 
-def run_shape(shape, artifacts, peers, tri, cub, dg):
+def run_shape(shape, artifacts, peers, tri, cub, dg, variants=VARIANTS):
     import torch
 
     import axe.runtime as rt
@@ -264,7 +264,7 @@ def run_shape(shape, artifacts, peers, tri, cub, dg):
     W, SB = quantize_blocks(torch.randn(n, k, device=DEVICE))
     ref = reference(A, W, SA, SB)["C"]
     C = torch.empty(m, n, device=DEVICE, dtype=torch.bfloat16)
-    for bn, cluster in VARIANTS:
+    for bn, cluster in variants:
         tag = f"axe_{variant_name(bn, cluster)}"
         try:
             kern = rt.load(os.path.join(artifacts, artifact_name(m, n, k, bn, cluster)))
@@ -349,6 +349,8 @@ def main(argv=None):
     ap.add_argument("--wheels", default=os.path.join(ROOT, ".carry", "gemm_fp8", "wheels"))
     ap.add_argument("--only", choices=("mlp", "deepseek"), default=None)
     ap.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS)
+    ap.add_argument("--variants", nargs="*", default=[variant_name(*v) for v in VARIANTS],
+                    choices=[variant_name(*v) for v in VARIANTS], help="axe builds to time")
     ap.add_argument("--budget", type=float, default=480.0, help="seconds: shapes not started by then are skipped")
     ap.add_argument("--json", default=None)
     args = ap.parse_args(argv)
@@ -387,7 +389,8 @@ def main(argv=None):
             break
         print(f"[{i + 1}/{len(todo)}] {shape[0]} {shape[1]} {shape[2]} {shape[3]}x{shape[4]}x{shape[5]}", flush=True)
         try:
-            row = run_shape(shape, args.artifacts, args.peers, tri, cub, dg)
+            row = run_shape(shape, args.artifacts, args.peers, tri, cub, dg,
+                            [v for v in VARIANTS if variant_name(*v) in args.variants])
         except Exception:  # noqa: BLE001 - e.g. out of memory making the operands
             row = {"set": shape[0], "model": shape[1], "proj": shape[2], "M": shape[3], "N": shape[4], "K": shape[5],
                    "ms": {}, "correct": {}, "errors": {"shape": traceback.format_exc()[-2000:]}}
