@@ -61,6 +61,7 @@ class ScalePlan:
         return prod(self.dims[i].extent for i in self.table)
 
     def table_index(self, digits):
+        """The product table's slot of an element: its table digits in mixed radix."""
         idx, w = 0, 1
         for i in reversed(self.table):
             idx = idx + digits[i] * w
@@ -107,8 +108,8 @@ def _emit(call, plan: ScalePlan, ctx):
     ops = list(call.operands.values())
     D, P, scales = ops[0], ops[1], ops[2:]
     d, f32 = plan.dims, "float32"
+    F = T.alloc_buffer((plan.table_size,), f32, scope="local")
     with guard(plan.dist.predicate):
-        F = T.alloc_buffer((plan.table_size,), f32, scope="local")
         with loops([d[i].extent for i in plan.table]) as vs:
             digits = dict(plan.dist.thread_dims)
             digits.update(zip(plan.table, vs))
@@ -118,9 +119,10 @@ def _emit(call, plan: ScalePlan, ctx):
                 x = x if s.dtype == f32 else T.Cast(f32, x)
                 value = x if value is None else value * x
             IRB.buffer_store(F, value, [plan.table_index(digits)])
-        hook = call.config.get("before_apply")
-        if hook is not None:
-            hook()
+    hook = call.config.get("before_apply")
+    if hook is not None:        # every thread of the scope: the hook may be collective (wgmma.wait_group)
+        hook()
+    with guard(plan.dist.predicate):
         with loops([d[i].extent for i in plan.dist.loop_dims]) as vs:
             digits = dict(plan.dist.thread_dims)
             digits.update(zip(plan.dist.loop_dims, vs))
