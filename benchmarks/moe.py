@@ -25,7 +25,8 @@ Implementations:
 - ``sglang``: SGLang 0.5.23's Triton kernels loaded unchanged from its wheel's files
   (``.carry/moe/sglang``, which ``build_moe.py`` extracts from ``.whl/``), its tuned configs; what runs and what substitutes its CUDA-only pieces is listed in
   :mod:`benchmarks.moe_sglang`.  ``sglang_align`` times its alignment step alone (for T·8 > 64 a
-  substitute for its CUDA align).
+  substitute for its CUDA align); ``sglang_experts`` (T·8 > 64) is the layer without that
+  substitute, a lower bound on SGLang's own layer (``vs_sglang_experts`` in the JSON).
 - ``torch_grouped``: ``torch._grouped_mm`` (ATen's CUTLASS grouped GEMM) for both GEMMs, with
   the sort, SiLU·up and the weighted sum in torch; capturable (no host sync).
 - ``torch``: plain torch, one matmul pair per active expert; eager only (it reads the active
@@ -173,6 +174,8 @@ def summarize(row, peers):
             row[f"vs_best{suffix}"] = times[best] / row["axe" + suffix]
         if "axe" + suffix in row:
             row[f"axe_bound_fraction{suffix}"] = row["bound_ms"] / row["axe" + suffix]
+            if "sglang_experts" + suffix in row:
+                row[f"vs_sglang_experts{suffix}"] = row["sglang_experts" + suffix] / row["axe" + suffix]
 
 
 def _cell(row, key, fmt="{:.4f}"):
@@ -185,8 +188,8 @@ def table(result):
     head = ["T", "experts hit", "axe eager", "axe graph"]
     for p in peers:
         head += [f"{p} eager", f"{p} graph"]
-    extra = [k for k in ("sglang_align_graph",) if any(k in r for r in result["rows"])]
-    head += ["sglang align graph"] * len(extra) + ["torch eager", "best peer / axe eager",
+    extra = [k for k in ("sglang_align_graph", "sglang_experts_graph") if any(k in r for r in result["rows"])]
+    head += [k.replace("_", " ") for k in extra] + ["torch eager", "best peer / axe eager",
                                                    "best peer / axe graph", "bound", "axe graph / bound"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in result["rows"]:
@@ -256,6 +259,8 @@ def run_tokens(torch, tokens, ctx, result):
             row["sglang_ran"] = peer.describe()
             measure(torch, "sglang", peer, ref, row, errors, reps)
             time_only(torch, "sglang_align", peer.align, row, errors, reps)
+            if not peer.small:      # the substitute align left out: a lower bound on SGLang's own layer
+                measure(torch, "sglang_experts", peer.experts, ref, row, errors, reps)
         except Exception as e:      # noqa: BLE001
             errors[f"sglang T={tokens}"] = f"{type(e).__name__}: {e}"
             traceback.print_exc()
