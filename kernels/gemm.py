@@ -661,7 +661,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             with Ax.cuda.elect_one():
                 Ax.gemm(acc, a, b_operand(pool, s), accumulate=accumulate, barrier=pipe.empty[s])
             return
-        Ax.cuda.mbarrier_wait(steps["relay"], pipe.phase(i), s)
+        Ax.cuda.mbarrier_wait(steps["relay"], pipe.phase(i), s, remote=True)
         with Ax.cuda.elect_one():
             Ax.gemm(Ax.cuda.cta_pair(acc, 0), Ax.cuda.cta_pair(a, 0), Ax.cuda.cta_pair(b_operand(pool, s, b_half), 1),
                     accumulate=accumulate, barrier=pipe.empty[s], multicast=0b11)
@@ -791,11 +791,13 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             dist = distributed(A_, B_, C_, P_, Q_, peers, sig, err, rank_, epoch, timeout_ns, F, cid, tx)
             pool = Ax.cuda.dynamic_shared(c_at + 2 * bufs * wrows * epilogue, dtype)
             # a pair's slots are freed by the even CTA's multicast commit: one arrival per CTA
-            pipe = Ax.cuda.pipeline(stages, producers=2, consumers=1 if pp else gen.releases, cluster=1 if tc else cluster)
+            # (a wgmma kernel keeps unbounded waits: the bounded wait's report is a call, see pipeline())
+            pipe = Ax.cuda.pipeline(stages, producers=2, consumers=1 if pp else gen.releases, cluster=1 if tc else cluster,
+                                    remote=tc and cluster > 1)
             if tc:      # the TMEM accumulator (256 columns) and its one-slot pipeline: full <- the MMA
                 acc_t = Ax.cuda.tmem((BM, BN), "float32", name="acc_tmem", cta_group=cluster)   # thread's commit,
                 # empty <- the epilogues' 256 threads (a pair: of both CTAs, on the even CTA's barrier)
-                accp = Ax.cuda.pipeline(1, producers=1, consumers=2 * 128, name="accp", cluster=cluster)
+                accp = Ax.cuda.pipeline(1, producers=1, consumers=2 * 128, name="accp", cluster=cluster, remote=cluster > 1)
                 if cluster > 1:
                     steps.update(relay=Ax.cuda.mbarrier(1, stages, name="relay"))   # odd CTA's slot landed -> even
                     Ax.cuda.fence_mbarrier_init()

@@ -28,6 +28,7 @@ def test_gemm_builds(dtype, b_major):
     assert f"m64n256k16.f32.{t}.{t}" in art.ptx
     assert "C7508" not in art.log, "ptxas ignored setmaxnreg"
     assert "__launch_bounds__(384, 1)" in art.cuda_source
+    assert "axe_mbarrier_wait_bounded" not in art.cuda_source and "C7510" not in art.log   # no call: wgmma not serialized
     r = art.launch["resources"]
     assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, r
     assert art.launch["grid"] == [gemm.SMS, 1, 1] and art.launch["block"] == [384, 1, 1]
@@ -109,6 +110,8 @@ def test_gemm_cluster_builds(dtype, b_major):
     # the peer arrive keeps the default .release.cta semantics (a cluster-scope release on every
     # consumer arrive cost a third of the throughput on the H200); the producer waits plainly
     assert "mbarrier.arrive.release.cluster" not in ptx and "try_wait.parity.acquire.cluster" not in ptx
+    # no function call anywhere (the bounded wait's report is one): ptxas would serialize wgmma
+    assert "axe_mbarrier_wait_bounded" not in art.cuda_source and "C7510" not in art.log
     assert art.launch["cluster"] == [2, 1, 1] and art.launch["grid"] == [gemm.SMS, 1, 1]
     assert "C7508" not in art.log
     r = art.launch["resources"]

@@ -161,6 +161,8 @@ def test_pair_gemm_builds_for_sm100a():
     assert "cta_group::1" not in ptx and "multicast::cluster" not in ptx.replace(
         "tcgen05.commit.cta_group::2.mbarrier::arrive::one.shared::cluster.multicast::cluster", "")   # no TMA multicast
     assert art.launch["cluster"] == [2, 1, 1]
+    # the slot, relay and accumulator waits depend on the other CTA of the pair: bounded
+    assert art.cuda_source.count("axe_mbarrier_wait_bounded(") >= 4 and "%globaltimer" in ptx and "trap;" in ptx
     res = art.launch["resources"]
     assert res["spill_stores"] == 0 and res["spill_loads"] == 0, res
 

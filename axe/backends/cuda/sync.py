@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["MBarrier", "alloc_mbarrier", "wait", "expect_tx"]
+__all__ = ["MBarrier", "alloc_mbarrier", "wait", "wait_bounded", "expect_tx", "CTA_WAIT_TIMEOUT_NS"]
 
 
 @dataclass(frozen=True)
@@ -66,3 +66,45 @@ def wait(bar, phase=0, stage=0):
     """Block until the barrier's ``phase`` completes."""
     from tvm.script import tirx as T
     T.evaluate(T.cuda.mbarrier_wait(_ptr(bar, stage), phase))
+
+
+#: how long a thread waits for another CTA (an mbarrier another CTA of the cluster completes, a
+#: flag another CTA of the launch sets) before it reports and traps (ns): the arrival comes within
+#: microseconds; a missing one is a logic or co-residency error, not a slow peer
+CTA_WAIT_TIMEOUT_NS = 10_000_000_000
+
+# the slow path is out of line, so the spin stays small; try_wait suspends in hardware for up to
+# its time hint before returning false, so %globaltimer is read once per suspension, not per spin
+_WAIT_BOUNDED_SRC = r"""
+__noinline__ __device__ void axe_mbarrier_timeout(unsigned addr, int phase, long long timeout_ns) {
+  unsigned rank;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
+  printf("axe: CTA %d (cluster rank %u) thread %d waited %lld ms for phase %d of the mbarrier at shared 0x%x, "
+         "which another CTA of its cluster completes; it never came (the peer CTA failed or its arrivals "
+         "do not match the expected count): trapping\n",
+         (int)blockIdx.x, rank, (int)threadIdx.x, timeout_ns / 1000000, phase, addr);
+  __trap();
+}
+__forceinline__ __device__ void axe_mbarrier_wait_bounded(void* barrier, int phase, long long timeout_ns) {
+  unsigned addr = (unsigned)__cvta_generic_to_shared(barrier);
+  unsigned done;
+  unsigned long long t0, t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+  for (;;) {
+    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\nselp.u32 %0, 1, 0, p;\n}"
+                 : "=r"(done) : "r"(addr), "r"(phase), "r"(0x989680) : "memory");
+    if (done) return;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    if ((long long)(t - t0) > timeout_ns) axe_mbarrier_timeout(addr, phase, timeout_ns);
+  }
+}
+"""
+
+
+def wait_bounded(bar, phase=0, stage=0, timeout_ns: int = CTA_WAIT_TIMEOUT_NS):
+    """:func:`wait` for a barrier that another CTA completes (a remote arrival, a multicast copy's
+    bytes): bounded, so a CTA that never arrives ends the launch after ``timeout_ns`` of
+    ``%globaltimer`` with a printed report (CTA, cluster rank, barrier, phase) and a trap."""
+    from tvm.script import tirx as T
+    T.evaluate(T.cuda.func_call("axe_mbarrier_wait_bounded", _ptr(bar, stage), phase, T.int64(timeout_ns),
+                                source_code=_WAIT_BOUNDED_SRC))

@@ -14,7 +14,9 @@ def mbarrier(count: int = 1, stages: int = 1, name: str = "mbar"):
     return alloc_mbarrier(scope_or_cta(), count, stages, name)
 
 
-def mbarrier_wait(bar, phase=0, stage=0):
-    """Wait until phase ``phase`` of barrier ``bar[stage]`` completes."""
-    from ..sync import wait
-    wait(bar, phase, stage)
+def mbarrier_wait(bar, phase=0, stage=0, remote: bool = False):
+    """Wait until phase ``phase`` of barrier ``bar[stage]`` completes.  ``remote``: another CTA
+    completes it (a remote arrival, a multicast commit), so the wait is bounded and a CTA that never
+    arrives ends the launch with a report and a trap (:func:`~axe.backends.cuda.sync.wait_bounded`)."""
+    from ..sync import wait, wait_bounded
+    (wait_bounded if remote else wait)(bar, phase, stage)

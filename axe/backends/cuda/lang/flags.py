@@ -4,7 +4,7 @@ A producer CTA writes a workspace, then sets a flag (:func:`flag_set`: every thr
 scope, the threads meet at a barrier, one thread stores 1 with release semantics); a consumer CTA
 takes it (:func:`flag_take`: one thread spins with acquire loads until it reads 1, stores 0 back
 so the flag is ready for the next launch, then the threads meet at a barrier and fence) and may
-then read the workspace.  The spin is bounded (:data:`FLAG_TIMEOUT_NS`): a flag that never comes
+then read the workspace.  The spin is bounded (:data:`~axe.backends.cuda.sync.CTA_WAIT_TIMEOUT_NS`): a flag that never comes
 ends the launch with a printed report and a trap, not a hang.  Both sides name the group of threads that meets at the barrier (a
 named barrier of ``threads`` threads).  The CTAs must be co-resident (a persistent grid of at
 most one CTA per SM), or the consumer's spin never ends; the flags live in a zero-filled
@@ -14,6 +14,8 @@ most one CTA per SM), or the consumer's spin never ends; the flags live in a zer
 from __future__ import annotations
 
 from axe.schedules.emit import guard
+
+from ..sync import CTA_WAIT_TIMEOUT_NS
 
 __all__ = ["flag_set", "flag_take", "fence_gpu", "counter_publish", "counter_wait"]
 
@@ -46,9 +48,6 @@ __noinline__ __device__ void axe_flag_take(int* flag, int index, long long timeo
 }
 """
 
-#: how long a CTA waits for another CTA's flag before it reports and traps (ns): a set flag comes
-#: within microseconds; a missing one means a co-residency or logic error, not a slow peer
-FLAG_TIMEOUT_NS = 10_000_000_000
 
 
 def fence_gpu():
@@ -77,7 +76,7 @@ def flag_set(flags, index, pred, barrier: int, threads: int):
         T.evaluate(T.cuda.func_call("axe_flag_set", _flag_ptr(flags, index), source_code=_SET_SRC))
 
 
-def flag_take(flags, index, pred, barrier: int, threads: int, timeout_ns: int = FLAG_TIMEOUT_NS):
+def flag_take(flags, index, pred, barrier: int, threads: int, timeout_ns: int = CTA_WAIT_TIMEOUT_NS):
     """Wait for ``flags[index]`` to be set: the thread where ``pred`` holds spins on acquire loads
     until it reads 1 and stores 0 back; then the ``threads`` threads meet at named barrier
     ``barrier`` and each fences at GPU scope, so their reads that follow see what the setter

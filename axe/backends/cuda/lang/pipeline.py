@@ -10,7 +10,9 @@ producer's first pass waits on parity 1 of fresh *empty* barriers, which complet
 In a cluster (``pipeline(..., cluster=n)``) the CTAs' producers fill each other's slots (TMA
 multicast), so a slot is free only when the consumers of every CTA released it: *empty* expects
 ``consumers * n`` arrivals and :meth:`Pipeline.release` arrives on the *empty* barrier of every
-CTA of the cluster; the producer's wait acquires at cluster scope.
+CTA of the cluster.  The producer's wait then depends on other CTAs; ``remote=True`` bounds it
+(:func:`~axe.backends.cuda.sync.wait_bounded`: a CTA that never arrives ends the launch with a
+report and a trap after ``CTA_WAIT_TIMEOUT_NS``) where the kernel has no wgmma (see :func:`pipeline`).
 
 Why this is CUDA's and not the language's: the slot and phase arithmetic would serve any target,
 but what makes it a pipeline is the synchronisation — mbarrier waits on parity, ``expect_tx``
@@ -39,6 +41,7 @@ class Pipeline:
     empty: object       # MBarrier
     stages: int
     cluster: int = 1    # CTAs whose consumers release each slot (and whose producers fill it)
+    remote: bool = False    # other CTAs complete its barriers: the producer's waits are bounded
 
     def slot(self, i):
         """The slot of iteration ``i``."""
@@ -49,12 +52,22 @@ class Pipeline:
         return (i // self.stages) % 2
 
     def acquire(self, i):
-        """Producer: wait until slot ``slot(i)`` is free (its consumers released it)."""
+        """Producer: wait until slot ``slot(i)`` is free (its consumers released it).  In a ring
+        whose barriers other CTAs complete (``remote``) the wait is bounded: a CTA that never
+        releases ends the launch with a report and a trap after ``CTA_WAIT_TIMEOUT_NS``."""
         from tvm.script import tirx as T
-        T.evaluate(T.cuda.mbarrier_wait(self.empty.ptr(self.slot(i)), 1 - self.phase(i)))
+        from ..sync import wait_bounded
+        slot, phase = self.slot(i), 1 - self.phase(i)
+        if self.remote:
+            wait_bounded(self.empty, phase, slot)
+        else:
+            T.evaluate(T.cuda.mbarrier_wait(self.empty.ptr(slot), phase))
 
     def wait(self, i):
-        """Consumer: wait until slot ``slot(i)`` holds iteration ``i``'s data."""
+        """Consumer: wait until slot ``slot(i)`` holds iteration ``i``'s data.  Not bounded even in
+        a remote ring: a consumer may hold accumulators in registers, which the bounded wait's
+        report (a function call) would make ptxas spill.  A peer that never arrives still ends the
+        launch: this CTA's producer then waits, bounded, for the peer's releases of the slots."""
         from tvm.script import tirx as T
         T.evaluate(T.cuda.mbarrier_wait(self.full.ptr(self.slot(i)), self.phase(i)))
 
@@ -72,9 +85,14 @@ class Pipeline:
                     arrive_remote(self.empty.ptr(self.slot(i)), r)
 
 
-def pipeline(stages: int, producers: int = 1, consumers: int = 1, name: str = "pipe", cluster: int = 1) -> Pipeline:
+def pipeline(stages: int, producers: int = 1, consumers: int = 1, name: str = "pipe", cluster: int = 1,
+             remote: bool = False) -> Pipeline:
     """Allocate and initialise a :class:`Pipeline` (in the CTA scope, before the roles split);
-    ``cluster=n``: shared by the n CTAs of a cluster (barriers published with a cluster sync)."""
+    ``cluster=n``: shared by the n CTAs of a cluster (barriers published with a cluster sync).
+    ``remote``: other CTAs complete its barriers, so the producer's waits are bounded.  Only for
+    kernels without wgmma: the bounded wait reports through ``printf``, a function call, and any
+    call in a kernel makes ptxas serialize its wgmma (C7510) — a Hopper cluster GEMM keeps the
+    unbounded wait (a known gap: the report would have to go through memory instead)."""
     from ..sync import alloc_mbarrier
     from axe.ops.scope import scope_or_cta
     if stages < 1:
@@ -86,5 +104,5 @@ def pipeline(stages: int, producers: int = 1, consumers: int = 1, name: str = "p
         from .cluster import cluster_sync, fence_mbarrier_init
         fence_mbarrier_init()
         cluster_sync()
-    return Pipeline(full, empty, stages, cluster)
+    return Pipeline(full, empty, stages, cluster, remote)
 
