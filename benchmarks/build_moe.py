@@ -29,17 +29,21 @@ def main(argv=None):
 
 
 def extract_sglang(wheels, dest):
-    """SGLang's peer files from the one ``sglang-*.whl`` in ``wheels`` into ``dest``; 1 if that fails."""
+    """SGLang's peer files from the one ``sglang-*.whl`` in ``wheels`` into ``dest``, its CUDA align
+    built there; 1 if that fails."""
     from benchmarks import moe, moe_sglang
     try:
         wheel = moe.find_wheel(wheels, "sglang")
         shutil.rmtree(dest, ignore_errors=True)
         moe_sglang.extract(wheel, dest)
-    except (OSError, ValueError) as err:
+        t = time.time()
+        moe_sglang.build_align(dest, os.path.join(os.environ["CUDA_PATH"], "bin", "nvcc"))
+    except (OSError, ValueError, RuntimeError) as err:
         print(f"FAIL sglang peer files: {type(err).__name__}: {err}")
         return 1
     size = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(dest) for f in fs)
-    print(f"ok   sglang peer files from {os.path.basename(wheel)} ({size / 2 ** 20:.1f} MiB) in {dest}")
+    print(f"ok   sglang peer files from {os.path.basename(wheel)} and its CUDA align built ({time.time() - t:.0f} s) "
+          f"({size / 2 ** 20:.1f} MiB) in {dest}")
     return 0
 
 

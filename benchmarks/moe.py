@@ -24,9 +24,9 @@ Implementations:
 - ``axe``: the ``.carry/moe`` artifacts (align, permute, two grouped GEMMs, combine).
 - ``sglang``: SGLang 0.5.23's Triton kernels loaded unchanged from its wheel's files
   (``.carry/moe/sglang``, which ``build_moe.py`` extracts from ``.whl/``), its tuned configs; what runs and what substitutes its CUDA-only pieces is listed in
-  :mod:`benchmarks.moe_sglang`.  ``sglang_align`` times its alignment step alone (for T·8 > 64 a
-  substitute for its CUDA align); ``sglang_experts`` (T·8 > 64) is the layer without that
-  substitute, a lower bound on SGLang's own layer (``vs_sglang_experts`` in the JSON).
+  :mod:`benchmarks.moe_sglang` (its CUDA align runs through tvm-ffi, whose cp312 wheel is unpacked
+  from ``.whl/``).  ``sglang_align`` times its alignment step alone; ``sglang_experts`` (T·8 > 64)
+  is the layer without it (``vs_sglang_experts`` in the JSON).
 - ``torch_grouped``: ``torch._grouped_mm`` (ATen's CUTLASS grouped GEMM) for both GEMMs, with
   the sort, SiLU·up and the weighted sum in torch; capturable (no host sync).
 - ``torch``: plain torch, one matmul pair per active expert; eager only (it reads the active
@@ -104,6 +104,17 @@ def flashinfer_peer(torch, w1):
     # FlashInfer's fc1 holds [up; gate] (SwiGLU with the gate second): swap our halves once
     fc1 = torch.cat([w1[:, inter:], w1[:, :inter]], 1).contiguous()
     return lambda x, w1, w2, ids, weights: cutlass_fused_moe(x, ids, weights, fc1, w2, x.dtype)[0]
+
+
+def unpack_wheel(folder, dist, dest):
+    """Unzip the one ``dist-*.whl`` of ``folder`` into ``dest`` and put it first on ``sys.path``
+    (a binary wheel built for this Python, without its dependencies); returns its file name."""
+    import zipfile
+    wheel = find_wheel(folder, dist)
+    with zipfile.ZipFile(wheel) as z:
+        z.extractall(dest)
+    sys.path.insert(0, dest)
+    return os.path.basename(wheel)
 
 
 def find_wheel(folder, dist):
@@ -219,8 +230,17 @@ def load_peers(torch, args, w1, result):
     try:
         from benchmarks import moe_sglang
         source = args.sglang if args.sglang and os.path.isdir(args.sglang) else find_wheel(args.wheels, "sglang")
+        info = result["sglang"] = {"source": source, "steps": moe_sglang.STEPS}
+        # tvm-ffi would JIT-build a torch DLPack addon at import where torch lacks the native exchange
+        # API; it then converts tensors through __dlpack__ instead (torch's own API is used if present)
+        os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
+        try:        # tvm-ffi loads SGLang's CUDA align; without it the Triton substitute runs
+            info["tvm_ffi_wheel"] = unpack_wheel(args.wheels, "apache_tvm_ffi",
+                                                 os.path.join(tempfile.gettempdir(), "axe_tvm_ffi"))
+        except OSError as err:
+            info["tvm_ffi_wheel"] = f"{type(err).__name__}: {err}"
         sglang = moe_sglang.load(source, os.path.join(tempfile.gettempdir(), "axe_sglang"))
-        result["sglang"] = {"source": source, "steps": moe_sglang.STEPS}
+        info["cuda_align"] = "loaded" if sglang.cuda_align is not None else sglang.cuda_align_error
     except Exception as err:        # noqa: BLE001 - the peer cannot run here: say why, keep the others
         result["errors"]["sglang"] = f"{type(err).__name__}: {err}"
         traceback.print_exc()

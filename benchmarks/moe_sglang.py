@@ -16,9 +16,14 @@ tile config        ``try_get_optimal_moe_config`` (``srt/layers/moe/moe_runner/t
                    (no ``_down`` file there, so GEMM 2 reuses it, as SGLang does)
 align, T·8 <= 64   ``moe_align_small_numel`` (``kernels/ops/moe/moe_align_small_numel.py``):
                    what SGLang runs on CUDA for these sizes
-align, T·8 > 64    SGLang runs ``sgl_kernel.moe_align_block_size`` (CUDA, not carried).
-                   Substitute: SGLang's Triton ``moe_align_block_size_triton``
-                   (``test/kernels/moe_align.py``, its test reference); timed on its own
+align, T·8 > 64    SGLang's CUDA ``moe_align_block_size`` kernel: its JIT source
+                   (``kernels/jit/csrc/moe/moe_align_kernel.cu``, the kernel SGLang's own JIT
+                   loader builds for this op) compiled by ``build_moe.py`` with nvcc for
+                   sm_90a against tvm-ffi, as SGLang's loader would on the GPU (the production
+                   call goes to ``sgl_kernel``'s prebuilt copy, not carried); loaded through
+                   tvm-ffi (its 3.3 MB wheel is carried).  If that module is absent, SGLang's
+                   Triton ``moe_align_block_size_triton`` (``test/kernels/moe_align.py``, its
+                   test reference) substitutes, and the JSON says so; timed on its own
 GEMM 1, GEMM 2     ``invoke_fused_moe_kernel`` (``kernels/ops/moe/fused_moe_triton_kernels.py``)
                    exactly as ``fused_experts`` calls it for bf16/fp16 without quantization
                    (routing weights applied in GEMM 2; up/down TMA when the config says so)
@@ -50,16 +55,26 @@ MEMBERS = ("sglang/kernels/ops/moe/fused_moe_triton_kernels.py",
            "sglang/kernels/ops/moe/moe_align_small_numel.py",
            "sglang/srt/layers/moe/moe_runner/triton_utils/fused_moe_triton_config.py",
            "sglang/srt/environ.py",
-           "sglang/test/kernels/moe_align.py")
+           "sglang/test/kernels/moe_align.py",
+           "sglang/kernels/jit/csrc/moe/moe_align_kernel.cu")
 CONFIGS = "sglang/srt/layers/moe/moe_runner/triton_utils/configs/"
+JIT_INCLUDE = "sglang/kernels/jit/include/"     # the headers the CUDA align source includes
+ALIGN_SO = "moe_align_jit.so"                   # built by build_align beside the extracted files
+#: the translation unit build_align compiles: SGLang's align source, unchanged, and the tvm-ffi
+#: export its JIT loader generates for int32 ids without the optional outputs
+ALIGN_EXPORT = """#include <tvm/ffi/function.h>
+#include <moe/moe_align_kernel.cu>
+TVM_FFI_DLL_EXPORT_TYPED_FUNC(moe_align_block_size, (sglang::MoeAlignBlockSizeKernel<int32_t, false, false, false>::run));
+"""
 SMALL_NUMEL = 64        # moe_align_small_numel's limit (its SMALL_NUMEL_LIMIT, checked at load)
 
 
 #: the same, one line a step, for the JSON
 STEPS = {
     "config": "try_get_optimal_moe_config + the wheel's tuned files (srt/.../triton_utils/configs)",
-    "align": "moe_align_small_numel (Triton) for T*topk <= 64; above, sgl_kernel's CUDA align is substituted by "
-             "SGLang's Triton moe_align_block_size_triton (test/kernels/moe_align.py), timed alone as sglang_align",
+    "align": "moe_align_small_numel (Triton) for T*topk <= 64; above, SGLang's CUDA moe_align_block_size from its "
+             "JIT source (kernels/jit/csrc/moe/moe_align_kernel.cu) built with nvcc for sm_90a, through tvm-ffi, else "
+             "SGLang's Triton moe_align_block_size_triton (test/kernels/moe_align.py); timed alone as sglang_align",
     "gemm1, gemm2": "invoke_fused_moe_kernel (kernels/ops/moe/fused_moe_triton_kernels.py), weights applied in gemm2",
     "silu*up": "act_and_mul_triton (same module) in place of the CUDA JIT silu_and_mul",
     "sum": "moe_sum_reduce_triton (same module) in place of sgl_kernel.moe_sum_reduce / torch.compile'd sum",
@@ -77,7 +92,8 @@ def extract(wheel, dest):
             raise FileNotFoundError(f"{wheel} lacks {missing}: not an extraction of SGLang's wheel")
         return wheel
     with zipfile.ZipFile(wheel) as z:
-        names = [n for n in z.namelist() if n in MEMBERS or (n.startswith(CONFIGS) and n.endswith(".json"))]
+        names = [n for n in z.namelist() if n in MEMBERS or (n.startswith(CONFIGS) and n.endswith(".json"))
+                 or (n.startswith(JIT_INCLUDE) and not n.endswith("/"))]
         missing = sorted(set(MEMBERS) - set(names))
         if missing:
             raise FileNotFoundError(f"{os.path.basename(wheel)} lacks {missing}: not the SGLang layout this peer knows")
@@ -96,9 +112,10 @@ def _shell(name, folder, **attrs):
 
 @functools.lru_cache(maxsize=None)
 def load(wheel, dest):
-    """SGLang's kernel modules from ``wheel`` (extracted to ``dest``; or an extracted folder) as a namespace: ``kernels``,
-    ``small_align``, ``config``, ``triton_align``.  Refuses to run where a real ``sglang`` is
-    already imported (the shells would shadow it)."""
+    """SGLang's kernel modules from ``wheel`` (extracted to ``dest``; or an extracted folder) as a
+    namespace: ``kernels``, ``small_align``, ``config``, ``triton_align``, and ``cuda_align`` (None,
+    with ``cuda_align_error`` saying why, where the built module cannot load).  Refuses to run
+    where a real ``sglang`` is already imported (the shells would shadow it)."""
     if "sglang" in sys.modules:
         raise RuntimeError("an sglang package is already imported; the wheel's kernels are loaded into fresh shells")
     root = extract(wheel, dest)
@@ -118,7 +135,53 @@ def load(wheel, dest):
     if ns.small_align.SMALL_NUMEL_LIMIT != SMALL_NUMEL:
         raise RuntimeError(f"SGLang's SMALL_NUMEL_LIMIT is {ns.small_align.SMALL_NUMEL_LIMIT}, this peer assumes "
                            f"{SMALL_NUMEL}: re-read its align dispatch")
+    try:
+        ns.cuda_align, ns.cuda_align_error = load_align(root), None
+    except Exception as err:    # noqa: BLE001 - the Triton substitute runs instead; the reason is kept
+        ns.cuda_align, ns.cuda_align_error = None, f"{type(err).__name__}: {err}"
     return ns
+
+
+def build_align(root, nvcc="nvcc", arch="sm_90a"):
+    """Compile SGLang's CUDA align source under ``root`` (an extraction) into ``root/ALIGN_SO``
+    with the flags SGLang's JIT loader uses for ``arch`` (C++20, -O3, relaxed constexpr,
+    ``SGL_CUDA_ARCH``), against the tvm-ffi installed here (the carried wheel must be the same
+    version).  Returns the path; raises with the compiler's output on failure."""
+    import subprocess
+    import tvm_ffi
+    base = os.path.dirname(tvm_ffi.__file__)
+    num = arch.split("_")[1].rstrip("a")
+    src = os.path.join(root, "moe_align_export.cu")
+    with open(src, "w") as f:
+        f.write(ALIGN_EXPORT)
+    jit = os.path.join(root, "sglang", "kernels", "jit")
+    obj, out = src[:-3] + ".o", os.path.join(root, ALIGN_SO)
+    steps = [[nvcc, "-Xcompiler", "-fPIC", f"-gencode=arch=compute_{arch[3:]},code={arch}", f"-DSGL_CUDA_ARCH={num}0",
+              "-std=c++20", "-O3", "--expt-relaxed-constexpr", f"-I{jit}/include", f"-I{jit}/csrc",
+              f"-I{base}/include", "-c", src, "-o", obj],
+             [nvcc, "-shared", obj, f"-L{base}/lib", "-ltvm_ffi", "-o", out]]
+    for cmd in steps:
+        run = subprocess.run(cmd, capture_output=True, text=True)
+        if run.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{run.stdout}{run.stderr}")
+    os.remove(obj)
+    with open(os.path.join(root, ALIGN_SO + ".tvm_ffi"), "w") as f:
+        f.write(tvm_ffi.__version__)
+    return out
+
+
+def load_align(root):
+    """SGLang's CUDA align from ``root/ALIGN_SO`` as a tvm-ffi function; raises where the module
+    is absent or was built against another tvm-ffi than the one imported."""
+    import tvm_ffi
+    path = os.path.join(root, ALIGN_SO)
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} not built (benchmarks/build_moe.py builds it)")
+    with open(path + ".tvm_ffi") as f:
+        built = f.read().strip()
+    if built != tvm_ffi.__version__:
+        raise RuntimeError(f"{ALIGN_SO} was built against tvm-ffi {built}, this process has {tvm_ffi.__version__}")
+    return tvm_ffi.load_module(path)["moe_align_block_size"]
 
 
 def configs(ns, w1_shape, w2_shape, topk, tokens):
@@ -167,12 +230,20 @@ class Peer:
         self.out = torch.empty(tokens, hidden, dtype=x.dtype, device=x.device)
         self.compute = tl.bfloat16 if x.dtype == torch.bfloat16 else tl.float16
         self.experts_n = experts
-        self.align_name = "moe_align_small_numel" if self.small else "moe_align_block_size_triton (substitute)"
+        self.cumsum = torch.empty(experts + 2, **i32)         # the CUDA align's scratch
+        self.align_name = ("moe_align_small_numel" if self.small else "moe_align_block_size (CUDA, JIT source)"
+                           if ns.cuda_align is not None else "moe_align_block_size_triton (substitute)")
 
     def align(self):
         if self.small:
             self.ns.small_align.moe_align_small_numel(self.ids, self.experts_n + 1, self.up["BLOCK_SIZE_M"],
                                                       self.sorted, self.expert_of, self.total)
+        elif self.ns.cuda_align is not None:
+            import tvm_ffi
+            with tvm_ffi.use_torch_stream():    # the kernel launches on tvm-ffi's stream: make it torch's
+                # SGLang's call: experts + 1 buckets (its "+1 offset" convention), pads filled with numel
+                self.ns.cuda_align(self.ids, self.experts_n + 1, self.up["BLOCK_SIZE_M"], self.sorted, self.expert_of,
+                                   self.total, self.cumsum, True)
         else:
             # the test reference leaves pad slots as they were: SGLang's test pre-fills them likewise
             self.sorted.fill_(self.ids.numel())

@@ -269,3 +269,27 @@ def test_sglang_layer_in_triton_interpreter(tmp_path):
     assert run.returncode == 0, run.stderr[-3000:]
     err = float(run.stdout.split("ERR")[-1])
     assert err <= bench.TOL
+
+
+@pytest.mark.skipif(not WHEELS or importlib.util.find_spec("tvm_ffi") is None
+                    or not os.path.exists("/usr/local/cuda/bin/nvcc"), reason="needs the wheel, tvm-ffi and nvcc")
+def test_sglang_cuda_align_builds_and_loads(tmp_path):
+    """SGLang's CUDA align source compiles for sm_90a (nvcc, ptxas) into a tvm-ffi module with
+    the cudart linked in (the GPU machine's torch brings its own); it loads, converts torch
+    tensors and reaches its launch (no GPU here); a module built for another tvm-ffi is refused."""
+    import subprocess
+    torch = pytest.importorskip("torch")
+    import tvm_ffi
+    root = moe_sglang.extract(WHEELS[-1], str(tmp_path))
+    so = moe_sglang.build_align(root, "/usr/local/cuda/bin/nvcc")
+    needed = subprocess.run(["readelf", "-d", so], capture_output=True, text=True).stdout
+    assert "libtvm_ffi.so" in needed and "libcudart" not in needed
+    fn = moe_sglang.load_align(root)
+    i32 = dict(dtype=torch.int32)
+    with pytest.raises(RuntimeError, match="Failed at .*sgl|CUDA"):     # raised from its source, not a crash
+        fn(torch.zeros(16, 8, **i32), 129, 16, torch.empty(4096, **i32), torch.empty(256, **i32),
+           torch.empty(1, **i32), torch.empty(130, **i32), True)
+    with open(so + ".tvm_ffi", "w") as f:
+        f.write("0.0.1")
+    with pytest.raises(RuntimeError, match=f"built against tvm-ffi 0.0.1, this process has {tvm_ffi.__version__}"):
+        moe_sglang.load_align(root)
