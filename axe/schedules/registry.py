@@ -56,6 +56,8 @@ def register(op: str, name: str, family: str = "*", priority: int = 0, requires:
 
 
 _NO_GENERIC: set = set()     # families whose backend declares GENERIC = False
+#: the modules of target-independent schedules (family "*"), loaded with any backend
+_TARGET_INDEPENDENT = ("axe.schedules.generic", "axe.schedules.block_scale")
 
 
 def _load_backends(family: str) -> None:
@@ -63,7 +65,8 @@ def _load_backends(family: str) -> None:
     ``axe.backends.<family>.schedules`` (a new target adds a folder, not a line here).  A backend
     module with ``GENERIC = False`` opts out of the target-independent schedules."""
     import importlib
-    importlib.import_module("axe.schedules.generic")
+    for shared in _TARGET_INDEPENDENT:
+        importlib.import_module(shared)
     name = f"axe.backends.{family}.schedules"
     try:
         mod = importlib.import_module(name)
