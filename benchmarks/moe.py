@@ -57,13 +57,12 @@ TOL = 3e-2              # max |error| / max |reference|: bf16 rounding of two GE
 PEERS = ("sglang", "torch_grouped", "flashinfer")
 DEVICE = "cuda"         # tests run the control flow on "cpu" with stand-in timers
 FLASHINFER_WHY = (
-    "not carried: flashinfer-python 0.7.2 (the version sglang 0.5.23 pins) is a 62.2 MiB wheel, with "
-    "apache-tvm-ffi, cuda-tile, nvidia-cutlass-dsl, nccl4py and cudnn-frontend as dependencies, beside the "
-    "37.2 MiB SGLang wheel and 2.3 MB of MoE artifacts in a 64 MiB carry; and its Hopper cutlass_fused_moe "
-    "is not prebuilt: the first call JIT-compiles module fused_moe_90 with nvcc (28 CUTLASS/TensorRT-LLM "
-    "sources plus the generated grouped-GEMM instantiations for every dtype pair), whose prebuilt form ships "
-    "only in flashinfer-jit-cache, which is not on PyPI (flashinfer-cubin, 458 MB, holds trtllm-gen cubins, "
-    "not this module)")
+    "not carried: its Hopper cutlass_fused_moe is not prebuilt in flashinfer-python 0.7.2 (the version sglang "
+    "0.5.23 pins): the first call JIT-compiles module fused_moe_90 with nvcc from 28 CUTLASS/TensorRT-LLM sources "
+    "plus generated grouped-GEMM instantiations for every dtype pair; the prebuilt module ships only in "
+    "flashinfer-jit-cache, which is not on PyPI (flashinfer-cubin, 458 MB, holds trtllm-gen cubins, not this "
+    "module). The wheel itself is 62.2 MiB and declares apache-tvm-ffi, cuda-tile, nvidia-cutlass-dsl, nccl4py and "
+    "nvidia-cudnn-frontend as dependencies, beyond the 64 MiB carry beside the MoE artifacts")
 
 
 def torch_plain(torch, x, w1, w2, ids, weights):
