@@ -265,7 +265,7 @@ def run_tokens(torch, tokens, ctx, result):
     row["experts_hit"] = hit = int(torch.unique(ids).numel())
     row.update(moe_bounds.counted(tokens, hit, moe.TOPK, moe.HIDDEN, moe.INTER, x.element_size()))
     row.update(moe_bounds.bound_ms(row, ctx["bw"], ctx["peak"]))
-    cfg = moe.config_for(tokens)
+    cfg = moe.config_for(tokens) if args.config == "auto" else args.config
     if cfg in ctx["axe"]:
         layer = moe.Layer(ctx["axe"][cfg], tokens, cfg, args.dtype)
         row["axe_config"] = cfg
@@ -294,12 +294,15 @@ def run_tokens(torch, tokens, ctx, result):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--artifacts", default=os.path.join(ROOT, ".carry", "moe"))
+    ap.add_argument("--no-peers", action="store_true", help="time axe only (configuration experiments)")
     ap.add_argument("--sglang", default=os.path.join(ROOT, ".carry", "moe", "sglang"),
                     help="SGLang's files as build_moe.py extracts them (else the wheel in --wheels is used)")
     ap.add_argument("--wheels", default=os.path.join(ROOT, ".whl"))
     ap.add_argument("--tokens", nargs="*", type=int, default=list(TOKENS))
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--config", default="auto", choices=("auto", "small", "large"),
+                    help="axe's tile configuration (auto: kernels/moe_host.py's config_for(T))")
     ap.add_argument("--out", default=None, help="JSON path (default $OUT/moe-DATE.json)")
     ap.add_argument("--md", default=None, help="markdown table path (default: the JSON path with .md)")
     args = ap.parse_args(argv)
@@ -316,7 +319,7 @@ def main(argv=None):
     g = torch.Generator(device="cuda").manual_seed(0)
     w1 = (torch.randn(moe.E, 2 * moe.INTER, moe.HIDDEN, device="cuda", generator=g) / moe.HIDDEN ** 0.5).to(dt)
     w2 = (torch.randn(moe.E, moe.HIDDEN, moe.INTER, device="cuda", generator=g) / moe.INTER ** 0.5).to(dt)
-    peers, sglang = load_peers(torch, args, w1, result)
+    peers, sglang = ({}, None) if args.no_peers else load_peers(torch, args, w1, result)
     axe = {}
     for cfg in moe.CONFIGS:
         try:

@@ -9,7 +9,11 @@ DTYPES = ("bfloat16", "float16")
 
 #: tile configurations: ``small`` (bm 64, bn 128) for few tokens per expert, ``large`` beyond
 CONFIGS = {"small": {"bm": 64, "bn": 128}, "large": {"bm": 128, "bn": 256}}
-SMALL_T = 64            # token counts up to this use the small configuration
+#: token counts up to this use the small configuration: measured on an H200 under CUDA graphs
+#: (benchmarks/results/moe-config-2026-11-23-h200.json), small/large layer time 0.80 at T=8, 0.87 at
+#: T=32, 0.88 at T=128..512, 1.01 at T=1024, 1.15 at T=2048 — with every expert hit and few tokens
+#: each, the 128-row tiles are mostly padding and their longer epilogue holds back the weight stream
+SMALL_T = 512
 
 
 def config_for(tokens):

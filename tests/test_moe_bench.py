@@ -212,7 +212,7 @@ def test_run_tokens_control_flow_on_cpu(monkeypatch):
     g = torch.Generator().manual_seed(0)
     w1 = (torch.randn(12, 2 * moe.INTER, moe.HIDDEN, generator=g) / moe.HIDDEN ** 0.5).bfloat16()
     w2 = (torch.randn(12, moe.HIDDEN, moe.INTER, generator=g) / moe.INTER ** 0.5).bfloat16()
-    args = types.SimpleNamespace(reps=4, dtype="bfloat16")
+    args = types.SimpleNamespace(reps=4, dtype="bfloat16", config="auto")
     ctx = dict(args=args, gen=g, dt=torch.bfloat16, w1=w1, w2=w2, bw=4e12, peak=8e14, axe={}, sglang=None,
                peers={"torch_grouped": lambda x, w1, w2, ids, weights: bench.torch_grouped(torch, x, w1, w2, ids,
                                                                                             weights),

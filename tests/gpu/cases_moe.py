@@ -20,7 +20,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-TOKENS = {"small": (1, 8, 32, 64), "large": (65, 128, 512, 1024, 2048, 4096)}
+TOKENS = {"small": (1, 8, 32, 64, 128, 512), "large": (513, 1024, 2048, 4096)}
 TOL = {"bfloat16": 2e-2, "float16": 5e-3}
 
 
