@@ -1,7 +1,8 @@
 #!/usr/bin/env python
 """Build the FP8 GEMM benchmark's artifacts (run on the CPU machine): ``kernels/gemm_fp8.py`` for
 every shape of ``benchmarks/gemm_fp8.py`` (16 MLP shapes at M = 8192, DeepSeek-V3's six at
-M = 4096), tile widths 128 and 256, alone and in CTA pairs (``cluster=2``), into ``.carry/gemm_fp8/<name>/``; with ``--wheel``, also
+M = 4096), tile widths 128 and 256, alone and in CTA pairs (``cluster=2``), and 192 where
+``gemm_fp8.built_for`` says, into ``.carry/gemm_fp8/<name>/``; with ``--wheel``, also
 DeepGEMM's wheel (``sgl-deep-gemm``, ``pip download``: a py3-none manylinux wheel built for CUDA
 13 and torch) into ``.carry/gemm_fp8/wheels/``, so one carry path holds everything.
 
@@ -23,7 +24,7 @@ WHEEL = "sgl-deep-gemm"
 
 
 def main(argv=None):
-    from gemm_fp8 import VARIANTS, artifact_name, shapes
+    from gemm_fp8 import VARIANTS, artifact_name, built_for, shapes
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(ROOT, ".carry", "gemm_fp8"))
     ap.add_argument("--only", choices=("mlp", "deepseek"), default=None)
@@ -37,7 +38,7 @@ def main(argv=None):
         if args.only not in (None, kind):
             continue
         for bn, cluster in VARIANTS:
-            if bn not in args.bns or cluster not in args.clusters:
+            if bn not in args.bns or cluster not in args.clusters or not built_for(m, n, bn, cluster):
                 continue
             name = artifact_name(m, n, k, bn, cluster)
             if os.path.exists(os.path.join(args.out, name, "launch.json")):

@@ -9,8 +9,8 @@ e4m3 with one per 128×128 block, quantized from random normal data the DeepSeek
 (:mod:`kernels.fp8_blocks`).  Every peer's output is checked against the fp32 product of the
 dequantized operands (‖C − ref‖/‖ref‖ < 1e-2, the tolerance argued in
 ``tests/gpu/cases_gemm_fp8.py``) before it is timed; a wrong one is timed and marked.  axe runs
-the tile widths 128 and 256, alone and as CTA pairs sharing B
-(``cluster=2``), and reports the fastest correct one.  Timing:
+the tile widths 128 and 256 (and 192 where :func:`built_for` says), alone and as CTA
+pairs sharing B (``cluster=2``), and reports the fastest correct one.  Timing:
 ``triton.testing.do_bench`` median.  Every peer and shape is guarded: a failure is recorded with
 its exact error and the run goes on.  The JSON (``$OUT`` or ``benchmarks/results/``) is rewritten
 after every shape, so a run cut short still leaves its rows.
@@ -30,7 +30,7 @@ Peers, as found in the sources:
 - Triton: :func:`triton_block_fp8` below, autotuned over 6 configurations.
 
 Usage (GPU machine): ``python3 benchmarks/gemm_fp8.py [--artifacts DIR] [--wheels DIR (default .carry/gemm_fp8/wheels)] [--only mlp|deepseek]
-[--variants bn128 bn256 bn128_c2 bn256_c2] [--peers cublas deepgemm triton] [--budget SECONDS] [--json PATH]``.
+[--variants bn128 bn256 bn128_c2 bn256_c2 bn192 bn192_c2] [--peers cublas deepgemm triton] [--budget SECONDS] [--json PATH]``.
 """
 
 import argparse
@@ -53,9 +53,28 @@ M_MLP, M_DS = 8192, 4096
 #: DeepSeek-V3's (N, K) pairs as DeepGEMM's tests enumerate them (fused q_a+kv_a 2112x7168, q_b
 #: 24576x1536, kv_b 32768x512, o 7168x16384, shared-expert 4096x7168, 7168x2048)
 DEEPSEEK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
-#: axe builds per shape, ``(bn, cluster)``: both tile widths, alone and as CTA pairs sharing B by
-#: TMA multicast; the fastest correct one is reported as axe
-VARIANTS = ((128, 1), (256, 1), (128, 2), (256, 2))
+#: axe builds per shape, ``(bn, cluster)``: the tile widths, alone and as CTA pairs sharing B by
+#: TMA multicast (bn = 192 only where :func:`built_for` says); the fastest correct one is reported
+VARIANTS = ((128, 1), (256, 1), (128, 2), (256, 2), (192, 1), (192, 2))
+SMS = 132
+
+
+def counted_columns(m, n, bn, sms=SMS):
+    """Columns of tile work on the busiest SM of a persistent launch: ``⌈tiles / sms⌉ · bn`` with
+    ``tiles = ⌈m / 128⌉ · ⌈n / bn⌉`` — the wave-quantization model (equal time per column)."""
+    tiles = -(-m // 128) * -(-n // bn)
+    return -(-tiles // sms) * bn
+
+
+def built_for(m, n, bn, cluster):
+    """Whether the benchmark builds and times variant (bn, cluster) for an m×n output: 128 and 256
+    always; 192 (SB staged per 64 columns) where its counted work is within 3% of bn = 256's, as a
+    CTA pair (the faster form of 256 on large shapes), and alone too where it saves 5% or more
+    (N = 2112: 576 vs 768 columns) — the carried artifacts stay under 30 MiB."""
+    if bn != 192:
+        return True
+    ratio = counted_columns(m, n, 192) / counted_columns(m, n, 256)
+    return ratio <= 0.95 or (cluster == 2 and ratio <= 1.03)
 TOL = 1e-2
 PEERS = ("cublas", "deepgemm", "triton")
 DEVICE = "cuda"         # the CPU test of this script's control flow sets "cpu"
@@ -265,6 +284,8 @@ def run_shape(shape, artifacts, peers, tri, cub, dg, variants=VARIANTS):
     ref = reference(A, W, SA, SB)["C"]
     C = torch.empty(m, n, device=DEVICE, dtype=torch.bfloat16)
     for bn, cluster in variants:
+        if not built_for(m, n, bn, cluster):
+            continue
         tag = f"axe_{variant_name(bn, cluster)}"
         try:
             kern = rt.load(os.path.join(artifacts, artifact_name(m, n, k, bn, cluster)))

@@ -33,6 +33,16 @@ MFLOP, ``bn = 128`` 32 KiB for 4.2 MFLOP (a third more L2 traffic per flop) but 
 Where N is not a multiple of 256 the last tile's second half may lie wholly past N:
 it is skipped (its scale row does not exist) and its columns are clipped by the TMA store.
 
+``bn = 192`` (a width that is not a multiple of 128, for N whose 256-wide tiles quantize badly:
+N = 2112 gives 11 full column tiles instead of 8 and a 64-wide one) keeps one 64×192 partial (96
+registers) beside the accumulator (96): a single group of four ``wgmma.m64n192k32`` per slot.  Its
+tiles start at multiples of 64 that need not be multiples of 128, so which SB block scales a
+column depends on the tile: every 64-column group lies in one block
+(``gcd(192, 128) = 64``), and per slot the warpgroup's first threads stage the group's
+``SB[(n0 + 64 g) // 128, kb]`` into shared memory (two buffers by slot parity, one named barrier),
+which ``scale_accumulate`` then reads as a (1, 3) scale — the per-element mapping still comes from
+the layouts.
+
 ``cluster=2`` runs CTA pairs on vertically neighbouring tiles (block-rows 2p and 2p + 1 of one
 block-column): each CTA loads half of the B tile and multicasts it to both, and a slot is free once
 the consumers of both CTAs released it (the pipeline counts the peer's releases).  Why it may pay
@@ -44,7 +54,10 @@ computes a block-row past M (its loads read zeros) and stores nothing.
 Shapes need not be multiples of the tile: TMA zero-fills loads past M, N or K and clips stores.
 """
 
+from math import gcd
+
 from tvm.script import tirx as T
+from tvm.script.ir_builder import tirx as IRB
 
 import axe.lang as Ax
 from axe.lang.block_scale import gemm_fp8, scale_accumulate
@@ -55,7 +68,7 @@ from kernels.gemm import swizzled
 
 FP8 = "float8_e4m3fn"
 BM, BK, SMS, GROUP = 128, 128, 132, 16
-STAGES = {128: 5, 256: 4}           # pipeline depth per tile width (shared memory: 227 KiB)
+STAGES = {128: 5, 192: 4, 256: 4}   # pipeline depth per tile width (shared memory: 227 KiB)
 THREADS, PRODUCER_REGS, CONSUMER_REGS = 384, 40, 232
 HALF = BM // 2                      # rows per consumer warpgroup
 PART = 128                          # columns per partial accumulator (one wgmma N)
@@ -70,7 +83,7 @@ def fp8_tile(rows, cols=BK):
 
 
 def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=1):
-    """The block-scaled FP8 GEMM kernel for static sizes; ``bn``: tile columns (128 or 256);
+    """The block-scaled FP8 GEMM kernel for static sizes; ``bn``: tile columns (128, 192 or 256);
     ``cluster=2``: CTA pairs on vertically neighbouring tiles, each loading half of the B tile with
     a TMA multicast to both (B's L2 traffic per CTA halved, as in kernels/gemm.py)."""
     if bn not in STAGES:
@@ -85,7 +98,13 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
     stages = stages or STAGES[bn]
     sa_shape, sb_shape = scale_shapes(M, N, K)
     n_blocks = sb_shape[0]                      # rows of SB: 128-column blocks of N
-    halves = bn // PART
+    # a tile width that is a multiple of 128 keeps one SB block per 128-column partial; otherwise one
+    # partial spans the tile and SB is staged per column group (the gcd: no group crosses a block)
+    staged = bn % PART != 0
+    part_n = bn if staged else PART
+    group_n = gcd(bn, PART)
+    halves = bn // part_n
+    store_n = PART if bn % PART == 0 else 64    # epilogue columns per TMA store (its box's width)
     m_tiles, n_tiles, k_iters = -(-M // BM), -(-N // bn), sa_shape[0]
     # one scheduled block-row per cluster: a pair's CTAs take block-rows 2p and 2p + 1 (the second
     # lies past M when m_tiles is odd: its loads read zeros and its store is skipped)
@@ -98,11 +117,25 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
 
     def factory():
         acc_layout = _d_fragment(bn)
-        part_layout = _d_fragment(PART)
+        part_layout = _d_fragment(part_n)
+
+        def sb_scales(SB, sbg, wg, i, kb, n_blk):
+            """This slot's SB as a (1, bn / group_n) scale of the tile, one per column group: thread g
+            of the warpgroup stages ``SB[(n0 + g·group_n) // 128, kb]`` (the block clamped to SB's
+            last row: groups past N only feed columns the store clips), buffers alternating by slot
+            so a thread still reading the previous slot's scales is never overwritten (the barrier
+            of the slot in between orders it)."""
+            row, lane = wg * 2 + i % 2, cta["tx"] % 128
+            with guard(lane < bn // group_n):
+                nb = T.min((n_blk * bn + lane * group_n) // PART, n_blocks - 1)
+                IRB.buffer_store(sbg.flat(), SB.flat()[nb * k_iters + kb], [row * (bn // group_n) + lane])
+            Ax.cuda.named_barrier(1 + wg, 128)
+            return sbg[row:row + 1, :]
 
         def k_block(pool, sa, SB, pipe, acc, part, wg, leader, i, kb, n_blk, first):
-            """Slot of iteration i (k-block kb): wgmma each 128-column half into the partial
-            accumulator, scale it by its k-block's scales and add it into acc."""
+            """Slot of iteration i (k-block kb): wgmma each 128-column half (or, ``staged``, the
+            whole tile) into the partial accumulator, scale it by its k-block's scales and add it
+            into acc."""
             s = pipe.slot(i)
             pipe.wait(i)
             a = Ax.view(pool, fp8_tile(HALF), (HALF, BK), base=a_at + s * (BM * BK) + wg * (HALF * BK))
@@ -112,9 +145,10 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
                 nb = n_blk * halves + h
 
                 def half():
-                    b = Ax.view(pool, fp8_tile(PART), (PART, BK), base=b_at + s * (bn * BK) + h * (PART * BK))
+                    b = Ax.view(pool, fp8_tile(part_n), (part_n, BK), base=b_at + s * (bn * BK) + h * (part_n * BK))
                     gemm_fp8(part, a, Ax.permute(b, (1, 0)), accumulate=False, wait=False)
-                    scale_accumulate(acc[:, h * PART:(h + 1) * PART], part, sa_rows, SB[nb:nb + 1, kb:kb + 1],
+                    sb = sb_scales(SB, cta["sbg"], wg, i, kb, n_blk) if staged else SB[nb:nb + 1, kb:kb + 1]
+                    scale_accumulate(acc[:, h * part_n:(h + 1) * part_n], part, sa_rows, sb,
                                      accumulate=not first, before_apply=lambda: _wait_for(part))
                 if ragged_half and h == halves - 1:
                     with guard(nb < n_blocks):
@@ -123,14 +157,20 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
                     half()
             pipe.release(i, pred=leader)
 
-        cta = {}        # the CTA's rank in its cluster, set at launch
+        cta = {}        # the CTA's rank in its cluster, set at launch; the staged SB buffer
+
+        def alloc_sbg():
+            """``staged``: the shared buffer of SB per column group, rows (warpgroup, slot parity)."""
+            if staged:
+                cta["sbg"] = Ax.shared((4, bn // group_n), "float32", name="sbg")
 
         def launch():
             """``(cluster index, tx)``: a plain persistent launch, or one in clusters of ``cluster``."""
             if cluster == 1:
-                return Ax.launch(sms, THREADS)
-            cid, cta["rank"], _, tx = Ax.cuda.cluster_launch(sms, THREADS, cluster)
-            return cid, tx
+                cid, cta["tx"] = Ax.launch(sms, THREADS)
+            else:
+                cid, cta["rank"], _, cta["tx"] = Ax.cuda.cluster_launch(sms, THREADS, cluster)
+            return cid, cta["tx"]
 
         def coords(cid, it):
             """(block-row, block-column) of the CTA's it-th tile: a cluster's CTAs stack vertically."""
@@ -150,19 +190,19 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
                     B[r0:r0 + b_part, ks], barrier=pipe.full, stage=s, multicast=(1 << cluster) - 1)
 
         def store(cbuf, C, acc, out, wg, leader, m_blk, n_blk):
-            """Cast the tile and store it 128 columns at a time: stmatrix into the warpgroup's
+            """Cast the tile and store it ``store_n`` columns at a time: stmatrix into the warpgroup's
             swizzled buffer, one thread's TMA store (rows and columns past C are clipped)."""
             Ax.cast(out, acc)
             row = m_blk * BM + wg * HALF
-            cw = Ax.view(cbuf, swizzled(HALF, PART), (HALF, PART), base=wg * (HALF * PART))
-            for c in range(halves):
+            cw = Ax.view(cbuf, swizzled(HALF, store_n), (HALF, store_n), base=wg * (HALF * PART))
+            for c in range(bn // store_n):
                 Ax.cuda.tma_store_wait(0, pred=leader)       # the previous store has read the buffer
                 Ax.cuda.named_barrier(1 + wg, 128)
-                Ax.copy(cw, out[:, c * PART:(c + 1) * PART])
+                Ax.copy(cw, out[:, c * store_n:(c + 1) * store_n])
                 Ax.cuda.fence_proxy_async()
                 Ax.cuda.named_barrier(1 + wg, 128)
-                n0 = n_blk * bn + c * PART
-                Ax.copy(C[row:row + HALF, n0:n0 + PART], cw, fence=False, wait=False)
+                n0 = n_blk * bn + c * store_n
+                Ax.copy(C[row:row + HALF, n0:n0 + store_n], cw, fence=False, wait=False)
 
         @T.prim_func
         def gemm_fp8_kernel(A_: T.Buffer((M, K), FP8), B_: T.Buffer((N, K), FP8), SA_: T.Buffer(sa_shape, "float32"),
@@ -178,6 +218,7 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
             C = Ax.param(C_, tensormap=C_map)
             pool = Ax.cuda.dynamic_shared(stages * (BM + bn) * BK, FP8)
             sa = Ax.shared((stages, BM), "float32", name="sa")          # the A tile's row scales, per slot
+            alloc_sbg()
             cbuf = Ax.shared((2 * HALF, PART), "bfloat16", swizzled(2 * HALF, PART), name="cbuf")
             # full: the A, B and SA copies; empty: both consumers of every CTA of the cluster
             pipe = Ax.cuda.pipeline(stages, producers=3, consumers=2, cluster=cluster)
@@ -198,7 +239,7 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
                 wg = Ax.cuda.warpgroup_index()
                 leader = tx % 128 == 0
                 acc = Ax.registers((HALF, bn), "float32", acc_layout, name="acc")
-                part = Ax.registers((HALF, PART), "float32", part_layout, name="part")
+                part = Ax.registers((HALF, part_n), "float32", part_layout, name="part")
                 out = Ax.registers((HALF, bn), "bfloat16", acc_layout, name="out")
 
                 for j in T.serial(sched.count(cid)):

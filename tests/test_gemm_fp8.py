@@ -203,6 +203,38 @@ def test_scale_accumulate_matches_brute_force_on_two_stacked_fragments():
     assert plan.table_size == 8
 
 
+def test_scale_accumulate_matches_brute_force_on_the_staged_192_tile():
+    """bn = 192: the whole 64×192 partial with SB staged per 64-column group in shared memory
+    (row 3 of the (4, 3) buffer: warpgroup 1, odd slot) — 6 SA·SB products per thread."""
+    D = _t((64, 192), d_fragment(192, "tx"), "local", "float32", "acc")
+    P = _t((64, 192), d_fragment(192, "tx"), "local", "float32", "part")
+    sa = _t((4, 128), S[(4, 128)], "shared", "float32", "sa")
+    SA = Ax.permute(sa[2:3, 64:128], (1, 0))
+    SB = _t((4, 3), S[(4, 3)], "shared", "float32", "sbg")[3:4, :]
+    got, plan = _plan_pairs(D, P, [SA, SB])
+    assert got == _brute_force(D, P, [SA, SB])
+    assert plan.table_size == 6
+
+
+@pytest.mark.parametrize("N", [2112, 400, 576, 7168])
+def test_staged_sb_groups_pick_each_columns_block(N):
+    """The kernel's staging law for bn = 192 (group g of tile n_blk reads SB block
+    ``min((n_blk·192 + 64 g) // 128, NB − 1)``) against the definition, every column j < N of
+    every tile: ``SB[j // 128]``; groups of 96 columns would cross blocks (the oracle can fail)."""
+    nb = -(-N // 128)
+
+    def misses(bn, group):
+        bad = 0
+        for n_blk in range(-(-N // bn)):
+            for c in range(bn):
+                j = n_blk * bn + c
+                if j < N:
+                    bad += min((n_blk * bn + (c // group) * group) // 128, nb - 1) != j // 128
+        return bad
+    assert G.gcd(192, G.PART) == 64 and misses(192, 64) == 0
+    assert misses(192, 96) > 0
+
+
 def test_refine_shape_nests_blocks_and_declines_otherwise():
     assert refine_shape((64, 128), [(1, 128), (64, 128)]) == ((64, 1, 128), [(64, 1, 1), (1, 1, 1)])
     assert refine_shape((64, 128), [(16, 64)]) == ((4, 16, 2, 64), [(4, 1, 2, 1)])
@@ -224,7 +256,9 @@ def test_scale_accumulate_signature_checks():
 #: skipped), K of DeepSeek-V3's projections; a square bn=128 build; CTA pairs (B multicast) with an
 #: odd number of block-rows (the last pair's second CTA lies past M)
 BUILDS = {"ragged_256": (1000, 2112, 7168, 256, 1), "square_128": (1024, 1024, 1024, 128, 1),
-          "ragged_128": (777, 576, 1536, 128, 1), "ragged_256_c2": (777, 2112, 1536, 256, 2)}
+          "ragged_128": (777, 576, 1536, 128, 1), "ragged_256_c2": (777, 2112, 1536, 256, 2),
+          # bn = 192 (SB staged per 64 columns): a last tile past N (400 = 2·192 + 16), CTA pairs
+          "ragged_192": (777, 400, 1536, 192, 1), "ds_192_c2": (1000, 2112, 1536, 192, 2)}
 
 
 @pytest.fixture(scope="module", params=sorted(BUILDS))
@@ -248,7 +282,8 @@ def test_fp8_gemm_builds_without_spills(built):
 
 def test_fp8_gemm_ptx_holds_wgmma_e4m3_k32_and_the_promotion(built):
     (M, N, K, bn, cluster), art = built
-    wg = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3", art.ptx)
+    part_n = 192 if bn == 192 else 128      # bn = 192: one partial spans the tile
+    wg = re.findall(rf"wgmma\.mma_async\.sync\.aligned\.m64n{part_n}k32\.f32\.e4m3\.e4m3", art.ptx)
     assert wg, "no fp8 wgmma in the PTX"
     assert "wgmma.mma_async.sync.aligned.m64n256k16" not in art.ptx
     # each promotion: 64 fp32 multiply-adds per thread and 128-column half (the build flushes
@@ -283,7 +318,7 @@ def test_fp8_gemm_binds_the_quantizers_output(built):
 
 def test_fp8_gemm_refuses_bad_sizes():
     with pytest.raises(ValueError, match="bn must be"):
-        G.make(1024, 1024, 1024, bn=192)
+        G.make(1024, 1024, 1024, bn=160)
     with pytest.raises(ValueError, match="multiple of 8"):
         G.make(1024, 1020, 1024)
     with pytest.raises(ValueError, match="smaller than one"):
@@ -372,8 +407,20 @@ def test_benchmark_summary_and_table_from_rows():
     assert s["deepseek"]["compared"] == 0
     text = bench.table(rows)
     assert "900!" in text and "0.909" in text
-    names = {bench.artifact_name(*sh[3:], *v) for sh in bench.shapes() for v in bench.VARIANTS}
-    assert len(bench.shapes()) == 22 and len(names) == 88
+    names = {bench.artifact_name(*sh[3:], *v) for sh in bench.shapes() for v in bench.VARIANTS
+             if bench.built_for(*sh[3:5], *v)}
+    assert len(bench.shapes()) == 22 and len(names) == 88 + 16     # bn=192: 15 pairs, N=2112 alone too
+
+
+def test_counted_columns_against_brute_force():
+    """The wave model against dealing tiles round-robin to 132 SMs one by one."""
+    bench = _bench_module()
+    for m, n, bn in [(4096, 2112, 256), (4096, 2112, 192), (8192, 4096, 256), (777, 400, 192)]:
+        per_sm = [0] * 132
+        for t in range(-(-m // 128) * -(-n // bn)):
+            per_sm[t % 132] += bn
+        assert bench.counted_columns(m, n, bn) == max(per_sm)
+    assert bench.built_for(4096, 2112, 192, 1) and not bench.built_for(4096, 7168, 192, 2)
 
 
 def test_benchmark_control_flow_on_cpu(tmp_path, monkeypatch):

@@ -1,8 +1,8 @@
 """GPU cases for the block-scaled FP8 GEMM (``kernels/gemm_fp8.py``): both tile widths, ragged M
 (not a multiple of 128, nor of 4: SA's rows are padded), an odd number of 128-column blocks (the
 ``bn = 256`` tile's last half lies past N), two k-blocks, a ragged last k-block, DeepSeek-V3
-projection sizes and CTA pairs sharing B through TMA multicast (``cluster=2``, with an odd number of
-block-rows).
+projection sizes, CTA pairs sharing B through TMA multicast (``cluster=2``, with an odd number of
+block-rows) and ``bn = 192`` (weight scales staged per 64 columns; a tile past N; odd k-blocks).
 
 Each check quantizes fresh random fp32 operands the way DeepSeek-V3 does (activations per row and
 128 columns, weights per 128×128 block, scale = amax / 448; :mod:`kernels.fp8_blocks`), poisons C
@@ -38,6 +38,12 @@ SHAPES = {
     "c2_ragged128": (777, 576, 1536, 128, 2),
     "c2_ragged": (1000, 2112, 1536, 256, 2),
     "c2_ds_o": (4096, 7168, 2048, 256, 2),
+    # bn=192: tiles start at multiples of 64, SB staged per 64-column group
+    "b192_ragged": (1000, 2112, 1536, 192, 1),   # 11 tiles, odd ones start mid-block
+    "b192_past_n": (777, 400, 1408, 192, 1),     # last tile 16 columns wide (groups past N clamp),
+                                                 # 11 k-blocks: the staging parity alternates by tile
+    "b192_ds": (4096, 2112, 7168, 192, 1),       # DeepSeek-V3 fused q_a + kv_a projection
+    "c2_b192": (777, 2112, 1536, 192, 2),        # CTA pairs, 7 block-rows
 }
 TOL = 1e-2
 
