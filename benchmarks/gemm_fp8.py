@@ -26,7 +26,15 @@ Peers, as found in the sources:
 - DeepGEMM: ``deep_gemm.fp8_gemm_nt((A, sfa), (W, sfb), C)`` from the ``sgl-deep-gemm`` wheel (the
   maintained PyPI build of DeepGEMM; PyPI's ``deep-gemm`` has no wheel), imported as installed or
   unpacked from ``--wheels``.  Its kernels are JIT-compiled on first use with NVCC, or NVRTC when
-  ``DG_JIT_USE_NVRTC=1`` (set here when no ``nvcc`` is found).
+  ``DG_JIT_USE_NVRTC=1`` (set here when no ``nvcc`` is found).  On the H200 (torch 2.11.0+cu130) the 0.2.5 wheel's
+  ``deep_gemm/_C.so`` failed to load ("Could not load this library"): ``readelf -d`` shows a torch
+  C++ extension with no RPATH/RUNPATH needing ``libtorch{,_cpu,_cuda}.so``, ``libc10{,_cuda}.so``,
+  ``libcudart.so.13``, ``libcublas.so.13``, ``libcublasLt.so.13`` and ``libnvrtc.so.13`` by soname
+  (82 undefined c10 symbols: tied to the torch ABI it was built against).  Torch's pip wheel keeps
+  the CUDA 13 libraries under ``site-packages/nvidia/…/lib`` and reaches them through its own
+  RPATH, so a dlopen of ``_C.so`` resolves them only if already loaded into the process —
+  ``libnvrtc.so.13`` is not at ``import torch``: the likely cause (not verified on the GPU; a
+  torch-version mismatch would show as an undefined symbol instead).
 - Triton: :func:`triton_block_fp8` below, autotuned over 6 configurations.
 
 Usage (GPU machine): ``python3 benchmarks/gemm_fp8.py [--artifacts DIR] [--wheels DIR (default .carry/gemm_fp8/wheels)] [--only mlp|deepseek]
