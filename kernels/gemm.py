@@ -392,23 +392,25 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         elif add_chunk is None:     # a stream-K tile's first k-iterations: add the partial sum of the rest
             Ax.elementwise(out, lambda a, p: T.cast(a + p, dtype), acc, partial)
         row = m_blk * bm + (0 if pp or split_cols else wg * HALF)
-        for j in range(chunks):
-            # the store that last read this chunk's buffer (chunk j - bufs, or the previous tile's) is done
-            Ax.cuda.tma_store_wait(bufs - 1, pred=leader)
-            Ax.cuda.named_barrier(1 + wg, 128)
-            Cw = tile(pool, c_at + (wg * bufs + j % bufs) * (wrows * epilogue), (wrows, epilogue))
-            n0 = n_blk * BN + (wg * wcols + j * epilogue if split_cols else j * epilogue)
+
+        def n0_of(j):
+            return n_blk * BN + (wg * wcols + j * epilogue if split_cols else j * epilogue)
+
+        def buffer(j):      # chunk j's buffer: the one chunk j - bufs (or the previous tile's) used
+            return tile(pool, c_at + (wg * bufs + j % bufs) * (wrows * epilogue), (wrows, epilogue))
+
+        def add(j, Cw):
             cols = slice(j * epilogue, (j + 1) * epilogue)
-            if add_chunk is not None:
-                add_chunk(j, Cw, n0)
-                Ax.cast(out[:, cols], acc[:, cols])
-            Ax.copy(Cw, out if chunks == 1 else out[:, cols])
-            Ax.cuda.fence_proxy_async()
-            Ax.cuda.named_barrier(1 + wg, 128)
+            add_chunk(j, Cw, n0_of(j))
+            Ax.cast(out[:, cols], acc[:, cols])
+
+        def write(j, Cw):
+            n0 = n0_of(j)
             if dest is None:
                 Ax.copy(C[row:row + wrows, n0:n0 + epilogue], Cw, fence=False, wait=False)
             else:           # one bulk copy of the chunk's image (a peer's staging has no tensor map)
                 Ax.copy(dest(row, n0), Cw, fence=False, wait=False, schedule="bulk")
+        Ax.cuda.staged_store(out, epilogue, buffer, write, 1 + wg, leader, bufs, None if add_chunk is None else add)
 
     def rs_flag(src, j, n_blk, wg):
         """The signal on the owner that ``src``'s half-tile ``wg`` of (j, n_blk) has arrived."""

@@ -195,14 +195,11 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
             Ax.cast(out, acc)
             row = m_blk * BM + wg * HALF
             cw = Ax.view(cbuf, swizzled(HALF, store_n), (HALF, store_n), base=wg * (HALF * PART))
-            for c in range(bn // store_n):
-                Ax.cuda.tma_store_wait(0, pred=leader)       # the previous store has read the buffer
-                Ax.cuda.named_barrier(1 + wg, 128)
-                Ax.copy(cw, out[:, c * store_n:(c + 1) * store_n])
-                Ax.cuda.fence_proxy_async()
-                Ax.cuda.named_barrier(1 + wg, 128)
+
+            def tma_store(c, buf):
                 n0 = n_blk * bn + c * store_n
-                Ax.copy(C[row:row + HALF, n0:n0 + store_n], cw, fence=False, wait=False)
+                Ax.copy(C[row:row + HALF, n0:n0 + store_n], buf, fence=False, wait=False)
+            Ax.cuda.staged_store(out, store_n, lambda c: cw, tma_store, 1 + wg, leader)
 
         @T.prim_func
         def gemm_fp8_kernel(A_: T.Buffer((M, K), FP8), B_: T.Buffer((N, K), FP8), SA_: T.Buffer(sa_shape, "float32"),

@@ -342,15 +342,12 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
         else:
             Ax.cast(out, acc)
         row = m_blk * bm + wg * 64
-        for j in range(half // chunk):
-            Ax.cuda.tma_store_wait(0, pred=leader)
-            Ax.cuda.named_barrier(1 + wg, 128)
-            cw = tile(pool, c_at + wg * (64 * chunk), (64, chunk))
-            Ax.copy(cw, out if chunk == half else out[:, j * chunk:(j + 1) * chunk])
-            Ax.cuda.fence_proxy_async()
-            Ax.cuda.named_barrier(1 + wg, 128)
+
+        def tma_store(j, buf):
             n0 = n_blk * half + j * chunk
-            Ax.copy(C[row:row + 64, n0:n0 + chunk], cw, fence=False, wait=False)
+            Ax.copy(C[row:row + 64, n0:n0 + chunk], buf, fence=False, wait=False)
+        Ax.cuda.staged_store(out, chunk, lambda j: tile(pool, c_at + wg * (64 * chunk), (64, chunk)), tma_store,
+                             1 + wg, leader)
 
     def factory():
         from axe.schedules.context import current_context

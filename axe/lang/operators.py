@@ -3,17 +3,11 @@
 from __future__ import annotations
 
 from axe import ops
-from axe.schedules import dispatch
+from axe.schedules.dispatch import run as _run
 
 from .scopes import scope_or_cta
-from .source import call_site
 
 __all__ = ["copy", "reduce", "elementwise", "unary", "binary", "cast", "sync", "gemm"]
-
-
-def _run(call):
-    call.where = call_site()
-    dispatch(call)   # statements in a kernel body must evaluate to None
 
 
 def copy(dst, src, **config):

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from .context import BuildContext, current_context
 from .registry import candidates
 
-__all__ = ["DispatchError", "DispatchRecord", "dispatch", "format_records"]
+__all__ = ["DispatchError", "DispatchRecord", "dispatch", "run", "format_records"]
 
 
 class DispatchError(ValueError):
@@ -82,3 +82,11 @@ def dispatch(call, ctx: BuildContext | None = None) -> DispatchRecord:
         return record
     ctx.records.append(record)
     raise DispatchError("no schedule fits " + call.op + " on " + ctx.target + "\n" + record.format())
+
+
+def run(call) -> None:
+    """Dispatch an operator call written in a kernel body (by the language, or by a backend's
+    construct that issues operators), recording where in the kernel source it was written."""
+    from .source import call_site
+    call.where = call_site()
+    dispatch(call)   # statements in a kernel body must evaluate to None
