@@ -334,7 +334,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
     # the schedule's block-rows: one per cluster; reduce-scatter: world segments of m_tiles, one
     # per owner of the output rows, this rank's own last (the peers' partial tiles arrive meanwhile)
     pairs = (m_tiles + cluster - 1) // cluster * world
-    sched = Ax.TileSchedule(pairs, -(-N // BN), sms // cluster, max(group * (BM // bm) // cluster, 1))
+    sched = Ax.TileSchedule(pairs, -(-N // BN), sms // cluster, max(group * (BM // bm) // cluster, 1), cluster)
     k_iters = -(-K // BK)
     a_at, b_at = 0, stages * bm * BK                       # element offsets in the shared pool
     c_at = b_at + stages * BK * BN
@@ -615,10 +615,6 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                     with IRB.Else():
                         epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk)
 
-    def coords(cid, rank, it):
-        pm, n_blk = sched.coords(sched.tile(cid, it))
-        return (pm, n_blk) if cluster == 1 else (pm * cluster + rank, n_blk)
-
     def a_region(A, mesh, m_blk, kb):
         """A's k-block kb of block-row m_blk (reduce-scatter: of the owner's rows of segment m_blk)."""
         if not rs:
@@ -807,7 +803,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             with Ax.cuda.role(0, 1, regs=PRODUCER_REGS):
                 with Ax.warps(0, 1):
                     for it in T.serial(dp_waves if stream_k else sched.count(cid)):
-                        m_blk, n_blk = coords(cid, rank, it)
+                        m_blk, n_blk = sched.coords(sched.tile(cid, it), rank)
                         for kb in T.serial(k_iters):
                             load(pool, pipe, A, B, it * k_iters + kb, m_blk, n_blk, kb, rank, dist.mesh)
                     if stream_k:    # k-iterations u of the stream-K tiles, continuing the iteration count
@@ -837,7 +833,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                 # ping-pong: warpgroup wg takes the CTA's tiles wg, wg + 2, ...
                 for j in T.serial((count - wg + 1) // 2 if pp else (dp_waves if stream_k else count)):
                     it = 2 * j + wg if pp else j
-                    m_blk, n_blk = coords(cid, rank, it)
+                    m_blk, n_blk = sched.coords(sched.tile(cid, it), rank)
                     if pp:      # my turn: the other warpgroup has issued the previous tile's main loop
                         when(it > 0, lambda: Ax.cuda.named_barrier(ORDER + wg, 256))
                     if tc:      # the MMA thread computed the tile in TMEM

@@ -108,7 +108,7 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
     m_tiles, n_tiles, k_iters = -(-M // BM), -(-N // bn), sa_shape[0]
     # one scheduled block-row per cluster: a pair's CTAs take block-rows 2p and 2p + 1 (the second
     # lies past M when m_tiles is odd: its loads read zeros and its store is skipped)
-    sched = Ax.TileSchedule(-(-m_tiles // cluster), n_tiles, sms // cluster, max(group // cluster, 1))
+    sched = Ax.TileSchedule(-(-m_tiles // cluster), n_tiles, sms // cluster, max(group // cluster, 1), cluster)
     b_part = bn // cluster                      # rows of the B tile each CTA of a cluster loads
     odd_pair = cluster > 1 and m_tiles % cluster != 0
     a_at, b_at = 0, stages * BM * BK            # byte offsets of the slots in the fp8 pool
@@ -172,11 +172,6 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
                 cid, cta["rank"], _, cta["tx"] = Ax.cuda.cluster_launch(sms, THREADS, cluster)
             return cid, cta["tx"]
 
-        def coords(cid, it):
-            """(block-row, block-column) of the CTA's it-th tile: a cluster's CTAs stack vertically."""
-            pm, n_blk = sched.coords(sched.tile(cid, it))
-            return (pm, n_blk) if cluster == 1 else (pm * cluster + cta["rank"], n_blk)
-
         def load_b(pool, pipe, B, s, n_blk, kb):
             """The slot's B tile: whole, or (a cluster) this CTA's ``b_part`` rows of it multicast
             into the same offset of every CTA of the pair, so each slot receives the whole tile."""
@@ -222,7 +217,7 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
             with Ax.cuda.role(0, 1, regs=PRODUCER_REGS):
                 with Ax.warps(0, 1):
                     for it in T.serial(sched.count(cid)):
-                        m_blk, n_blk = coords(cid, it)
+                        m_blk, n_blk = sched.coords(sched.tile(cid, it), cta.get("rank", 0))
                         for kb in T.serial(k_iters):
                             i = it * k_iters + kb
                             s = pipe.slot(i)
@@ -240,7 +235,7 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
                 out = Ax.registers((HALF, bn), "bfloat16", acc_layout, name="out")
 
                 for j in T.serial(sched.count(cid)):
-                    m_blk, n_blk = coords(cid, j)
+                    m_blk, n_blk = sched.coords(sched.tile(cid, j), cta.get("rank", 0))
                     k_block(pool, sa, SB, pipe, acc, part, wg, leader, j * k_iters, 0, n_blk, True)
                     for kb in T.serial(1, k_iters):
                         k_block(pool, sa, SB, pipe, acc, part, wg, leader, j * k_iters + kb, kb, n_blk, False)

@@ -129,8 +129,8 @@ def test_cluster_tile_schedule_pairs_block_rows():
     pair shares B's block-column; every tile (and the odd pair's phantom row) exactly once."""
     import axe.lang as Ax
     for mt, nt in ((7, 5), (64, 56), (3, 3)):
-        s = Ax.TileSchedule(-(-mt // 2), nt, 66, 8)
-        tiles = [(p * 2 + r, n) for t in range(s.tiles) for p, n in [s.coords(t)] for r in (0, 1)]
+        s = Ax.TileSchedule(-(-mt // 2), nt, 66, 8, stack=2)
+        tiles = [s.coords(t, r) for t in range(s.tiles) for r in (0, 1)]
         assert len(set(tiles)) == len(tiles) == 2 * s.tiles
         assert {t for t in tiles if t[0] < mt} == {(m, n) for m in range(mt) for n in range(nt)}
 

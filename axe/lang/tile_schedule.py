@@ -21,7 +21,8 @@ __all__ = ["TileSchedule"]
 @dataclass(frozen=True)
 class TileSchedule:
     """Tiles of an ``(m_tiles, n_tiles)`` grid in grouped order for a persistent grid of
-    ``ctas`` workers (CTAs); ``group`` block-rows share one band."""
+    ``ctas`` workers (CTAs); ``group`` block-rows share one band; ``stack``: workers come in
+    clusters of that many, each cluster computing vertically neighbouring tiles."""
 
     _is_meta_class = True
 
@@ -29,6 +30,7 @@ class TileSchedule:
     n_tiles: int
     ctas: int
     group: int = 8
+    stack: int = 1      # workers per cluster: a scheduled block-row is ``stack`` neighbouring block-rows
 
     @property
     def tiles(self) -> int:
@@ -42,9 +44,11 @@ class TileSchedule:
         """The linear index of CTA ``cta``'s ``i``-th tile."""
         return cta + i * self.ctas
 
-    def coords(self, t):
+    def coords(self, t, rank=0):
         """``(m block, n block)`` of linear tile ``t``: bands of ``group`` block-rows, each band
-        walked column by column (the last band may be narrower)."""
+        walked column by column (the last band may be narrower).  With ``stack`` > 1 the schedule's
+        rows are clusters' rows: worker ``rank`` of the cluster takes block-row ``stack·m + rank``
+        (so the cluster's workers share the tile's columns of B)."""
         per_band = self.group * self.n_tiles
         band = t // per_band
         first = band * self.group
@@ -54,4 +58,5 @@ class TileSchedule:
             from tvm.script import tirx as T
             rows = T.min(self.m_tiles - first, self.group)
         r = t % per_band
-        return first + r % rows, r // rows
+        m = first + r % rows
+        return (m, r // rows) if self.stack == 1 else (m * self.stack + rank, r // rows)
