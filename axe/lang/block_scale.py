@@ -4,7 +4,6 @@ the fp8 ``gemm`` and ``scale_accumulate`` (semantics in :mod:`axe.ops.block_scal
 from __future__ import annotations
 
 from axe.ops import block_scale as _ops
-from axe.schedules import block_scale as _schedules  # noqa: F401  (registers scale_accumulate's schedule)
 
 from .operators import _run
 from .scopes import scope_or_cta

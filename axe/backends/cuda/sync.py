@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["MBarrier", "alloc_mbarrier", "wait", "wait_bounded", "expect_tx", "CTA_WAIT_TIMEOUT_NS"]
+__all__ = ["MBarrier", "alloc_mbarrier", "barrier_ptr", "wait", "wait_bounded", "expect_tx", "CTA_WAIT_TIMEOUT_NS"]
 
 
 @dataclass(frozen=True)
@@ -52,20 +52,22 @@ def alloc_mbarrier(scope, count: int, stages: int, name: str) -> MBarrier:
     return MBarrier(buf, count, stages, name)
 
 
-def _ptr(bar, stage):
+def barrier_ptr(bar, stage=0):
+    """The address of ``bar``'s barrier ``stage`` (an :class:`MBarrier`), or of ``bar`` itself (one
+    stage of one, a :class:`StagedBarrier`)."""
     return bar.ptr(stage) if isinstance(bar, MBarrier) else bar.ptr()
 
 
 def expect_tx(bar, nbytes: int, stage=0):
     """Arrive on the barrier announcing ``nbytes`` of asynchronous transactions."""
     from tvm.script import tirx as T
-    T.evaluate(T.ptx.mbarrier.arrive.expect_tx.shared.b64(_ptr(bar, stage), T.uint32(nbytes)))
+    T.evaluate(T.ptx.mbarrier.arrive.expect_tx.shared.b64(barrier_ptr(bar, stage), T.uint32(nbytes)))
 
 
 def wait(bar, phase=0, stage=0):
     """Block until the barrier's ``phase`` completes."""
     from tvm.script import tirx as T
-    T.evaluate(T.cuda.mbarrier_wait(_ptr(bar, stage), phase))
+    T.evaluate(T.cuda.mbarrier_wait(barrier_ptr(bar, stage), phase))
 
 
 #: how long a thread waits for another CTA (an mbarrier another CTA of the cluster completes, a
@@ -106,5 +108,5 @@ def wait_bounded(bar, phase=0, stage=0, timeout_ns: int = CTA_WAIT_TIMEOUT_NS):
     bytes): bounded, so a CTA that never arrives ends the launch after ``timeout_ns`` of
     ``%globaltimer`` with a printed report (CTA, cluster rank, barrier, phase) and a trap."""
     from tvm.script import tirx as T
-    T.evaluate(T.cuda.func_call("axe_mbarrier_wait_bounded", _ptr(bar, stage), phase, T.int64(timeout_ns),
+    T.evaluate(T.cuda.func_call("axe_mbarrier_wait_bounded", barrier_ptr(bar, stage), phase, T.int64(timeout_ns),
                                 source_code=_WAIT_BOUNDED_SRC))

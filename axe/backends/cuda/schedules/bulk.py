@@ -144,7 +144,7 @@ def _emit(call, plan, ctx):
     local, _ = on_this_gpu(call)
     dst, src = local.operands["dst"], local.operands["src"]
     if plan.load:
-        from ..sync import _ptr as bar_ptr, expect_tx
+        from ..sync import barrier_ptr as bar_ptr, expect_tx
         bar, stage = call.config["barrier"], call.config.get("stage", 0)
         with guard(call.scope.local_tx() == 0):
             expect_tx(bar, plan.nbytes, stage)

@@ -29,6 +29,7 @@ from axe.schedules.plan import inner_layout
 from axe.schedules.pointwise import iterate
 from axe.schedules.registry import register
 
+from ..sync import barrier_ptr
 from .vector import VectorPlan, _reg_words, _space, _tail, vector_plan
 
 __all__ = ["GatherPlan", "gather_plan", "stand_in"]
@@ -38,6 +39,7 @@ __all__ = ["GatherPlan", "gather_plan", "stand_in"]
 class GatherPlan:
     copy: VectorPlan       # the vector copy of dst from the stand-in
     ld: int                # the source's row stride (elements)
+    base: object           # the offset of src[0, 0] (elements)
     cols: int              # C: the stand-in's rows are 2C apart
     asynchronous: bool = False
 
@@ -86,7 +88,7 @@ def gather_plan(call, ctx, asynchronous=False):
     rows = _source_rows(src)
     if isinstance(rows, str):
         return rows
-    ld, _ = rows
+    ld, base = rows
     local = replace(call, op="copy", operands={"dst": dst, "src": stand_in(src, dst.shape[0])})
     plan = vector_plan(local)
     if isinstance(plan, str):
@@ -94,13 +96,12 @@ def gather_plan(call, ctx, asynchronous=False):
     if plan.dist.predicate is not None and asynchronous and call.config.get("barrier") is not None:
         return "a barrier-completed gather needs every thread of the scope to take part (the layout leaves some out)"
     vec = plan.vec
-    _, off0 = rows
     if ld % vec:
         return f"src {src.name}: row stride {ld} breaks {vec}-element vectors"
-    if not is_zero(off0) and not (isinstance(off0, int) and off0 % vec == 0) and \
-            not tvm.sym.Analyzer().can_prove(tvm.tirx.floormod(off0, vec) == 0):
-        return f"src {src.name}: offset {off0} is not provably a multiple of {vec} elements"
-    return GatherPlan(plan, ld, src.shape[1], asynchronous)
+    if not is_zero(base) and not (isinstance(base, int) and base % vec == 0) and \
+            not tvm.sym.Analyzer().can_prove(tvm.tirx.floormod(base, vec) == 0):
+        return f"src {src.name}: offset {base} is not provably a multiple of {vec} elements"
+    return GatherPlan(plan, ld, base, src.shape[1], asynchronous)
 
 
 def _index_value(index: Tensor, r):
@@ -154,7 +155,6 @@ def _emit(call, plan: GatherPlan):
     dst, src, index = (call.operands[k] for k in ("dst", "src", "index"))
     cp = plan.copy
     fake = stand_in(src, dst.shape[0])
-    _, off0 = _source_rows(src)
     av = thread_axis_values(call.scope)
     last = len(cp.dims) - 1
     nwords = cp.nbytes // 4
@@ -165,7 +165,7 @@ def _emit(call, plan: GatherPlan):
         r, c = p_off // two_c, p_off % two_c
         ix = _index_value(index, r)
         valid = ix >= 0
-        s_off = off0 + T.max(ix, 0) * plan.ld + c
+        s_off = plan.base + T.max(ix, 0) * plan.ld + c
         if plan.asynchronous:
             T.evaluate(T.cuda.func_call("axe_cp_async_zfill", dst.flat().ptr_to([d_off]), src.flat().ptr_to([s_off]),
                                         cp.nbytes, T.Cast("int32", valid), source_code=_ZFILL))
@@ -184,8 +184,7 @@ def _emit(call, plan: GatherPlan):
         T.evaluate(T.ptx["cp.async.wait_group"](0))
         return
     stage = call.config.get("stage", 0)
-    ptr = bar.ptr(stage) if hasattr(bar, "stages") else bar.ptr()
-    T.evaluate(T.cuda.func_call("axe_cp_async_arrive_noinc", ptr, source_code=_ZFILL))
+    T.evaluate(T.cuda.func_call("axe_cp_async_arrive_noinc", barrier_ptr(bar, stage), source_code=_ZFILL))
 
 
 @register("gather", "cp_async_gather", "cuda", priority=20,

@@ -167,12 +167,12 @@ class TmaCopy:
     @staticmethod
     def emit(call, plan, ctx):
         from tvm.script import tirx as T
-        from ..sync import expect_tx
+        from ..sync import barrier_ptr, expect_tx
         dst, src = call.operands["dst"], call.operands["src"]
         bar = call.config["barrier"]
         stage = call.config.get("stage", 0)
         ctx.add_tensormap(plan.spec)
-        ptr = bar.ptr(stage) if hasattr(bar, "stages") else bar.ptr()
+        ptr = barrier_ptr(bar, stage)
         chain = f"cp.async.bulk.tensor.{len(plan.box)}d.shared::cluster.global.mbarrier::complete_tx::bytes"
         mask = call.config.get("multicast")
         extra = ()
