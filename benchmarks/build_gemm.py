@@ -53,14 +53,20 @@ def build_one(out, name, n, k, dtype, dynamic, kw):
     holds it already (shapes repeat across models: 4096x14336 ...); returns its cubin's bytes."""
     from gemm import M
     from kernels import gemm as kgemm
+    return save_built(out, name, lambda: kgemm.build_dynamic(n, k, dtype=dtype, name=name, **kw) if dynamic else
+                      kgemm.build(M, n, k, dtype=dtype, name=name, **kw))
+
+
+def save_built(out, name, build):
+    """``build()`` an artifact and save it as ``out/name`` unless that holds one already; prints one
+    line (cubin bytes, registers, spills, seconds) and returns the cubin's bytes (0: it existed)."""
     if os.path.exists(os.path.join(out, name, "launch.json")):
         return 0
     t = time.time()
-    art = (kgemm.build_dynamic(n, k, dtype=dtype, name=name, **kw) if dynamic else
-           kgemm.build(M, n, k, dtype=dtype, name=name, **kw))
+    art = build()
     art.save(os.path.join(out, name))
     r = art.launch["resources"]
-    print(f"built {name:32s} {len(art.cubin):7d} B  regs {r.get('registers')} "
+    print(f"built {name:36s} {len(art.cubin):7d} B  regs {r.get('registers')} "
           f"spills {r.get('spill_stores')}/{r.get('spill_loads')}  {time.time() - t:4.1f} s", flush=True)
     return len(art.cubin)
 

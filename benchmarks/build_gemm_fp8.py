@@ -13,7 +13,6 @@ import argparse
 import os
 import subprocess
 import sys
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -24,6 +23,7 @@ WHEEL = "sgl-deep-gemm"
 
 
 def main(argv=None):
+    from build_gemm import save_built
     from gemm_fp8 import VARIANTS, artifact_name, built_for, shapes
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(ROOT, ".carry", "gemm_fp8"))
@@ -41,20 +41,11 @@ def main(argv=None):
             if bn not in args.bns or cluster not in args.clusters or not built_for(m, n, bn, cluster):
                 continue
             name = artifact_name(m, n, k, bn, cluster)
-            if os.path.exists(os.path.join(args.out, name, "launch.json")):
-                continue
-            t = time.time()
             try:
-                art = gemm_fp8.build(m, n, k, bn, name=name, cluster=cluster)
+                total += save_built(args.out, name, lambda: gemm_fp8.build(m, n, k, bn, name=name, cluster=cluster))
             except Exception as err:  # noqa: BLE001 - report every shape that does not build
                 failed.append(f"{name}: {type(err).__name__}: {err}")
                 print(f"FAILED {name}: {err}", flush=True)
-                continue
-            art.save(os.path.join(args.out, name))
-            r = art.launch["resources"]
-            total += len(art.cubin)
-            print(f"built {name:36s} {len(art.cubin):7d} B  regs {r.get('registers')} "
-                  f"spills {r.get('spill_stores')}/{r.get('spill_loads')}  {time.time() - t:4.1f} s", flush=True)
     if args.wheel:
         dest = os.path.join(args.out, "wheels")
         subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--python-version",
