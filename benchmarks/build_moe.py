@@ -23,6 +23,9 @@ def main(argv=None):
     ap.add_argument("--dtypes", nargs="*", default=["bfloat16", "float16"])
     ap.add_argument("--wheels", default=os.path.join(ROOT, ".whl"), help="folder holding sglang-*.whl")
     ap.add_argument("--skip-kernels", action="store_true", help="only extract SGLang's files")
+    ap.add_argument("--variant", action="append", default=[], metavar="CFG[:KEY=VAL,...]",
+                    help="also build both grouped GEMMs of configuration CFG with these keyword changes, "
+                         "named moe_gemm{1,2}_DTYPE_CFG_KEYVAL... (timed side by side by benchmarks/moe_stages.py)")
     args = ap.parse_args(argv)
     failed = extract_sglang(args.wheels, os.path.join(args.out, "sglang"))
     return 1 if failed or (not args.skip_kernels and build_kernels(args)) else 0
@@ -52,10 +55,13 @@ def build_kernels(args):
     import axe.lang as Ax
     from kernels import moe
     failed = 0
-    for name, kernel in moe.builds(tuple(args.dtypes)).items():
+    kernels = {name: (kernel, 0) for name, kernel in moe.builds(tuple(args.dtypes)).items()}
+    for spec in args.variant:
+        kernels.update(variant_builds(spec, tuple(args.dtypes)))
+    for name, (kernel, l2p) in kernels.items():
         t = time.time()
         try:
-            art = Ax.compile_kernel(kernel, "sm_90a")
+            art = with_l2_promotion(Ax.compile_kernel(kernel, "sm_90a"), l2p)
         except Exception as err:       # one failed build is reported; the rest still build
             failed += 1
             print(f"FAIL {name}: {type(err).__name__}: {str(err).splitlines()[0]}")
@@ -65,6 +71,39 @@ def build_kernels(args):
         art.save(dest)
         print(f"ok   {name} ({time.time() - t:.1f} s, {art.launch['resources']})")
     return failed
+
+
+def variant_builds(spec, dtypes):
+    """``{name: kernel}`` for ``spec`` = ``CFG:key=val,...`` (values are ints): configuration CFG of
+    :data:`kernels.moe_host.CONFIGS` with the keywords of :func:`kernels.moe.make_grouped_gemm`
+    changed, both grouped GEMMs, every dtype.  ``l2p=64|128|256`` is not a kernel keyword: it sets
+    the L2 promotion of the operand tensor maps (``A_map``, ``B_map``) in the artifact's
+    ``launch.json``, which the runtime encodes (see :func:`with_l2_promotion`)."""
+    from kernels import moe
+    from kernels.moe_host import CONFIGS
+    cfg, _, rest = spec.partition(":")
+    if cfg not in CONFIGS:
+        raise SystemExit(f"--variant {spec!r}: configuration must be one of {sorted(CONFIGS)}")
+    changes = dict(kv.split("=") for kv in rest.split(",") if kv)
+    l2p = int(changes.pop("l2p", 0))
+    kw = dict(CONFIGS[cfg], **{k: int(v) for k, v in changes.items()})
+    if l2p:
+        changes["l2p"] = l2p
+    tag = "_".join([cfg] + [f"{k}{v}" for k, v in changes.items()])
+    out = {}
+    for dtype in dtypes:
+        for role, make in (("gemm1", moe.make_gemm1), ("gemm2", moe.make_gemm2)):
+            name = f"moe_{role}_{dtype}_{tag}"
+            out[name] = (make(dtype, name=name, **kw), l2p)
+    return out
+
+
+def with_l2_promotion(art, l2p):
+    """``art`` with its operand tensor maps' L2 promotion set to ``l2p`` bytes (0: unchanged)."""
+    for spec in art.launch["tensormaps"] if l2p else ():
+        if spec["param"] in ("A_map", "B_map"):
+            spec["l2_promotion"] = l2p
+    return art
 
 
 if __name__ == "__main__":

@@ -42,6 +42,15 @@ def copy_bandwidth(torch, timed, nbytes=2 << 30):
     return 2 * nbytes / (ms * 1e-3)
 
 
+def read_bandwidth(torch, timed, nbytes=2 << 30):
+    """Device read bandwidth in bytes/s: one reduction (``torch.sum``) over ``nbytes`` of bf16,
+    whose output is a scalar, timed by ``timed(fn) -> ms``."""
+    src = torch.ones(nbytes // 2, dtype=torch.bfloat16, device="cuda")
+    ms = timed(lambda: src.sum(dtype=torch.float32))
+    del src
+    return nbytes / (ms * 1e-3)
+
+
 def mm_throughput(torch, timed, dtype, n=8192):
     """Dense ``n^3`` torch.mm throughput in flop/s for ``dtype`` (cuBLAS's wgmma kernels on Hopper)."""
     a = torch.randn(n, n, device="cuda").to(dtype)

@@ -218,13 +218,16 @@ def b_block(B, b_major, n0, k0, cols, depth):
     return B[k0:k0 + depth, n0:n0 + cols] if b_major == "row" else B[n0:n0 + cols, k0:k0 + depth]
 
 
-def swizzled(rows, cols, lead=()):
+def swizzled(rows, cols, lead=(), panel=None):
     """A (rows, cols) tile as column blocks of 64 elements (128 bytes of 16-bit data), each
     row-major under TMA's 128-byte swizzle: a tiling of both the TMA box and the wgmma atom.
-    ``lead``: extent-1 dims in front (the tile seen as a box of a higher-rank tensor)."""
+    ``lead``: extent-1 dims in front (the tile seen as a box of a higher-rank tensor).
+    ``panel``: elements from one column block to the next (default ``rows * 64``: the blocks
+    back to back); a larger one describes these rows as a row range of a taller tile."""
     if cols <= 64:
         return SwizzledLayout(S[tuple(lead) + (rows, cols)], Swizzle(3, 3, 3))
-    return SwizzledLayout(S[(rows, cols // 64, 64):(64, rows * 64, 1)], Swizzle(3, 3, 3))
+    ones = (1,) * len(lead)
+    return SwizzledLayout(S[ones + (rows, cols // 64, 64):ones + (64, panel or rows * 64, 1)], Swizzle(3, 3, 3))
 
 
 def reference(A, B, b_major="row"):

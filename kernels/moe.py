@@ -273,7 +273,8 @@ def make_combine(dtype="bfloat16", hidden=HIDDEN, topk=TOPK):
     return moe_combine
 
 
-def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None, experts=E, sms=SMS, name=None):
+def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None, experts=E, sms=SMS, name=None,
+                      bk=BK):
     """A grouped GEMM over the padded, expert-grouped rows: for every m-tile ``m`` of the
     ``meta[0]`` tiles, ``C[m-tile] = act(A[m-tile] · B[tile_expert[m]]ᵀ)``.
 
@@ -288,17 +289,17 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
         raise ValueError(f"moe_gemm: bm must be 64 or 128, bn 128 or 256, act None or 'silu_mul' (got {bm}, {bn}, {act!r})")
     half = bn // 2 if act else bn             # output columns per tile
     n_out = n // 2 if act else n
-    if n_out % half or k % BK:
-        raise ValueError(f"moe_gemm: n_out={n_out} must be a multiple of {half} and k={k} of {BK}")
+    if n_out % half or k % bk:
+        raise ValueError(f"moe_gemm: n_out={n_out} must be a multiple of {half} and k={k} of {bk}")
     consumers = bm // 64
     threads = 128 * (1 + consumers)
-    n_tiles, k_iters = n_out // half, k // BK
+    n_tiles, k_iters = n_out // half, k // bk
     chunk = min(half, 128)                    # output columns per store chunk (one 16 KiB buffer)
-    a_at, b_at = 0, stages * bm * BK
-    c_at = b_at + stages * bn * BK
+    a_at, b_at = 0, stages * bm * bk
+    c_at = b_at + stages * bn * bk
     pool_elems = c_at + consumers * 64 * chunk
     if pool_elems * 2 > 227 * 1024:
-        raise ValueError(f"moe_gemm: {stages} stages of {bm}x{BK} + {bn}x{BK} and the epilogue need "
+        raise ValueError(f"moe_gemm: {stages} stages of {bm}x{bk} + {bn}x{bk} and the epilogue need "
                          f"{pool_elems * 2 // 1024} KiB of shared memory, more than 227 KiB")
     copies = 3 if act else 2                  # TMA copies (expect_tx arrivals) per slot
     acc_layout, out_layout = d_fragment(bn, "tx"), d_fragment(half, "tx")
@@ -311,25 +312,26 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
         """Producer: pipeline iteration i loads k-block kb of tile (m_blk, n_blk) of expert e."""
         s = pipe.slot(i)
         pipe.acquire(i)
-        k0 = kb * BK
-        Ax.copy(tile(pool, a_at + s * (bm * BK), (bm, BK)), A[m_blk * bm:(m_blk + 1) * bm, k0:k0 + BK],
+        k0 = kb * bk
+        Ax.copy(tile(pool, a_at + s * (bm * bk), (bm, bk)), A[m_blk * bm:(m_blk + 1) * bm, k0:k0 + bk],
                 barrier=pipe.full, stage=s)
-        at = b_at + s * (bn * BK)
-        if act:     # gate rows then the matching up rows: accumulator columns c and c + bn/2 pair up
+        at = b_at + s * (bn * bk)
+        if act:     # gate rows then the matching up rows (rows [h·bn/2, (h+1)·bn/2) of every column
+            # block of the (bn, bk) tile): accumulator columns c and c + bn/2 pair up
             for h in range(2):
                 r0 = h * (n // 2) + n_blk * half
-                Ax.copy(tile(pool, at + h * (half * BK), (half, BK), (1,)), B[e:e + 1, r0:r0 + half, k0:k0 + BK],
-                        barrier=pipe.full, stage=s)
+                Ax.copy(Ax.view(pool, swizzled(half, bk, (1,), panel=bn * 64), (1, half, bk), base=at + h * half * 64),
+                        B[e:e + 1, r0:r0 + half, k0:k0 + bk], barrier=pipe.full, stage=s)
         else:
-            Ax.copy(tile(pool, at, (bn, BK), (1,)), B[e:e + 1, n_blk * bn:(n_blk + 1) * bn, k0:k0 + BK],
+            Ax.copy(tile(pool, at, (bn, bk), (1,)), B[e:e + 1, n_blk * bn:(n_blk + 1) * bn, k0:k0 + bk],
                     barrier=pipe.full, stage=s)
 
     def mma(pool, pipe, acc, wg, i, accumulate, leader):
         """Consumer: wait for iteration i's slot, wgmma this warpgroup's 64 rows, release it."""
         s = pipe.slot(i)
         pipe.wait(i)
-        a = tile(pool, a_at + s * (bm * BK) + wg * (64 * BK), (64, BK))
-        b = Ax.permute(tile(pool, b_at + s * (bn * BK), (bn, BK)), (1, 0))      # the K×N view
+        a = tile(pool, a_at + s * (bm * bk), (bm, bk))[wg * 64:(wg + 1) * 64, :]
+        b = Ax.permute(tile(pool, b_at + s * (bn * bk), (bn, bk)), (1, 0))      # the K×N view
         Ax.gemm(acc, a, b, accumulate=accumulate, wait=0)
         pipe.release(i, pred=leader)
 

@@ -161,6 +161,8 @@ KERNELS = {
     "gemm1_small": ("make_gemm1", {"bm": 64, "bn": 128}, ["wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16",
                                                           "cp.async.bulk.tensor.3d", "cp.async.bulk.tensor.2d",
                                                           "stmatrix", "setmaxnreg", "ex2.approx"]),
+    "gemm1_small_bk128": ("make_gemm1", {"bm": 64, "bn": 128, "bk": 128},
+                          ["wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.tensor.3d"]),
     "gemm2_large": ("make_gemm2", {"bm": 128, "bn": 256, "dtype": "float16"},
                     ["wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", "cp.async.bulk.tensor.3d", "stmatrix"]),
 }
@@ -175,6 +177,24 @@ def test_moe_kernel_builds(which):
     assert res["spill_stores"] == 0 and res["spill_loads"] == 0, res
     for ins in instructions:
         assert ins in art.ptx, f"{which}: {ins} not in the PTX"
+
+
+@pytest.mark.parametrize("bn,bk", [(128, 64), (128, 128), (256, 192)])
+def test_gate_and_up_rows_land_in_the_wgmma_tile(bn, bk):
+    """GEMM 1 loads its B tile as two half-height boxes (gate rows, up rows): each half's layout
+    (``swizzled(half, bk, panel=bn·64)`` at ``h·half·64``) must put element (r, c) exactly where the
+    full tile's layout, which wgmma reads, has row ``h·half + r``, column c — brute force over the
+    tile, every 64-column panel included."""
+    from kernels.gemm import swizzled
+    half = bn // 2
+    full = swizzled(bn, bk, (1,))
+    for h in range(2):
+        sub = swizzled(half, bk, (1,), panel=bn * 64)
+        for r in range(half):
+            for c in range(bk):
+                (got,) = sub.map((0, r, c), (1, half, bk))
+                (want,) = full.map((0, h * half + r, c), (1, bn, bk))
+                assert got["m"] + h * half * 64 == want["m"], (h, r, c)
 
 
 def test_gemm_refuses_bad_configs():

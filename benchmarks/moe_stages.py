@@ -1,0 +1,120 @@
+#!/usr/bin/env python
+"""Where the MoE layer's time goes: each axe stage (align, permute, grouped GEMM 1, grouped GEMM 2,
+combine) timed alone from its own CUDA graph, per token count, for the default tile
+configuration and for every grouped-GEMM variant ``benchmarks/build_moe.py --variant`` built, with
+the weight bandwidth each grouped GEMM reaches against the device's measured read and copy rates.
+
+Every variant's layer output is checked against the fp32 torch reference before its stages are
+timed (a wrong variant is reported and not timed).
+
+Usage (GPU machine): ``python3 benchmarks/moe_stages.py [--artifacts .carry/moe] [--tokens ...]
+[--out FILE.json]``.
+"""
+
+import argparse
+import datetime
+import glob
+import json
+import os
+import sys
+import traceback
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+from benchmarks import cuda_timing, moe, moe_bounds  # noqa: E402
+
+STAGES = ("align", "permute", "gemm1", "gemm2", "combine")
+
+
+def variants(folder, dtype, config):
+    """``{tag: (gemm1 name, gemm2 name)}``: the configuration's own pair and every built variant of
+    it (``moe_gemm1_DTYPE_CONFIG_*`` with its gemm2 twin)."""
+    out = {config: (f"moe_gemm1_{dtype}_{config}", f"moe_gemm2_{dtype}_{config}")}
+    for path in sorted(glob.glob(os.path.join(folder, f"moe_gemm1_{dtype}_{config}_*"))):
+        tag = os.path.basename(path)[len(f"moe_gemm1_{dtype}_"):]
+        if os.path.isdir(os.path.join(folder, f"moe_gemm2_{dtype}_{tag}")):
+            out[tag] = (f"moe_gemm1_{dtype}_{tag}", f"moe_gemm2_{dtype}_{tag}")
+    return out
+
+
+def stage_calls(layer, x, w1, w2, ids, weights):
+    """``{stage: fn}``: each launch of :meth:`kernels.moe_host.Layer.experts` on its own."""
+    k = layer.k
+    return {"align": lambda: k["align"](ids, layer.sorted, layer.tiles, layer.meta, layer.pos),
+            "permute": lambda: k["permute"](x, layer.sorted, layer.meta, layer.xp),
+            "gemm1": lambda: k["gemm1"](layer.xp, w1, layer.h, layer.tiles, layer.meta),
+            "gemm2": lambda: k["gemm2"](layer.h, w2, layer.y, layer.tiles, layer.meta),
+            "combine": lambda: k["combine"](layer.y, layer.pos, weights, layer.out)}
+
+
+def graph_time(torch, fn, reps):
+    g, _ = cuda_timing.capture(torch, fn)
+    return cuda_timing.graph_ms(torch, g, reps)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--artifacts", default=os.path.join(ROOT, ".carry", "moe"))
+    ap.add_argument("--tokens", nargs="*", type=int, default=[1, 8, 32, 128, 512, 1024, 4096])
+    ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    import torch
+    from axe import runtime as rt
+    from kernels import moe_host as mh
+    dt = getattr(torch, args.dtype)
+    timed = lambda fn: cuda_timing.eager_ms(torch, fn, 10)     # noqa: E731
+    rates = {"copy_bytes_per_s": moe_bounds.copy_bandwidth(torch, timed),
+             "read_bytes_per_s": moe_bounds.read_bandwidth(torch, timed)}
+    result = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(),
+              "dtype": args.dtype, "torch": torch.__version__, "device_rates": rates, "errors": {}, "rows": []}
+    print({k: f"{v / 1e12:.2f} TB/s" for k, v in rates.items()}, flush=True)
+    g = torch.Generator(device="cuda").manual_seed(0)
+    w1 = (torch.randn(mh.E, 2 * mh.INTER, mh.HIDDEN, device="cuda", generator=g) / mh.HIDDEN ** 0.5).to(dt)
+    w2 = (torch.randn(mh.E, mh.HIDDEN, mh.INTER, device="cuda", generator=g) / mh.INTER ** 0.5).to(dt)
+    loaded = {}
+
+    def kern(name):
+        if name not in loaded:
+            loaded[name] = rt.load(os.path.join(args.artifacts, name))
+        return loaded[name]
+
+    out = args.out or os.path.join(os.environ.get("OUT", ROOT), f"moe-stages-{result['date']}.json")
+    for tokens in args.tokens:
+        x = torch.randn(tokens, mh.HIDDEN, device="cuda", generator=g).to(dt)
+        logits = torch.randn(tokens, mh.E, device="cuda", generator=g).to(dt)
+        ids, weights = mh.route_reference(logits)
+        ref = mh.reference(x, w1, w2, ids.long(), weights)
+        hit = int(torch.unique(ids).numel())
+        per1, per2 = 2 * mh.INTER * mh.HIDDEN * x.element_size(), mh.HIDDEN * mh.INTER * x.element_size()
+        for cfg in mh.CONFIGS:
+            base = {r: n for r, n in mh.artifact_names(args.dtype, cfg).items()}
+            for tag, (g1, g2) in variants(args.artifacts, args.dtype, cfg).items():
+                row = {"T": tokens, "experts_hit": hit, "variant": tag}
+                try:
+                    kernels = {r: kern(n) for r, n in dict(base, gemm1=g1, gemm2=g2).items()}
+                    layer = mh.Layer(kernels, tokens, cfg, args.dtype)
+                    row["err"] = err = moe.rel_err(torch, layer.experts(x, w1, w2, ids, weights), ref)
+                    if not err <= moe.TOL:
+                        raise AssertionError(f"rel. error {err:.2e} against the fp32 reference")
+                    row["padded_rows"] = int(layer.meta[1].item())
+                    row["layer_ms"] = graph_time(torch, lambda: layer.experts(x, w1, w2, ids, weights), args.reps)
+                    for stage, fn in stage_calls(layer, x, w1, w2, ids, weights).items():
+                        row[f"{stage}_ms"] = graph_time(torch, fn, args.reps)
+                    row["gemm1_weight_TBps"] = hit * per1 / row["gemm1_ms"] * 1e-9
+                    row["gemm2_weight_TBps"] = hit * per2 / row["gemm2_ms"] * 1e-9
+                    row["stages_sum_ms"] = sum(row[f"{s}_ms"] for s in STAGES)
+                except Exception as e:      # noqa: BLE001 - recorded; the other variants still run
+                    result["errors"][f"{tag} T={tokens}"] = f"{type(e).__name__}: {e}"
+                    traceback.print_exc()
+                result["rows"].append(row)
+                print(json.dumps({k: (round(v, 4) if isinstance(v, float) else v) for k, v in row.items()}), flush=True)
+                with open(out, "w") as f:
+                    json.dump(result, f, indent=1)
+    print("wrote", out)
+
+
+if __name__ == "__main__":
+    main()
