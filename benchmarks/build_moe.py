@@ -85,6 +85,9 @@ def variant_builds(spec, dtypes):
     if cfg not in CONFIGS:
         raise SystemExit(f"--variant {spec!r}: configuration must be one of {sorted(CONFIGS)}")
     changes = dict(kv.split("=") for kv in rest.split(",") if kv)
+    if "pad" in changes:        # the layer's align artifact pads for its configuration
+        raise SystemExit(f"--variant {spec!r}: pad changes the permutation; add a configuration to "
+                         "kernels/moe_host.py CONFIGS instead")
     l2p = int(changes.pop("l2p", 0))
     kw = dict(CONFIGS[cfg], **{k: int(v) for k, v in changes.items()})
     if l2p:

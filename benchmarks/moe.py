@@ -51,6 +51,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
 from benchmarks import cuda_timing, moe_bounds  # noqa: E402
+from kernels.moe_host import CONFIGS  # noqa: E402
 
 TOKENS = (1, 8, 32, 128, 512, 1024, 2048, 4096)
 TOL = 3e-2              # max |error| / max |reference|: bf16 rounding of two GEMMs' outputs
@@ -301,7 +302,7 @@ def main(argv=None):
     ap.add_argument("--tokens", nargs="*", type=int, default=list(TOKENS))
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     ap.add_argument("--reps", type=int, default=50)
-    ap.add_argument("--config", default="auto", choices=("auto", "small", "large"),
+    ap.add_argument("--config", default="auto", choices=("auto",) + tuple(CONFIGS),
                     help="axe's tile configuration (auto: kernels/moe_host.py's config_for(T))")
     ap.add_argument("--out", default=None, help="JSON path (default $OUT/moe-DATE.json)")
     ap.add_argument("--md", default=None, help="markdown table path (default: the JSON path with .md)")

@@ -24,28 +24,20 @@ sys.path.insert(0, ROOT)
 
 from benchmarks import cuda_timing, moe, moe_bounds  # noqa: E402
 
-STAGES = ("align", "permute", "gemm1", "gemm2", "combine")
 
 
 def variants(folder, dtype, config):
     """``{tag: (gemm1 name, gemm2 name)}``: the configuration's own pair and every built variant of
     it (``moe_gemm1_DTYPE_CONFIG_*`` with its gemm2 twin)."""
+    from kernels.moe_host import CONFIGS
     out = {config: (f"moe_gemm1_{dtype}_{config}", f"moe_gemm2_{dtype}_{config}")}
     for path in sorted(glob.glob(os.path.join(folder, f"moe_gemm1_{dtype}_{config}_*"))):
         tag = os.path.basename(path)[len(f"moe_gemm1_{dtype}_"):]
+        if tag in CONFIGS:          # another configuration (its own padding), not a variant of this one
+            continue
         if os.path.isdir(os.path.join(folder, f"moe_gemm2_{dtype}_{tag}")):
             out[tag] = (f"moe_gemm1_{dtype}_{tag}", f"moe_gemm2_{dtype}_{tag}")
     return out
-
-
-def stage_calls(layer, x, w1, w2, ids, weights):
-    """``{stage: fn}``: each launch of :meth:`kernels.moe_host.Layer.experts` on its own."""
-    k = layer.k
-    return {"align": lambda: k["align"](ids, layer.sorted, layer.tiles, layer.meta, layer.pos),
-            "permute": lambda: k["permute"](x, layer.sorted, layer.meta, layer.xp),
-            "gemm1": lambda: k["gemm1"](layer.xp, w1, layer.h, layer.tiles, layer.meta),
-            "gemm2": lambda: k["gemm2"](layer.h, w2, layer.y, layer.tiles, layer.meta),
-            "combine": lambda: k["combine"](layer.y, layer.pos, weights, layer.out)}
 
 
 def graph_time(torch, fn, reps):
@@ -101,11 +93,11 @@ def main(argv=None):
                         raise AssertionError(f"rel. error {err:.2e} against the fp32 reference")
                     row["padded_rows"] = int(layer.meta[1].item())
                     row["layer_ms"] = graph_time(torch, lambda: layer.experts(x, w1, w2, ids, weights), args.reps)
-                    for stage, fn in stage_calls(layer, x, w1, w2, ids, weights).items():
+                    for stage, fn in layer.steps(x, w1, w2, ids, weights).items():
                         row[f"{stage}_ms"] = graph_time(torch, fn, args.reps)
                     row["gemm1_weight_TBps"] = hit * per1 / row["gemm1_ms"] * 1e-9
                     row["gemm2_weight_TBps"] = hit * per2 / row["gemm2_ms"] * 1e-9
-                    row["stages_sum_ms"] = sum(row[f"{s}_ms"] for s in STAGES)
+                    row["stages_sum_ms"] = sum(row[f"{s}_ms"] for s in layer.steps(x, w1, w2, ids, weights))
                 except Exception as e:      # noqa: BLE001 - recorded; the other variants still run
                     result["errors"][f"{tag} T={tokens}"] = f"{type(e).__name__}: {e}"
                     traceback.print_exc()

@@ -49,13 +49,14 @@ import axe.lang as Ax
 from axe.lang.gather import gather
 from axe.layout import S
 from axe.schedules.emit import guard
-from kernels.moe_host import CONFIGS, DTYPES, E, HIDDEN, INTER, TOPK
+from kernels.moe_host import CONFIGS, DTYPES, E, HIDDEN, INTER, TOPK, align_name
 
 BK, SMS, GROUP = 64, 132, 16
 PRODUCER_REGS, CONSUMER_REGS = 40, 232
 ROUTE_WARPS = 4          # tokens per routing CTA (one warp each)
 ALIGN_THREADS = 1024     # the permutation's one CTA
 PERMUTE_ROWS = 16        # rows gathered per permute CTA (256 threads: 16 chunks of 16 bytes each)
+STORE_ROWS = 16          # rows per epilogue store box where tiles overlap the next segment
 COMBINE_THREADS = 256
 
 
@@ -130,23 +131,26 @@ def make_route(dtype="bfloat16", experts=E, topk=TOPK):
     return moe_route
 
 
-def make_align(bm, experts=E, topk=TOPK):
-    """The permutation: ``moe_align(ids (T, topk), sorted_ids (P,), tile_expert (MT,), meta (4,),
-    pos (T, topk))`` with each expert's segment padded to ``bm`` rows (see the module docstring).
-    ``P`` and ``MT`` are the capacities the caller allocated (:func:`buffers`); ``meta`` =
-    (m-tiles, padded rows, 0, 0)."""
-    if experts % 32 or experts > ALIGN_THREADS or bm % 16:
+def make_align(bm, pad=None, experts=E, topk=TOPK):
+    """The permutation: ``moe_align(ids (T, topk), sorted_ids (P,), tile_expert (MT,), tile_rows
+    (MT, 2), meta (4,), pos (T, topk))``: each expert's segment padded to ``pad`` rows (default
+    ``bm``), its ``ceil(count / bm)`` m-tiles of ``bm`` rows starting every ``bm`` rows from the
+    segment's start, ``tile_rows[t]`` = (start row, rows the tile owns) — the law is
+    :func:`axe.schedules.grouped.tiles`.  ``P`` and ``MT`` are the capacities the caller allocated
+    (:func:`kernels.moe_host.Layer`); ``meta`` = (m-tiles, padded rows, 0, 0)."""
+    pad = pad or bm
+    if experts % 32 or experts > ALIGN_THREADS or pad % 16 or bm % pad:
         raise ValueError(f"moe_align: experts={experts} must be a multiple of 32 up to {ALIGN_THREADS}, "
-                         f"bm={bm} a multiple of 16")
+                         f"pad={pad} a multiple of 16 that divides bm={bm}")
     per = experts // 32
     nt = ALIGN_THREADS
 
-    @Ax.kernel(name=f"moe_align_bm{bm}", outputs=("sorted_ids", "tile_expert", "meta", "pos"), threads=nt,
-               dynamic=("T", "P", "MT"))
+    @Ax.kernel(name=align_name(bm, pad), outputs=("sorted_ids", "tile_expert", "tile_rows", "meta", "pos"),
+               threads=nt, dynamic=("T", "P", "MT"))
     def moe_align():
         @T.prim_func
-        def moe_align(ids_: T.handle, sorted_: T.handle, tiles_: T.handle, meta: T.Buffer((4,), "int32"),
-                      pos_: T.handle):
+        def moe_align(ids_: T.handle, sorted_: T.handle, tiles_: T.handle, trows_: T.handle,
+                      meta: T.Buffer((4,), "int32"), pos_: T.handle):
             n_tok = T.int32()
             P = T.int32()
             MT = T.int32()
@@ -154,12 +158,16 @@ def make_align(bm, experts=E, topk=TOPK):
             pos = T.match_buffer(pos_, (n_tok, topk), "int32")
             srt = T.match_buffer(sorted_, (P,), "int32")
             tiles = T.match_buffer(tiles_, (MT,), "int32")
+            trows = T.match_buffer(trows_, (MT, 2), "int32")
             bx, tx = Ax.launch(1, nt)
             cnt = T.alloc_buffer((experts,), "int32", scope="shared")
             cur = T.alloc_buffer((experts,), "int32", scope="shared")
             off = T.alloc_buffer((experts + 1,), "int32", scope="shared")
+            toff = T.alloc_buffer((experts + 1,), "int32", scope="shared")
             part = T.alloc_buffer((32,), "int32", scope="shared")
+            tpart = T.alloc_buffer((32,), "int32", scope="shared")
             run = T.alloc_buffer((1,), "int32", scope="local")
+            trun = T.alloc_buffer((1,), "int32", scope="local")
             n = n_tok * topk
             if tx < experts:
                 cnt[tx] = 0
@@ -170,30 +178,40 @@ def make_align(bm, experts=E, topk=TOPK):
             for j in T.serial((P + nt - 1 - tx) // nt):
                 srt[tx + j * nt] = -1
             T.tvm_storage_sync("shared")
-            if tx < 32:     # one warp: lane l's experts l*per .. are padded and scanned
+            if tx < 32:     # one warp: lane l's experts l*per .. are padded, tiled and scanned
                 run[0] = 0
+                trun[0] = 0
                 for j in T.unroll(per):
-                    run[0] = run[0] + (cnt[tx * per + j] + bm - 1) // bm * bm
+                    run[0] = run[0] + (cnt[tx * per + j] + pad - 1) // pad * pad
+                    trun[0] = trun[0] + (cnt[tx * per + j] + bm - 1) // bm
                 part[tx] = run[0]
+                tpart[tx] = trun[0]
                 T.evaluate(T.cuda.warp_sync())
                 run[0] = 0
+                trun[0] = 0
                 for i in T.serial(32):
                     if i < tx:
                         run[0] = run[0] + part[i]
+                        trun[0] = trun[0] + tpart[i]
                 for j in T.unroll(per):
                     off[tx * per + j] = run[0]
                     cur[tx * per + j] = run[0]
-                    run[0] = run[0] + (cnt[tx * per + j] + bm - 1) // bm * bm
+                    toff[tx * per + j] = trun[0]
+                    run[0] = run[0] + (cnt[tx * per + j] + pad - 1) // pad * pad
+                    trun[0] = trun[0] + (cnt[tx * per + j] + bm - 1) // bm
                 if tx == 31:
                     off[experts] = run[0]
-                    meta[0] = run[0] // bm
+                    toff[experts] = trun[0]
+                    meta[0] = trun[0]
                     meta[1] = run[0]
                     meta[2] = 0
                     meta[3] = 0
             T.tvm_storage_sync("shared")
             if tx < experts:
-                for t in T.serial(off[tx] // bm, off[tx + 1] // bm):
+                for t in T.serial(toff[tx], toff[tx + 1]):
                     tiles[t] = tx
+                    trows[t, 0] = off[tx] + (t - toff[tx]) * bm
+                    trows[t, 1] = T.min(bm, cnt[tx] - (t - toff[tx]) * bm)
             for j in T.serial((n + nt - 1 - tx) // nt):
                 a = tx + j * nt
                 p = T.cuda.atomic_add(T.address_of(cur[ids[a // topk, a % topk]]), 1)
@@ -274,19 +292,31 @@ def make_combine(dtype="bfloat16", hidden=HIDDEN, topk=TOPK):
 
 
 def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None, experts=E, sms=SMS, name=None,
-                      bk=BK):
+                      bk=BK, pad=None):
     """A grouped GEMM over the padded, expert-grouped rows: for every m-tile ``m`` of the
-    ``meta[0]`` tiles, ``C[m-tile] = act(A[m-tile] · B[tile_expert[m]]ᵀ)``.
+    ``meta[0]`` tiles, the ``bm`` rows from ``r = tile_rows[m, 0]``:
+    ``C[r : r + own] = act(A[r : r + own] · B[tile_expert[m]]ᵀ)``, ``own = tile_rows[m, 1]``.
 
-    ``moe_gemm(A (P, k), B (experts, n, k), C (P, n_out), tile_expert (MT,), meta (4,))``;
-    ``act=None``: ``n_out = n``; ``act="silu_mul"``: B's rows are gate rows [0, n/2) then up rows
-    [n/2, n), ``C = SiLU(A·gateᵀ) · (A·upᵀ)`` and ``n_out = n/2``.  ``bm``: 64 (one consumer
-    warpgroup) or 128 (two); ``bn``: columns of B per tile (for ``silu_mul``, bn/2 gate + bn/2 up)."""
+    ``moe_gemm(A (P, k), B (experts, n, k), C (P, n_out), tile_expert (MT,), tile_rows (MT, 2),
+    meta (4,))``; ``act=None``: ``n_out = n``; ``act="silu_mul"``: B's rows are gate rows [0, n/2)
+    then up rows [n/2, n), ``C = SiLU(A·gateᵀ) · (A·upᵀ)`` and ``n_out = n/2``.
+
+    ``bm``: 64 (one consumer warpgroup) or 128 (two); ``bn``: columns of B per tile (for
+    ``silu_mul``, bn/2 gate + bn/2 up); ``bk``: K elements per pipeline stage (a multiple of 64,
+    one 128-byte swizzle panel each: longer stages read longer runs of each weight row);
+    ``pad``: the rows the segments are padded to (default ``bm``).  With a smaller ``pad`` a tile
+    reaches into the next experts' rows, computes them and stores only its own rows, 16 at a time
+    (:func:`axe.schedules.grouped.tiles`), so padding costs up to ``pad - 1`` rows per expert in
+    every buffer the layer moves instead of ``bm - 1``."""
     from axe.backends.cuda.schedules.wgmma import d_fragment
     from kernels.gemm import swizzled, unbake_rows
     _check_dtype(dtype, "moe_gemm")
     if bm not in (64, 128) or bn not in (128, 256) or act not in (None, "silu_mul"):
         raise ValueError(f"moe_gemm: bm must be 64 or 128, bn 128 or 256, act None or 'silu_mul' (got {bm}, {bn}, {act!r})")
+    pad = pad or bm
+    if pad % STORE_ROWS or bm % pad:
+        raise ValueError(f"moe_gemm: pad={pad} must be a multiple of {STORE_ROWS} that divides bm={bm}")
+    overlap = pad < bm                        # tiles reach past their segment: store only own rows
     half = bn // 2 if act else bn             # output columns per tile
     n_out = n // 2 if act else n
     if n_out % half or k % bk:
@@ -308,20 +338,20 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
     def tile(pool, at, shape, lead=()):
         return Ax.view(pool, swizzled(*shape, lead), tuple(lead) + tuple(shape), base=at)
 
-    def load(pool, pipe, A, B, i, m_blk, n_blk, e, kb):
-        """Producer: pipeline iteration i loads k-block kb of tile (m_blk, n_blk) of expert e."""
+    def load(pool, pipe, A, B, i, r0, n_blk, e, kb):
+        """Producer: pipeline iteration i loads k-block kb of the tile of rows [r0, r0 + bm),
+        column block n_blk, expert e."""
         s = pipe.slot(i)
         pipe.acquire(i)
         k0 = kb * bk
-        Ax.copy(tile(pool, a_at + s * (bm * bk), (bm, bk)), A[m_blk * bm:(m_blk + 1) * bm, k0:k0 + bk],
-                barrier=pipe.full, stage=s)
+        Ax.copy(tile(pool, a_at + s * (bm * bk), (bm, bk)), A[r0:r0 + bm, k0:k0 + bk], barrier=pipe.full, stage=s)
         at = b_at + s * (bn * bk)
         if act:     # gate rows then the matching up rows (rows [h·bn/2, (h+1)·bn/2) of every column
             # block of the (bn, bk) tile): accumulator columns c and c + bn/2 pair up
             for h in range(2):
-                r0 = h * (n // 2) + n_blk * half
+                w0 = h * (n // 2) + n_blk * half
                 Ax.copy(Ax.view(pool, swizzled(half, bk, (1,), panel=bn * 64), (1, half, bk), base=at + h * half * 64),
-                        B[e:e + 1, r0:r0 + half, k0:k0 + bk], barrier=pipe.full, stage=s)
+                        B[e:e + 1, w0:w0 + half, k0:k0 + bk], barrier=pipe.full, stage=s)
         else:
             Ax.copy(tile(pool, at, (bn, bk), (1,)), B[e:e + 1, n_blk * bn:(n_blk + 1) * bn, k0:k0 + bk],
                     barrier=pipe.full, stage=s)
@@ -335,34 +365,43 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
         Ax.gemm(acc, a, b, accumulate=accumulate, wait=0)
         pipe.release(i, pred=leader)
 
-    def epilogue(acc, out, pool, C, wg, leader, m_blk, n_blk):
+    def epilogue(acc, out, pool, C, wg, leader, r0, own, n_blk):
         """Activation (or cast) in registers, then ``stmatrix`` + TMA store chunk by chunk through
-        this warpgroup's buffer (each chunk waits until the previous store has read it)."""
+        this warpgroup's buffer (each chunk waits until the previous store has read it); with
+        ``overlap`` only the tile's ``own`` rows go out, in boxes of ``STORE_ROWS`` (segments are
+        padded to a multiple of it, so the last box ends inside the segment)."""
         if act:
             Ax.elementwise(out, lambda g, u: T.cast(g / (T.float32(1) + T.exp(-g)) * u, dtype),
                            acc[:, 0:half], acc[:, half:bn])
         else:
             Ax.cast(out, acc)
-        row = m_blk * bm + wg * 64
+        row, at = r0 + wg * 64, c_at + wg * (64 * chunk)
 
         def tma_store(j, buf):
             n0 = n_blk * half + j * chunk
-            Ax.copy(C[row:row + 64, n0:n0 + chunk], buf, fence=False, wait=False)
-        Ax.cuda.staged_store(out, chunk, lambda j: tile(pool, c_at + wg * (64 * chunk), (64, chunk)), tma_store,
-                             1 + wg, leader)
+            if not overlap:
+                Ax.copy(C[row:row + 64, n0:n0 + chunk], buf, fence=False, wait=False)
+                return
+            h = STORE_ROWS
+            for q in range(64 // h):     # rows q·h .. of the staging tile (its column blocks hold 64 rows each)
+                part = Ax.view(pool, swizzled(h, chunk, panel=64 * 64), (h, chunk), base=at + q * h * min(chunk, 64))
+                with guard(q * h < own - wg * 64):
+                    Ax.copy(C[row + q * h:row + (q + 1) * h, n0:n0 + chunk], part, fence=False, wait=False)
+        Ax.cuda.staged_store(out, chunk, lambda j: tile(pool, at, (64, chunk)), tma_store, 1 + wg, leader)
 
     def factory():
         from axe.schedules.context import current_context
 
         @T.prim_func
         def moe_gemm(a_: T.handle, B_: T.Buffer((experts, n, k), dtype), c_: T.handle, tiles_: T.handle,
-                     meta: T.Buffer((4,), "int32"), A_map: T.handle("tensormap"), B_map: T.handle("tensormap"),
-                     C_map: T.handle("tensormap")):
+                     trows_: T.handle, meta: T.Buffer((4,), "int32"), A_map: T.handle("tensormap"),
+                     B_map: T.handle("tensormap"), C_map: T.handle("tensormap")):
             P = T.int32()
             MT = T.int32()
             A_ = T.match_buffer(a_, (P, k), dtype, align=16)
             C_ = T.match_buffer(c_, (P, n_out), dtype, align=16)
             tiles = T.match_buffer(tiles_, (MT,), "int32")
+            trows = T.match_buffer(trows_, (MT, 2), "int32")
             Ax.cuda.min_blocks_per_sm(1)
             bx, tx = Ax.launch([T.min(sms, MT * n_tiles)], threads)
             A = Ax.param(_rows(A_, bm, k), tensormap=A_map, name="A")
@@ -377,7 +416,7 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
                     for it in T.serial(sched.count(bx)):
                         m_blk, n_blk = sched.coords(sched.tile(bx, it))
                         for kb in T.serial(k_iters):
-                            load(pool, pipe, A, B, it * k_iters + kb, m_blk, n_blk, tiles[m_blk], kb)
+                            load(pool, pipe, A, B, it * k_iters + kb, trows[m_blk, 0], n_blk, tiles[m_blk], kb)
             with Ax.cuda.role(1, 1 + consumers, regs=CONSUMER_REGS, each=True):
                 wg = Ax.cuda.warpgroup_index()
                 leader = tx % 128 == 0
@@ -391,13 +430,14 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
                     for kb in T.serial(1, k_iters - 1):
                         mma(pool, pipe, acc, wg, base + kb, True, leader)
                     mma(pool, pipe, acc, wg, base + k_iters - 1, True, leader)
-                    epilogue(acc, out, pool, C, wg, leader, m_blk, n_blk)
+                    epilogue(acc, out, pool, C, wg, leader, trows[m_blk, 0], trows[m_blk, 1], n_blk)
                 Ax.cuda.tma_store_wait(0, pred=leader)
         unbake_rows(current_context().tensormaps)
         return moe_gemm
 
     return Ax.Kernel(kname, factory, outputs=("C",),
-                     meta={"n": n, "k": k, "dtype": dtype, "bm": bm, "bn": bn, "act": act, "threads": threads})
+                     meta={"n": n, "k": k, "dtype": dtype, "bm": bm, "bn": bn, "pad": pad, "act": act,
+                           "threads": threads})
 
 
 def make_gemm1(dtype="bfloat16", bm=128, bn=256, **kw):
@@ -421,5 +461,5 @@ def builds(dtypes=DTYPES):
             out[f"moe_gemm1_{dtype}_{cfg}"] = make_gemm1(dtype, name=f"moe_gemm1_{dtype}_{cfg}", **kw)
             out[f"moe_gemm2_{dtype}_{cfg}"] = make_gemm2(dtype, name=f"moe_gemm2_{dtype}_{cfg}", **kw)
     for kw in CONFIGS.values():
-        out[f"moe_align_bm{kw['bm']}"] = make_align(kw["bm"])
+        out[align_name(kw["bm"], kw.get("pad"))] = make_align(kw["bm"], kw.get("pad"))
     return out

@@ -2,13 +2,16 @@
 layer as a sequence of axe.runtime launches, and the torch references.  The kernels are
 ``kernels/moe.py``; this module is what a GPU machine without the compiler imports."""
 
-from axe.schedules.grouped import capacity
+from axe.schedules.grouped import capacity, tile_capacity
 
 E, TOPK, HIDDEN, INTER = 128, 8, 2048, 768       # Qwen3-30B-A3B's MoE block
 DTYPES = ("bfloat16", "float16")
 
-#: tile configurations: ``small`` (bm 64, bn 128) for few tokens per expert, ``large`` beyond
-CONFIGS = {"small": {"bm": 64, "bn": 128}, "large": {"bm": 128, "bn": 256}}
+#: tile configurations: ``small`` (bm 64, bn 128) for few tokens per expert, ``large`` beyond;
+#: the ``*_pad16`` twins pad each expert's rows to 16 instead of a whole tile (tiles then reach into
+#: the next experts' rows and store only their own: kernels.moe.make_grouped_gemm's ``pad``)
+CONFIGS = {"small": {"bm": 64, "bn": 128}, "large": {"bm": 128, "bn": 256},
+           "small_pad16": {"bm": 64, "bn": 128, "pad": 16}, "large_pad16": {"bm": 128, "bn": 256, "pad": 16}}
 #: token counts up to this use the small configuration: measured on an H200 under CUDA graphs
 #: (benchmarks/results/moe-config-2026-11-23-h200.json), small/large layer time 0.80 at T=8, 0.87 at
 #: T=32, 0.88 at T=128..512, 1.01 at T=1024, 1.15 at T=2048 — with every expert hit and few tokens
@@ -20,10 +23,25 @@ def config_for(tokens):
     return "small" if tokens <= SMALL_T else "large"
 
 
+def align_name(bm, pad=None):
+    """The align artifact's name for ``bm``-row tiles over segments padded to ``pad`` rows."""
+    pad = pad or bm
+    return f"moe_align_bm{bm}" + ("" if pad == bm else f"_pad{pad}")
+
+
+def rows_and_tiles(tokens, config):
+    """``(P, MT)``: the padded rows and m-tiles the layer's buffers hold for ``tokens`` tokens in
+    ``config``, bounds over every routing (:func:`axe.schedules.grouped.capacity`, ``tile_capacity``)."""
+    bm = CONFIGS[config]["bm"]
+    pad = CONFIGS[config].get("pad", bm)
+    return capacity(tokens * TOPK, E, pad), tile_capacity(tokens * TOPK, E, bm)
+
+
 def artifact_names(dtype, config):
     """The artifacts one layer run needs, by role (names as ``kernels.moe.builds`` gives them)."""
-    bm = CONFIGS[config]["bm"]
-    return {"route": f"moe_route_{dtype}", "align": f"moe_align_bm{bm}", "permute": f"moe_permute_{dtype}",
+    cfg = CONFIGS[config]
+    return {"route": f"moe_route_{dtype}", "align": align_name(cfg["bm"], cfg.get("pad")),
+            "permute": f"moe_permute_{dtype}",
             "gemm1": f"moe_gemm1_{dtype}_{config}", "gemm2": f"moe_gemm2_{dtype}_{config}",
             "combine": f"moe_combine_{dtype}"}
 
@@ -36,12 +54,12 @@ class Layer:
     def __init__(self, kernels, tokens, config, dtype, device="cuda"):
         import torch
         self.k, self.tokens = kernels, tokens
-        bm = CONFIGS[config]["bm"]
-        P = capacity(tokens * TOPK, E, bm)
+        P, MT = rows_and_tiles(tokens, config)
         i32 = dict(dtype=torch.int32, device=device)
         dt = getattr(torch, dtype)
         self.sorted = torch.empty(P, **i32)
-        self.tiles = torch.empty(P // bm, **i32)
+        self.tiles = torch.empty(MT, **i32)
+        self.tile_rows = torch.empty(MT, 2, **i32)
         self.meta = torch.zeros(4, **i32)
         self.pos = torch.empty(tokens, TOPK, **i32)
         self.xp = torch.empty(P, HIDDEN, dtype=dt, device=device)
@@ -55,14 +73,20 @@ class Layer:
         self.k["route"](logits, self.ids, self.weights)
         return self.ids, self.weights
 
+    def steps(self, x, w1, w2, ids, weights):
+        """``{step: fn}`` in launch order: each of the layer's kernel launches on its own (what
+        :meth:`experts` runs one after the other; ``benchmarks/moe_stages.py`` times them apart)."""
+        k = self.k
+        return {"align": lambda: k["align"](ids, self.sorted, self.tiles, self.tile_rows, self.meta, self.pos),
+                "permute": lambda: k["permute"](x, self.sorted, self.meta, self.xp),
+                "gemm1": lambda: k["gemm1"](self.xp, w1, self.h, self.tiles, self.tile_rows, self.meta),
+                "gemm2": lambda: k["gemm2"](self.h, w2, self.y, self.tiles, self.tile_rows, self.meta),
+                "combine": lambda: k["combine"](self.y, self.pos, weights, self.out)}
+
     def experts(self, x, w1, w2, ids, weights):
         """``out = Σ_k weights[t,k] · down_e(SiLU(gate_e x) · up_e x)`` for ``e = ids[t,k]``."""
-        k = self.k
-        k["align"](ids, self.sorted, self.tiles, self.meta, self.pos)
-        k["permute"](x, self.sorted, self.meta, self.xp)
-        k["gemm1"](self.xp, w1, self.h, self.tiles, self.meta)
-        k["gemm2"](self.h, w2, self.y, self.tiles, self.meta)
-        k["combine"](self.y, self.pos, weights, self.out)
+        for step in self.steps(x, w1, w2, ids, weights).values():
+            step()
         return self.out
 
     def __call__(self, x, logits, w1, w2):

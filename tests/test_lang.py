@@ -116,6 +116,29 @@ def test_symbolic_slice_start_needs_one_layout_for_every_block():
     assert ok.layout == parse("S[4:1]")
 
 
+def test_symbolic_start_on_an_affine_dimension():
+    """Rows [r, r+64) of a row-major stand-in at a start r that is only known at run time (a
+    tile that begins inside another group's rows): an affine dimension slices to one layout at any
+    start, the offset moving by r·stride exactly (checked by substituting values), while a tiled
+    dimension still needs a whole number of blocks."""
+    import tvm
+    import tvm.sym
+    from axe.layout import LayoutError, parse
+    from axe.ops.tensor import Tensor
+    r = tvm.tirx.Var("r", "int32")
+    t = Tensor(object(), parse("S[(64,2048):(2048,1)]"), (64, 2048), "bfloat16", "global", name="A")
+    sub = t.region([r, 128], [64, 64])
+    assert sub.layout == parse("S[(64,64):(2048,1)]") + 128
+    assert sub.starts == (r, 128)
+    for v in (0, 16, 48, 1000):
+        ana = tvm.sym.Analyzer()
+        ana.bind(r, v)
+        assert int(ana.simplify(sub.base)) == v * 2048
+    tiled = Tensor(object(), parse("S[(2,8):(100,1)]"), (16,), "float16", "shared", name="u")
+    with pytest.raises(LayoutError, match="not provably a multiple of its extent 4"):
+        tiled.region([r], [4])
+
+
 # --- the language belongs to no target: backends register, constructs are reached through them ---
 
 def _run_py(code, script=None):

@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from axe.schedules.grouped import capacity, segments, tile_groups
+from axe.schedules.grouped import capacity, segments, tile_capacity, tile_groups, tiles
 
 tvm = pytest.importorskip("tvm")
 from tvm.script import tirx as T  # noqa: E402 - the kernels below are TVMScript (the parser reads T here)
@@ -57,6 +57,35 @@ def test_segments_match_brute_force(seed, tokens, experts, block):
         assert (seg[counts[e]:] == -1).all() and offsets[e] % block == 0
     for (t, j), r in pos.items():
         assert rows[r] == t and offsets[ids[t, j]] <= r < offsets[ids[t, j]] + counts[ids[t, j]]
+
+
+@pytest.mark.parametrize("seed,block,tile", [(0, 16, 64), (1, 16, 128), (2, 64, 64), (3, 32, 128), (4, 16, 16)])
+def test_tiles_match_brute_force(seed, block, tile):
+    """:func:`tiles` against the padded rows built one by one: each group's tiles start at its
+    first row and every ``tile`` rows after, own exactly the rows of that group inside them, cover
+    all its rows, and never start inside another group; the tile count stays under
+    :func:`tile_capacity`."""
+    rng = np.random.default_rng(seed)
+    groups = 24
+    counts = rng.integers(0, 3 * tile, groups) * (rng.random(groups) < 0.7)
+    owner = []                                    # the group of every padded row (-1: padding)
+    for g, c in enumerate(counts):
+        owner += [g] * int(c)
+        while len(owner) % block:
+            owner.append(-1)
+    got = tiles(counts, block, tile)
+    want = []
+    for g in range(groups):
+        rows = [r for r, o in enumerate(owner) if o == g]
+        start = rows[0] if rows else None
+        while rows and start <= rows[-1]:
+            want.append((g, start, sum(1 for r in range(start, start + tile) if r < len(owner) and owner[r] == g)))
+            start += tile
+    assert got == want
+    assert len(got) <= tile_capacity(int(counts.sum()), groups, tile)
+    if block == tile:
+        assert [g for g, _, _ in got] == tile_groups(counts, block)
+        assert [r for _, r, _ in got] == [tile * i for i in range(len(got))]
 
 
 def test_capacity_bounds_every_routing():
@@ -161,6 +190,11 @@ KERNELS = {
     "gemm1_small": ("make_gemm1", {"bm": 64, "bn": 128}, ["wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16",
                                                           "cp.async.bulk.tensor.3d", "cp.async.bulk.tensor.2d",
                                                           "stmatrix", "setmaxnreg", "ex2.approx"]),
+    "align_pad16": ("make_align", {"bm": 128, "pad": 16}, ["atom.shared.add"]),
+    "gemm1_small_pad16": ("make_gemm1", {"bm": 64, "bn": 128, "pad": 16},
+                          ["wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.tensor.2d.global.shared"]),
+    "gemm2_large_pad16": ("make_gemm2", {"bm": 128, "bn": 256, "pad": 16},
+                          ["wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", "cp.async.bulk.tensor.2d.global.shared"]),
     "gemm1_small_bk128": ("make_gemm1", {"bm": 64, "bn": 128, "bk": 128},
                           ["wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.tensor.3d"]),
     "gemm2_large": ("make_gemm2", {"bm": 128, "bn": 256, "dtype": "float16"},
@@ -197,8 +231,24 @@ def test_gate_and_up_rows_land_in_the_wgmma_tile(bn, bk):
                 assert got["m"] + h * half * 64 == want["m"], (h, r, c)
 
 
+def test_overlapping_tiles_store_only_their_rows():
+    """With segments padded to 16 rows and 64-row tiles, each of the four 16-row store boxes of a
+    warpgroup's chunk is guarded by the tile's own row count (the CUDA holds the guards and
+    boxes of 16 rows); with pad = bm one 64-row box goes out unguarded."""
+    from kernels import moe
+    art = Ax.compile_kernel(moe.make_gemm2("bfloat16", bm=64, bn=128, pad=16), "sm_90a")
+    spec = {t["param"]: t for t in art.launch["tensormaps"]}
+    assert spec["C_map"]["box"] == [64, 16] and spec["A_map"]["box"] == [64, 64]
+    for q in range(4):
+        assert re.search(rf"if \({16 * q} < \(trows_ptr\[", art.cuda_source), f"store box {q} is not guarded"
+    plain = Ax.compile_kernel(moe.make_gemm2("bfloat16", bm=64, bn=128), "sm_90a")
+    assert {t["param"]: t for t in plain.launch["tensormaps"]}["C_map"]["box"] == [64, 64]
+
+
 def test_gemm_refuses_bad_configs():
     from kernels import moe
+    with pytest.raises(ValueError, match="pad=24 must be a multiple of 16 that divides bm=64"):
+        moe.make_grouped_gemm(1536, 2048, bm=64, pad=24)
     with pytest.raises(ValueError, match="bm must be 64 or 128"):
         moe.make_grouped_gemm(1536, 2048, bm=32)
     with pytest.raises(ValueError, match="more than 227 KiB"):

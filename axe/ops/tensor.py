@@ -145,24 +145,28 @@ class Tensor:
         import tvm.sym
         ana = tvm.sym.Analyzer()
         static_lo, sym_terms = [], []
+        blocks = None
         for d, (lo, e) in enumerate(zip(lows, exts)):
             if _is_int(lo):
                 static_lo.append(int(lo))
             else:
-                if not ana.can_prove(tvm.tirx.floormod(lo, e) == 0):
+                blocks = blocks or group(_inner(self.layout), self.shape).blocks
+                # a start that is a whole number of blocks of the extent; or any start on an affine
+                # dimension (one iter: element i at i·stride), which slices to one layout everywhere
+                whole = ana.can_prove(tvm.tirx.floormod(lo, e) == 0)
+                if not whole and len(blocks[d]) != 1:
                     raise LayoutError(f"slice of {self.describe()}: dimension {d} start {lo} is symbolic "
                                       f"and not provably a multiple of its extent {e}")
                 static_lo.append(0)
-                sym_terms.append((d, lo))
+                sym_terms.append((d, lo, whole))
         region = [(lo, lo + e) for lo, e in zip(static_lo, exts)]
         L = slice_layout(self.layout, self.shape, region)
         if L is None:
             raise LayoutError(f"slice of {self.describe()} to region {region}: no Axe layout has that map")
         base, gpu = self.base, self.gpu
         if sym_terms:
-            blocks = group(_inner(self.layout), self.shape).blocks
-            for d, lo in sym_terms:
-                moves = _block_value_expr(blocks[d], lo, self.name)
+            for d, lo, whole in sym_terms:
+                moves = _block_value_expr(blocks[d], lo, self.name, affine=not whole)
                 if "m" in moves:
                     base = base + moves["m"]
                 if "gpuid" in moves:     # a symbolic device index: the view lives on that GPU
@@ -191,11 +195,18 @@ class Tensor:
         return self.buffer.view(-1)
 
 
-def _block_value_expr(block, lo, name):
+def _block_value_expr(block, lo, name, affine=False):
     """``f_blk(lo)`` on the memory and device axes for a symbolic start: ``{axis: expr}``,
-    digits by floordiv/floormod, innermost last."""
+    digits by floordiv/floormod, innermost last.  ``affine`` (a one-iter block, a start that need
+    not be a whole number of slice extents): ``lo·stride``, also past the block's extent (a static
+    stand-in for a longer tensor, whose rows TMA reads by coordinate within the tensor map's bounds)."""
     import tvm
     import tvm.sym
+    if affine:
+        e, s, a = block[0]
+        if a not in ("m", "gpuid"):
+            raise LayoutError(f"slice of {name}: a symbolic start moves along thread axis {a}")
+        return {a: lo * s}
     acc, w = {}, 1
     for e, s, a in reversed(block):
         if a not in ("m", "gpuid"):

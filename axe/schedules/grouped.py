@@ -5,11 +5,18 @@ groups' rows into one padded matrix so that every m-tile of a GEMM belongs to ex
 group g's ``counts[g]`` rows start at ``offsets[g]``, a multiple of the tile's ``block`` rows, and
 take ``ceil(counts[g] / block) · block`` rows (an empty group takes none).  Kernels compute this
 on the device; these functions are its law, used by tests and by hosts sizing buffers.
+
+Tiles may be taller than the padding (:func:`tiles`): with segments padded to ``block`` rows and
+m-tiles of ``tile`` rows (a multiple of ``block``), group g's tiles start every ``tile`` rows from
+its offset and the last one reaches into the groups after it.  A GEMM then computes those foreign
+rows with group g's operand and stores only the tile's own rows, so the padded matrix (and every
+byte the permutation, the GEMMs and their intermediates move for padding) shrinks from up to
+``tile - 1`` to up to ``block - 1`` rows per group.
 """
 
 from __future__ import annotations
 
-__all__ = ["segments", "capacity", "tile_groups"]
+__all__ = ["segments", "capacity", "tile_groups", "tiles", "tile_capacity"]
 
 
 def segments(counts, block: int):
@@ -40,3 +47,22 @@ def capacity(rows: int, groups: int, block: int) -> int:
         raise ValueError(f"capacity: rows={rows}, groups={groups}, block={block}")
     bound = min(rows * block, rows + min(groups, rows) * (block - 1))
     return -(-bound // block) * block
+
+
+def tiles(counts, block: int, tile: int):
+    """``[(group, start row, own rows)]`` for every m-tile, in order: group g's
+    ``ceil(counts[g] / tile)`` tiles start at ``offsets[g] + i·tile`` (``offsets`` from
+    :func:`segments` with ``block``) and own ``min(tile, counts[g] - i·tile)`` rows; with
+    ``tile == block`` the starts are ``i·tile`` for the i-th tile overall and the groups are
+    :func:`tile_groups`'s."""
+    if tile < 1 or tile % block:
+        raise ValueError(f"tiles: tile={tile} must be a positive multiple of block={block}")
+    offsets, _ = segments(counts, block)
+    return [(g, offsets[g] + i * tile, min(tile, int(c) - i * tile))
+            for g, c in enumerate(counts) for i in range(-(-int(c) // tile))]
+
+
+def tile_capacity(rows: int, groups: int, tile: int) -> int:
+    """An upper bound on the number of :func:`tiles` of ``tile`` rows that ``rows`` rows spread
+    over ``groups`` groups take, whatever the padding (``sum ceil(c_g / tile)``)."""
+    return capacity(rows, groups, tile) // tile

@@ -5,7 +5,7 @@ check; the checks load their sibling artifacts from the same folder, so one laye
 route, align, permute, two grouped GEMMs and the combine that were built together.
 
 - route: ids and weights against torch's top-8 of the softmax, renormalized (random logits);
-- align: the permutation against the padding law (:mod:`axe.schedules.grouped`) and a
+- align: the permutation against the padding and tile laws (:mod:`axe.schedules.grouped`) and a
   brute-force per-expert set comparison, for uniform and skewed routings (most experts empty);
 - permute, the GEMMs and the combine: the whole layer against an fp32 torch reference at
   T = 1, 8, 32, 128, 512, 1024, 2048, 4096 (each configuration at the T it serves, plus the
@@ -21,6 +21,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 TOKENS = {"small": (1, 8, 32, 64, 128, 512), "large": (513, 1024, 2048, 4096)}
+TOKENS.update({f"{c}_pad16": t for c, t in list(TOKENS.items())})     # the 16-row-padded twins serve the same T
 TOL = {"bfloat16": 2e-2, "float16": 5e-3}
 
 
@@ -97,33 +98,38 @@ def check_route(kernel, torch):
 
 
 def check_align(kernel, torch):
-    from axe.schedules.grouped import capacity, segments, tile_groups
-    bm = int(kernel.launch["name"].rsplit("bm", 1)[1])
+    import re
+    from axe.schedules.grouped import capacity, segments, tile_capacity, tiles
+    bm, pad = re.fullmatch(r"moe_align_bm(\d+)(?:_pad(\d+))?", kernel.launch["name"]).groups()
+    bm = int(bm)
+    pad = int(pad or bm)
     for tokens, skewed in ((1, False), (32, False), (4096, False), (4096, True), (300, True)):
         ids = torch.topk(_logits(torch, tokens, skewed, 7), 8, dim=-1).indices.to(torch.int32)
-        P = capacity(tokens * 8, 128, bm)
+        P, MT = capacity(tokens * 8, 128, pad), tile_capacity(tokens * 8, 128, bm)
         srt = torch.full((P,), 12345, dtype=torch.int32, device="cuda")
-        tiles = torch.full((P // bm,), -9, dtype=torch.int32, device="cuda")
+        tile_expert = torch.full((MT,), -9, dtype=torch.int32, device="cuda")
+        tile_rows = torch.full((MT, 2), -9, dtype=torch.int32, device="cuda")
         meta = torch.full((4,), -1, dtype=torch.int32, device="cuda")
         pos = torch.full((tokens, 8), -1, dtype=torch.int32, device="cuda")
-        kernel(ids, srt, tiles, meta, pos)
+        kernel(ids, srt, tile_expert, tile_rows, meta, pos)
         torch.cuda.synchronize()
         counts = torch.bincount(ids.flatten().long(), minlength=128).tolist()
-        offsets, total = segments(counts, bm)
-        ntiles = total // bm
-        assert meta[:2].tolist() == [ntiles, total], f"align T={tokens}: meta {meta.tolist()}, want {[ntiles, total]}"
-        assert tiles[:ntiles].tolist() == tile_groups(counts, bm), f"align T={tokens}: tile experts differ"
+        offsets, total = segments(counts, pad)
+        want = tiles(counts, pad, bm)
+        assert meta[:2].tolist() == [len(want), total], f"align T={tokens}: meta {meta.tolist()}, want {[len(want), total]}"
+        got = list(zip(tile_expert[:len(want)].tolist(), *zip(*tile_rows[:len(want)].tolist())))
+        assert got == want, f"align T={tokens}: tiles (expert, start, own rows) differ from the law"
         s, ids_c, pos_c = srt.cpu(), ids.cpu(), pos.cpu()
         assert (s[total:] == -1).all(), f"align T={tokens}: rows past the padded total are not -1"
         for e in range(128):
-            seg = s[offsets[e]:offsets[e] + -(-counts[e] // bm) * bm]
-            want = sorted((ids_c == e).nonzero()[:, 0].tolist())
-            assert sorted(seg[seg >= 0].tolist()) == want and (seg[counts[e]:] == -1).all(), \
+            seg = s[offsets[e]:offsets[e] + -(-counts[e] // pad) * pad]
+            want_rows = sorted((ids_c == e).nonzero()[:, 0].tolist())
+            assert sorted(seg[seg >= 0].tolist()) == want_rows and (seg[counts[e]:] == -1).all(), \
                 f"align T={tokens}: expert {e}'s rows differ"
         rows = torch.arange(tokens).unsqueeze(1).expand(tokens, 8)
         assert (s[pos_c.long()] == rows).all(), f"align T={tokens}: pos does not point at the token's row"
         assert len(set(pos_c.flatten().tolist())) == tokens * 8, f"align T={tokens}: pos repeats a row"
-    return f"bm={bm}: T = 1, 32, 300 (skewed), 4096 (uniform, skewed) match the padding law"
+    return f"bm={bm} pad={pad}: T = 1, 32, 300 (skewed), 4096 (uniform, skewed) match the padding and tile laws"
 
 
 def check_layer(kernel, torch):
