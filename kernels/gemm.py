@@ -33,7 +33,9 @@ the same B tile, so each CTA loads half of it (128 of its 256 columns) with a TM
 both CTAs, halving B's L2→SM traffic (48 → 32 KiB per k-block per CTA).  A slot is then filled by
 both producers, so it is free only when all four consumers of the pair released it: the pipeline
 counts the peer's releases too (remote ``mbarrier.arrive`` through ``mapa``), and cluster barriers
-publish the mbarriers at the start and keep both CTAs alive to the end.  With an odd number of
+publish the mbarriers at the start and keep both CTAs alive to the end.  Every wait on the pair's
+mbarriers is bounded (a peer that never arrives ends the launch with a report naming the CTA, the
+barrier and its phase: ``Ax.cuda.pipeline(remote=True)``, call-free).  With an odd number of
 block-rows the last pair's second CTA computes a block-row of zeros past M and stores nothing.
 Measured on H200 it is 1–4% slower than unclustered, so it is not the default.
 
@@ -133,6 +135,7 @@ from axe.schedules.emit import guard
 BM, BN, BK, STAGES, SMS, GROUP = 128, 256, 64, 4, 132, 16
 IN_FLIGHT, EPILOGUE = 0, 128   # cooperative defaults: wgmma groups left in flight, columns per store chunk
 THREADS, PRODUCER_REGS, CONSUMER_REGS = 384, 40, 232
+FWD_ROWS = 8            # rows a reduce-scatter forwarding warp copies per loop iteration
 HALF = BM // 2          # rows per consumer warpgroup
 ORDER = 3               # ping-pong: named barriers ORDER + w, "warpgroup w's turn" (1, 2: the epilogues')
 
@@ -497,10 +500,15 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
                 with guard(lead):
                     Ax.cuda.counter_wait(dist.F, dist.cid * 2 + wg, done[0] + 1)
                 T.evaluate(T.cuda.warp_sync())
-                row = j * BM + wg * HALF
-                at = owner * p_shape[1] + row
-                Ax.copy(dist.P[owner, me, row:row + HALF, n_blk * BN:(n_blk + 1) * BN],
-                        dist.Q[at:at + HALF, n_blk * BN:(n_blk + 1) * BN], schedule="vector")
+                # FWD_ROWS rows at a time, in a loop TVM leaves rolled (pragma_unroll_explicit 0):
+                # unrolled whole, the copy's 64 lane offsets are invariant in the tile loop, nvcc
+                # hoists them out of it, and 64 live offsets overflow the producer's 40 registers
+                # (596 B of spills once setmaxnreg is honoured)
+                with T.serial(HALF // FWD_ROWS, annotations={"pragma_unroll_explicit": 0}) as c:
+                    row = j * BM + wg * HALF + c * FWD_ROWS
+                    at = owner * p_shape[1] + row
+                    Ax.copy(dist.P[owner, me, row:row + FWD_ROWS, n_blk * BN:(n_blk + 1) * BN],
+                            dist.Q[at:at + FWD_ROWS, n_blk * BN:(n_blk + 1) * BN], schedule="vector")
                 Ax.fence_system()
                 T.evaluate(T.cuda.warp_sync())
                 with guard(lead):
@@ -791,10 +799,10 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
             F = Ax.param(F_, scratch=True)          # stream-K flags, one per CTA and warpgroup
             dist = distributed(A_, B_, C_, P_, Q_, peers, sig, err, rank_, epoch, timeout_ns, F, cid, tx)
             pool = Ax.cuda.dynamic_shared(c_at + 2 * bufs * wrows * epilogue, dtype)
-            # a pair's slots are freed by the even CTA's multicast commit: one arrival per CTA
-            # (a wgmma kernel keeps unbounded waits: the bounded wait's report is a call, see pipeline())
+            # a pair's slots are freed by the even CTA's multicast commit: one arrival per CTA; in a
+            # cluster the peer fills and frees our slots, so every wait on them is bounded (call-free)
             pipe = Ax.cuda.pipeline(stages, producers=2, consumers=1 if pp else gen.releases, cluster=1 if tc else cluster,
-                                    remote=tc and cluster > 1)
+                                    remote=cluster > 1)
             if tc:      # the TMEM accumulator (256 columns) and its one-slot pipeline: full <- the MMA
                 acc_t = Ax.cuda.tmem((BM, BN), "float32", name="acc_tmem", cta_group=cluster)   # thread's commit,
                 # empty <- the epilogues' 256 threads (a pair: of both CTAs, on the even CTA's barrier)

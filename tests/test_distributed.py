@@ -138,8 +138,11 @@ def test_gemm_rs_signature_and_ptx(gemm_rs_art):
     assert "st.release.sys.global.b32" in ptx and "ld.acquire.sys.global.b32" in ptx
     assert "wgmma.mma_async" in ptx and "cp.async.bulk.wait_group 0" in ptx
     res = gemm_rs_art.launch["resources"]
-    # the forwarding warps (producer warpgroup, 40 registers) spill a few words; nothing more
-    assert res["spill_stores"] <= 64 and res["spill_loads"] <= 64, res
+    # the mesh waits are inline (a call made ptxas ignore setmaxnreg, C7507) and the forwarding
+    # warps fit their 40 registers: nothing spills
+    assert res["spill_stores"] == 0 and res["spill_loads"] == 0 and res["stack"] == 0, res
+    assert "C7507" not in gemm_rs_art.log and "C7510" not in gemm_rs_art.log
+    assert "__noinline__" not in gemm_rs_art.cuda_source
 
 
 def test_gemm_rs_pushes_peer_tiles_and_stores_own_tiles(gemm_rs_art):

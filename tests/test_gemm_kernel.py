@@ -1,6 +1,7 @@
 """The Hopper GEMM (kernels/gemm.py) builds for sm_90a with both B layouts and both dtypes; the
-PTX holds the instructions its design promises; setmaxnreg is honoured (no C7508 warning); no
-spills; the wrong shapes are refused with clear errors."""
+PTX holds the instructions its design promises; setmaxnreg is honoured (no C7508 or C7507
+warning); no spills; no function calls (C7510), also where waits on other CTAs are bounded
+(cluster, stream-K) and in the fused reduce-scatter; the wrong shapes are refused with clear errors."""
 
 import os
 import re
@@ -19,6 +20,34 @@ PROMISED = ["wgmma.mma_async.sync.aligned.m64n256k16.f32", "cp.async.bulk.tensor
             "fence.proxy.async.shared::cta", "bar.sync"]
 
 
+def assert_call_free(art):
+    """ptxas kept every wgmma asynchronous and every setmaxnreg (no C7510, C7507, C7508), nothing
+    spilled, no stack, and the PTX calls no function (printf's vprintf included)."""
+    for code in ("C7510", "C7507", "C7508"):
+        assert code not in art.log, f"{art.name}: ptxas {code}: " + next(l for l in art.log.splitlines() if code in l)
+    calls = re.findall(r"^\s*call(?:\.uni)?\b.*$", art.ptx, re.M)
+    assert not calls and "vprintf" not in art.ptx, f"{art.name}: PTX calls {calls[:3]}"
+    r = art.launch["resources"]
+    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, (art.name, r)
+
+
+def assert_bounded_waits(art, wait):
+    """Every call of the bounded wait ``wait`` (at least one) became, inline, the %globaltimer
+    spin, the report's stores into the slot ``axe_report`` points at, its fences and the trap that
+    ends the launch; returns the number of call sites."""
+    from axe.backends.cuda import report
+    src, ptx = art.cuda_source, art.ptx
+    assert report.SOURCE in src and src.count("#define AXE_REPORT_DEFINED") == 1   # the report code, once
+    sites = len(re.findall(rf"\b{wait}\((?!void\*|int\*)", src))
+    assert sites >= 1, f"{art.name}: no call of {wait}"
+    assert ".global .align 8 .u64 axe_report;" in ptx and "axe_report_claim" in ptx
+    assert ptx.count("trap;") == sites, (art.name, sites, ptx.count("trap;"))
+    assert ptx.count("%globaltimer") == 2 * sites               # the start, and each time a try fails
+    assert ptx.count("st.relaxed.sys.global.u32") == sites * (10 + report.NAME_WORDS)
+    assert ptx.count("fence.sc.sys") == 2 * sites
+    return sites
+
+
 @pytest.mark.parametrize("dtype,b_major", [("float16", "row"), ("bfloat16", "col")])
 def test_gemm_builds(dtype, b_major):
     art = gemm.build(1000, 1000, 1000, dtype=dtype, b_major=b_major)
@@ -26,11 +55,9 @@ def test_gemm_builds(dtype, b_major):
         assert ins in art.ptx, f"PTX lacks {ins}"
     t = "f16" if dtype == "float16" else "bf16"
     assert f"m64n256k16.f32.{t}.{t}" in art.ptx
-    assert "C7508" not in art.log, "ptxas ignored setmaxnreg"
     assert "__launch_bounds__(384, 1)" in art.cuda_source
-    assert "axe_mbarrier_wait_bounded" not in art.cuda_source and "C7510" not in art.log   # no call: wgmma not serialized
-    r = art.launch["resources"]
-    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, r
+    assert_call_free(art)
+    assert "axe_mbarrier_wait_bounded" not in art.cuda_source and "axe_report" not in art.ptx   # no wait on another CTA
     assert art.launch["grid"] == [gemm.SMS, 1, 1] and art.launch["block"] == [384, 1, 1]
     assert art.launch["dynamic_smem"] >= gemm.STAGES * (128 * 64 + 64 * 256) * 2
     # the epilogue stores each warpgroup's 64x256 tile as two 64x128 chunks through one buffer
@@ -110,12 +137,12 @@ def test_gemm_cluster_builds(dtype, b_major):
     # the peer arrive keeps the default .release.cta semantics (a cluster-scope release on every
     # consumer arrive cost a third of the throughput on the H200); the producer waits plainly
     assert "mbarrier.arrive.release.cluster" not in ptx and "try_wait.parity.acquire.cluster" not in ptx
-    # no function call anywhere (the bounded wait's report is one): ptxas would serialize wgmma
-    assert "axe_mbarrier_wait_bounded" not in art.cuda_source and "C7510" not in art.log
+    # every wait on the pair's barriers is bounded (the producer's empty-slot wait, each consumer
+    # warpgroup's full-slot wait: the peer's multicast fills the slot), and no call anywhere
+    assert assert_bounded_waits(art, "axe_mbarrier_wait_bounded") >= 2
+    assert "tvm_builtin_cuda_mbarrier_wait" not in art.cuda_source, "an unbounded mbarrier wait is left"
+    assert_call_free(art)
     assert art.launch["cluster"] == [2, 1, 1] and art.launch["grid"] == [gemm.SMS, 1, 1]
-    assert "C7508" not in art.log
-    r = art.launch["resources"]
-    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] == 0, r
     specs = {s["param"]: s for s in art.launch["tensormaps"]}
     assert specs["B_map"]["box"] == ([64, 64] if b_major == "row" else [64, 128])   # half of B per CTA
     # both CTAs' full barriers expect A (16 KiB) + both halves of B (2 x 16 KiB)
@@ -232,11 +259,10 @@ def test_stream_k_builds():
     assert "st.release.gpu.global.b32" in art.ptx and "ld.acquire.gpu.global.b32" in art.ptx
     assert "st.global.v2" in art.ptx or "st.global.v4" in art.ptx
     assert "vector" in [r.chosen for r in art.records]
-    # the flag wait is bounded: %globaltimer, then a printed report and a trap instead of a hang
-    assert "%globaltimer" in art.ptx and "trap;" in art.ptx and "vprintf" in art.ptx
-    r = art.launch["resources"]
-    # the report's printf arguments are the only stack (touched only on the timeout path)
-    assert r["spill_stores"] == 0 and r["spill_loads"] == 0 and r["stack"] <= 32, r
+    # the flag wait is bounded: %globaltimer, then a report in memory and a trap instead of a hang,
+    # with no call (which made ptxas serialize the wgmma, C7510)
+    assert assert_bounded_waits(art, "axe_flag_take") == 1
+    assert_call_free(art)
     off = gemm.build(2048, 4864, 520)
     assert "ld.acquire.gpu" not in off.ptx and {a["name"]: a for a in off.launch["args"]}["W_"]["shape"] == [1, 1]
     with pytest.raises(ValueError, match="stream_k"):
@@ -270,3 +296,18 @@ def test_stream_k_producer_loads_the_stream_k_tiles():
     assert func.script().count("address_of(A_map)") == 2
     func, _ = Ax.build_func(gemm.make(1024, 1024, 1024))
     assert func.script().count("address_of(A_map)") == 1
+
+
+def test_gemm_rs_default_build_keeps_its_register_budgets():
+    """The default fused GEMM + reduce-scatter (Llama-3.1-8B down, 2 GPUs, rs_push="forward"): the
+    mesh waits are inline (no call: the call made ptxas ignore setmaxnreg, C7507, with 8 B of
+    spills), and each forwarding warp copies its half-tile 8 rows per iteration of a rolled loop
+    (unrolled whole, its 64 hoisted lane offsets overflowed the producer's 40 registers: 596 B of
+    spills); ``rs_push="bulk"``, which has no forwarding warps, likewise."""
+    from kernels import gemm_rs
+    art = gemm_rs.build(8192, 4096, 14336, 2)
+    assert_call_free(art)
+    assert "axe_wait_signal" in art.cuda_source and "ld.acquire.sys.global.b32" in art.ptx
+    # 2 forwarding warps x 8 rows of 256 bf16 columns: 8 16-byte loads per lane each, looped
+    assert art.ptx.count("ld.global.v4.u32") == 2 * 8, art.ptx.count("ld.global.v4.u32")
+    assert_call_free(gemm_rs.build(8192, 4096, 14336, 2, rs_push="bulk"))

@@ -232,9 +232,11 @@ class DistKernel:
                 "for another stream")
 
     def synchronize(self):
-        """Wait for this device, then raise :class:`PeerTimeoutError` if a wait timed out."""
-        import torch
-        torch.cuda.synchronize(self.device)
+        """Wait for this device, then raise :class:`PeerTimeoutError` if a wait on another GPU
+        timed out (a wait on another CTA that timed out raises
+        :class:`~axe.runtime.report.WaitTimeoutError` from the synchronize itself)."""
+        from .launcher import synchronize
+        synchronize(self.device)
         rec = self._fill[self.dist["runtime"]["errors"]].tolist()
         if rec[0] == 0:
             return

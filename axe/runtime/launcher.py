@@ -10,15 +10,20 @@
 2. evaluate grid, block, cluster and dynamic shared memory from the bound symbols;
 3. encode each ``CUtensorMap`` from its spec and tensor (:mod:`axe.runtime.tensormap`);
 4. get the ``CUfunction`` from the module cache (loaded once per device and cubin hash with
-   ``cuModuleLoadData``; its dynamic shared memory limit raised with ``cuFuncSetAttribute``);
+   ``cuModuleLoadData``; its dynamic shared memory limit raised with ``cuFuncSetAttribute``; a
+   module with bounded waits gets its report slot, :mod:`axe.runtime.report`);
 5. ``cuLaunchKernel`` (``cuLaunchKernelEx`` for clusters, ``cuLaunchCooperativeKernel`` for
    cooperative kernels) on the given stream or torch's current stream.
+
+A wait on another CTA that timed out traps, so a later launch or :func:`synchronize` fails; both
+then raise :class:`~axe.runtime.report.WaitTimeoutError` stating the kernel's report in words.
 
 Only torch and ``cuda.bindings`` are imported, lazily; TVM never is.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import os
@@ -27,7 +32,9 @@ from dataclasses import dataclass, field
 
 from axe.backends.cuda.artifact import Artifact, eval_expr
 
+from . import report as _report
 from . import tensormap as _tm
+from .report import WaitTimeoutError  # noqa: F401 - re-exported: what a failed launch or synchronize raises
 
 _INT_RANGES = {
     "int8": (-(2**7), 2**7 - 1),
@@ -342,7 +349,7 @@ def clear_cache(driver=None):
         _CACHE.clear()
     if items:
         d = driver or _driver()
-        for module, _func, _smem in items:
+        for module, *_ in items:
             d.cuModuleUnload(module)
 
 
@@ -465,6 +472,8 @@ class Kernel:
                 )
                 entry = [module, func, 0]
                 _CACHE[key] = entry
+                if _report.SYMBOL.encode() in self.artifact.cubin:     # a module with bounded waits
+                    _report.PAGES.attach(d, module, self.launch["name"], device_index)
             if dynamic_smem > entry[2]:
                 _check(
                     d,
@@ -507,7 +516,7 @@ class Kernel:
             pack = ParamPack(self.launch, b.env, d)
             if entry is not None:
                 entry[2] = pack
-        with _LAUNCH_LOCK, torch.cuda.device(index):
+        with _LAUNCH_LOCK, torch.cuda.device(index), _reported(index):
             ptr = pack.fill(b.tensors)
             name = self.launch["name"]
             if b.cluster:
@@ -533,6 +542,40 @@ class Kernel:
                     f"cuLaunchKernel({name}, grid={b.grid}, block={b.block}, smem={b.dynamic_smem})",
                 )
         return b
+
+
+@contextlib.contextmanager
+def _reported(device):
+    """Within it, a :class:`LaunchError` (a launch that failed because an earlier one trapped)
+    becomes :class:`WaitTimeoutError` when a kernel on ``device`` reported a timed-out wait."""
+    try:
+        yield
+    except LaunchError as e:
+        _report.PAGES.check(device, cause=e)
+        raise
+
+
+def synchronize(device=None):
+    """``torch.cuda.synchronize(device)``; if it fails and a kernel on the device reported a wait
+    that timed out (:mod:`axe.runtime.report`), raise :class:`WaitTimeoutError` stating the report
+    instead of CUDA's bare "unspecified launch failure"."""
+    import torch
+
+    try:
+        torch.cuda.synchronize(device)
+    except RuntimeError as e:
+        _report.PAGES.check(_device_index(torch, device), cause=e)
+        raise
+
+
+def _device_index(torch, device) -> int:
+    """The CUDA device index of ``device`` (None: the current device; an int; a torch.device or string)."""
+    if device is None:
+        return torch.cuda.current_device()
+    if isinstance(device, int):
+        return device
+    index = torch.device(device).index
+    return torch.cuda.current_device() if index is None else index
 
 
 def _current_stream(torch, index: int) -> int:

@@ -14,7 +14,9 @@ flag from an earlier launch never satisfies a later wait.  A setter publishes wi
 ``%globaltimer`` have passed: then it writes who it waited for into the error record (the first
 failure wins, later waits return at once) and returns, so a missing rank ends the kernel with a
 report instead of a hang.  Error record (int32): ``[status (1 = timeout), my rank, rank waited
-for, flag index, epoch wanted, value seen, CTA, 0]``.
+for, flag index, epoch wanted, value seen, CTA, 0]``.  The wait is inline code (no function call:
+a call in a kernel with wgmma serializes the wgmma, C7510, or makes ptxas ignore ``setmaxnreg``,
+C7507), so the fused GEMM + reduce-scatter waits with its register budgets intact.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ __forceinline__ __device__ unsigned long long axe_globaltimer() {
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
   return t;
 }
-__noinline__ __device__ int axe_wait_signal(int* flag, int epoch, long long timeout_ns, int* err,
-                                            int me, int src, int index) {
+__forceinline__ __device__ int axe_wait_signal(int* flag, int epoch, long long timeout_ns, int* err,
+                                               int me, int src, int index) {
   if (*(volatile int*)err != 0) return 0;       // an earlier wait failed: the launch is lost anyway
   unsigned long long t0 = axe_globaltimer();
   int v = 0;

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from . import report as _report
+
 __all__ = ["MBarrier", "alloc_mbarrier", "barrier_ptr", "wait", "wait_bounded", "expect_tx", "CTA_WAIT_TIMEOUT_NS"]
 
 
@@ -75,38 +77,39 @@ def wait(bar, phase=0, stage=0):
 #: microseconds; a missing one is a logic or co-residency error, not a slow peer
 CTA_WAIT_TIMEOUT_NS = 10_000_000_000
 
-# the slow path is out of line, so the spin stays small; try_wait suspends in hardware for up to
-# its time hint before returning false, so %globaltimer is read once per suspension, not per spin
-_WAIT_BOUNDED_SRC = r"""
-__noinline__ __device__ void axe_mbarrier_timeout(unsigned addr, int phase, long long timeout_ns) {
-  unsigned rank;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));
-  printf("axe: CTA %d (cluster rank %u) thread %d waited %lld ms for phase %d of the mbarrier at shared 0x%x, "
-         "which another CTA of its cluster completes; it never came (the peer CTA failed or its arrivals "
-         "do not match the expected count): trapping\n",
-         (int)blockIdx.x, rank, (int)threadIdx.x, timeout_ns / 1000000, phase, addr);
-  __trap();
-}
-__forceinline__ __device__ void axe_mbarrier_wait_bounded(void* barrier, int phase, long long timeout_ns) {
-  unsigned addr = (unsigned)__cvta_generic_to_shared(barrier);
+# the first try_wait runs before the timer is read, so a wait that succeeds at once costs what
+# the plain wait costs; try_wait suspends in hardware for up to its time hint before returning
+# false, so %globaltimer is read once per suspension, not per spin.  The timeout path is inline
+# (report.SOURCE): no call, so wgmma kernels may use it
+_WAIT_BOUNDED_SRC = _report.SOURCE + r"""
+__forceinline__ __device__ unsigned axe_mbarrier_try(unsigned addr, int phase) {
   unsigned done;
+  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\nselp.u32 %0, 1, 0, p;\n}"
+               : "=r"(done) : "r"(addr), "r"(phase), "r"(0x989680) : "memory");
+  return done;
+}
+__forceinline__ __device__ void axe_mbarrier_wait_bounded(void* barrier, int phase, int stage, long long timeout_ns,
+    unsigned n0, unsigned n1, unsigned n2, unsigned n3) {
+  unsigned addr = (unsigned)__cvta_generic_to_shared(barrier);
+  if (axe_mbarrier_try(addr, phase)) return;
   unsigned long long t0, t;
   asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  for (;;) {
-    asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\nselp.u32 %0, 1, 0, p;\n}"
-                 : "=r"(done) : "r"(addr), "r"(phase), "r"(0x989680) : "memory");
-    if (done) return;
+  while (!axe_mbarrier_try(addr, phase)) {
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    if ((long long)(t - t0) > timeout_ns) axe_mbarrier_timeout(addr, phase, timeout_ns);
+    if ((long long)(t - t0) > timeout_ns) axe_report_trap(AXE_KIND, addr, stage, phase, 0u, timeout_ns, n0, n1, n2, n3);
   }
 }
-"""
+""".replace("AXE_KIND", f"{_report.MBARRIER}u")
 
 
 def wait_bounded(bar, phase=0, stage=0, timeout_ns: int = CTA_WAIT_TIMEOUT_NS):
     """:func:`wait` for a barrier that another CTA completes (a remote arrival, a multicast copy's
     bytes): bounded, so a CTA that never arrives ends the launch after ``timeout_ns`` of
-    ``%globaltimer`` with a printed report (CTA, cluster rank, barrier, phase) and a trap."""
+    ``%globaltimer`` with a report (CTA, cluster rank, thread, barrier name, stage, phase; see
+    :mod:`.report`) and a trap.  Call-free: wgmma kernels may use it."""
     from tvm.script import tirx as T
-    T.evaluate(T.cuda.func_call("axe_mbarrier_wait_bounded", barrier_ptr(bar, stage), phase, T.int64(timeout_ns),
-                                source_code=_WAIT_BOUNDED_SRC))
+    name = bar.bar.name if isinstance(bar, StagedBarrier) else bar.name
+    if isinstance(bar, StagedBarrier):
+        stage = bar.stage
+    T.evaluate(T.cuda.func_call("axe_mbarrier_wait_bounded", barrier_ptr(bar, stage), phase, stage, T.int64(timeout_ns),
+                                *(T.uint32(w) for w in _report.name_words(name)), source_code=_WAIT_BOUNDED_SRC))

@@ -4,9 +4,11 @@ A producer CTA writes a workspace, then sets a flag (:func:`flag_set`: every thr
 scope, the threads meet at a barrier, one thread stores 1 with release semantics); a consumer CTA
 takes it (:func:`flag_take`: one thread spins with acquire loads until it reads 1, stores 0 back
 so the flag is ready for the next launch, then the threads meet at a barrier and fence) and may
-then read the workspace.  The spin is bounded (:data:`~axe.backends.cuda.sync.CTA_WAIT_TIMEOUT_NS`): a flag that never comes
-ends the launch with a printed report and a trap, not a hang.  Both sides name the group of threads that meets at the barrier (a
-named barrier of ``threads`` threads).  The CTAs must be co-resident (a persistent grid of at
+then read the workspace.  The spin is bounded (:data:`~axe.backends.cuda.sync.CTA_WAIT_TIMEOUT_NS`):
+a flag that never comes ends the launch with a report (:mod:`~axe.backends.cuda.report`) and a
+trap, not a hang; the report path calls no function, so kernels with wgmma may wait on flags.
+Both sides name the group of threads that meets at the barrier (a named barrier of ``threads``
+threads).  The CTAs must be co-resident (a persistent grid of at
 most one CTA per SM), or the consumer's spin never ends; the flags live in a zero-filled
 ``Ax.param(..., scratch=True)`` buffer that every launch leaves zero-filled again.
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 from axe.schedules.emit import guard
 
+from .. import report as _report
 from ..sync import CTA_WAIT_TIMEOUT_NS
 
 __all__ = ["flag_set", "flag_take", "fence_gpu", "counter_publish", "counter_wait"]
@@ -28,26 +31,28 @@ __forceinline__ __device__ void axe_flag_set(int* flag) {
   asm volatile("st.release.gpu.global.b32 [%0], 1;" :: "l"(flag) : "memory");
 }
 """
-_TAKE_SRC = r"""
-__noinline__ __device__ void axe_flag_take(int* flag, int index, long long timeout_ns) {
-  int v = 0;
-  unsigned long long t0, t;
-  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-  for (;;) {
-    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
-    if (v != 0) break;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    if ((long long)(t - t0) > timeout_ns) {
-      printf("axe: CTA %d waited %lld ms for flag %d, which another CTA of this launch sets; it never came "
-             "(the CTAs are not co-resident, or the setter failed): trapping\n",
-             (int)blockIdx.x, timeout_ns / 1000000, index);
-      __trap();
+# the first acquire load runs before the timer is read (a flag that is set costs one load); the
+# timeout path is inline (report.SOURCE): no call, so wgmma kernels (stream-K) may use it
+_TAKE_SRC = _report.SOURCE + r"""
+__forceinline__ __device__ int axe_flag_load(int* flag) {
+  int v;
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+  return v;
+}
+__forceinline__ __device__ void axe_flag_take(int* flag, int index, long long timeout_ns,
+    unsigned n0, unsigned n1, unsigned n2, unsigned n3) {
+  int v = axe_flag_load(flag);
+  if (v == 0) {
+    unsigned long long t0, t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    while ((v = axe_flag_load(flag)) == 0) {
+      asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+      if ((long long)(t - t0) > timeout_ns) axe_report_trap(AXE_KIND, index, 0u, 1u, v, timeout_ns, n0, n1, n2, n3);
     }
   }
   asm volatile("st.relaxed.gpu.global.b32 [%0], 0;" :: "l"(flag) : "memory");
 }
-"""
-
+""".replace("AXE_KIND", f"{_report.FLAG}u")
 
 
 def fence_gpu():
@@ -62,6 +67,11 @@ def _flag_ptr(flags, index):
     if flags.mem != "global" or flags.dtype != "int32":
         raise ValueError(f"flags: {flags.describe()} is not a global int32 tensor")
     return T.address_of(flags.flat()[index])
+
+
+def _flag_name(flags):
+    """The flags tensor's name for the timeout report (``flags`` when it has none)."""
+    return flags.name or "flags"
 
 
 def flag_set(flags, index, pred, barrier: int, threads: int):
@@ -81,11 +91,13 @@ def flag_take(flags, index, pred, barrier: int, threads: int, timeout_ns: int = 
     until it reads 1 and stores 0 back; then the ``threads`` threads meet at named barrier
     ``barrier`` and each fences at GPU scope, so their reads that follow see what the setter
     published.  The wait is bounded: after ``timeout_ns`` of ``%globaltimer`` the waiting thread
-    prints its CTA and the flag and traps, so the launch fails with an error instead of hanging."""
+    writes a report (its CTA, the flag's name and index; :mod:`~axe.backends.cuda.report`) and
+    traps, so the launch fails with an error instead of hanging.  Call-free: wgmma kernels may use it."""
     from tvm.script import tirx as T
     from .hopper import named_barrier
     with guard(pred):
         T.evaluate(T.cuda.func_call("axe_flag_take", _flag_ptr(flags, index), index, T.int64(timeout_ns),
+                                    *(T.uint32(w) for w in _report.name_words(_flag_name(flags))),
                                     source_code=_TAKE_SRC))
     named_barrier(barrier, threads)
     fence_gpu()

@@ -10,9 +10,10 @@ producer's first pass waits on parity 1 of fresh *empty* barriers, which complet
 In a cluster (``pipeline(..., cluster=n)``) the CTAs' producers fill each other's slots (TMA
 multicast), so a slot is free only when the consumers of every CTA released it: *empty* expects
 ``consumers * n`` arrivals and :meth:`Pipeline.release` arrives on the *empty* barrier of every
-CTA of the cluster.  The producer's wait then depends on other CTAs; ``remote=True`` bounds it
+CTA of the cluster.  Both sides' waits then depend on other CTAs; ``remote=True`` bounds them
 (:func:`~axe.backends.cuda.sync.wait_bounded`: a CTA that never arrives ends the launch with a
-report and a trap after ``CTA_WAIT_TIMEOUT_NS``) where the kernel has no wgmma (see :func:`pipeline`).
+report and a trap after ``CTA_WAIT_TIMEOUT_NS``).  The report path calls no function, so wgmma
+kernels (the Hopper cluster GEMM) bound their waits too.
 
 Why this is CUDA's and not the language's: the slot and phase arithmetic would serve any target,
 but what makes it a pipeline is the synchronisation — mbarrier waits on parity, ``expect_tx``
@@ -41,7 +42,7 @@ class Pipeline:
     empty: object       # MBarrier
     stages: int
     cluster: int = 1    # CTAs whose consumers release each slot (and whose producers fill it)
-    remote: bool = False    # other CTAs complete its barriers: the producer's waits are bounded
+    remote: bool = False    # other CTAs complete its barriers: every wait is bounded
 
     def slot(self, i):
         """The slot of iteration ``i``."""
@@ -64,12 +65,15 @@ class Pipeline:
             T.evaluate(T.cuda.mbarrier_wait(self.empty.ptr(slot), phase))
 
     def wait(self, i):
-        """Consumer: wait until slot ``slot(i)`` holds iteration ``i``'s data.  Not bounded even in
-        a remote ring: a consumer may hold accumulators in registers, which the bounded wait's
-        report (a function call) would make ptxas spill.  A peer that never arrives still ends the
-        launch: this CTA's producer then waits, bounded, for the peer's releases of the slots."""
+        """Consumer: wait until slot ``slot(i)`` holds iteration ``i``'s data.  In a ring whose
+        barriers other CTAs complete (``remote``: a peer's multicast copy fills the slot) the wait
+        is bounded like :meth:`acquire`'s."""
         from tvm.script import tirx as T
-        T.evaluate(T.cuda.mbarrier_wait(self.full.ptr(self.slot(i)), self.phase(i)))
+        from ..sync import wait_bounded
+        if self.remote:
+            wait_bounded(self.full, self.phase(i), self.slot(i))
+        else:
+            T.evaluate(T.cuda.mbarrier_wait(self.full.ptr(self.slot(i)), self.phase(i)))
 
     def release(self, i, pred=None):
         """Consumer: mark slot ``slot(i)`` free (one arrival on *empty*, on every CTA's in a
@@ -89,10 +93,8 @@ def pipeline(stages: int, producers: int = 1, consumers: int = 1, name: str = "p
              remote: bool = False) -> Pipeline:
     """Allocate and initialise a :class:`Pipeline` (in the CTA scope, before the roles split);
     ``cluster=n``: shared by the n CTAs of a cluster (barriers published with a cluster sync).
-    ``remote``: other CTAs complete its barriers, so the producer's waits are bounded.  Only for
-    kernels without wgmma: the bounded wait reports through ``printf``, a function call, and any
-    call in a kernel makes ptxas serialize its wgmma (C7510) — a Hopper cluster GEMM keeps the
-    unbounded wait (a known gap: the report would have to go through memory instead)."""
+    ``remote``: other CTAs complete its barriers, so every wait on them is bounded (call-free, so
+    kernels with wgmma may ask for it)."""
     from ..sync import alloc_mbarrier
     from axe.ops.scope import scope_or_cta
     if stages < 1:
