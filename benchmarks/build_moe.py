@@ -80,7 +80,7 @@ def variant_builds(spec, dtypes):
     the L2 promotion of the operand tensor maps (``A_map``, ``B_map``) in the artifact's
     ``launch.json``, which the runtime encodes (see :func:`with_l2_promotion`)."""
     from kernels import moe
-    from kernels.moe_host import CONFIGS
+    from kernels.moe_host import CONFIGS, gemm_keywords
     cfg, _, rest = spec.partition(":")
     if cfg not in CONFIGS:
         raise SystemExit(f"--variant {spec!r}: configuration must be one of {sorted(CONFIGS)}")
@@ -89,13 +89,13 @@ def variant_builds(spec, dtypes):
         raise SystemExit(f"--variant {spec!r}: pad changes the permutation; add a configuration to "
                          "kernels/moe_host.py CONFIGS instead")
     l2p = int(changes.pop("l2p", 0))
-    kw = dict(CONFIGS[cfg], **{k: int(v) for k, v in changes.items()})
+    kw1, kw2 = (dict(kw, **{k: int(v) for k, v in changes.items()}) for kw in gemm_keywords(cfg))
     if l2p:
         changes["l2p"] = l2p
     tag = "_".join([cfg] + [f"{k}{v}" for k, v in changes.items()])
     out = {}
     for dtype in dtypes:
-        for role, make in (("gemm1", moe.make_gemm1), ("gemm2", moe.make_gemm2)):
+        for role, make, kw in (("gemm1", moe.make_gemm1, kw1), ("gemm2", moe.make_gemm2, kw2)):
             name = f"moe_{role}_{dtype}_{tag}"
             out[name] = (make(dtype, name=name, **kw), l2p)
     return out

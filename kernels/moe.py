@@ -49,10 +49,11 @@ import axe.lang as Ax
 from axe.lang.gather import gather
 from axe.layout import S
 from axe.schedules.emit import guard
-from kernels.moe_host import CONFIGS, DTYPES, E, HIDDEN, INTER, TOPK, align_name
+from kernels.moe_host import CONFIGS, DTYPES, E, HIDDEN, INTER, TOPK, align_name, gemm_keywords
 
 BK, SMS, GROUP = 64, 132, 16
 PRODUCER_REGS, CONSUMER_REGS = 40, 232
+GATHER_REGS = 56         # a producer warp that gathers rows computes addresses for 16 cp.async per stage
 ROUTE_WARPS = 4          # tokens per routing CTA (one warp each)
 ALIGN_THREADS = 1024     # the permutation's one CTA
 PERMUTE_ROWS = 16        # rows gathered per permute CTA (256 threads: 16 chunks of 16 bytes each)
@@ -292,7 +293,7 @@ def make_combine(dtype="bfloat16", hidden=HIDDEN, topk=TOPK):
 
 
 def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None, experts=E, sms=SMS, name=None,
-                      bk=BK, pad=None):
+                      bk=BK, pad=None, gather_rows=False):
     """A grouped GEMM over the padded, expert-grouped rows: for every m-tile ``m`` of the
     ``meta[0]`` tiles, the ``bm`` rows from ``r = tile_rows[m, 0]``:
     ``C[r : r + own] = act(A[r : r + own] · B[tile_expert[m]]ᵀ)``, ``own = tile_rows[m, 1]``.
@@ -307,7 +308,14 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
     ``pad``: the rows the segments are padded to (default ``bm``).  With a smaller ``pad`` a tile
     reaches into the next experts' rows, computes them and stores only its own rows, 16 at a time
     (:func:`axe.schedules.grouped.tiles`), so padding costs up to ``pad - 1`` rows per expert in
-    every buffer the layer moves instead of ``bm - 1``."""
+    every buffer the layer moves instead of ``bm - 1``.
+
+    ``gather_rows``: A is the unpermuted ``x`` (T, k) and the producer warpgroup gathers each tile's
+    rows itself (``A[r] = x[sorted_ids[r]]``, zeros where ``sorted_ids[r] < 0``) with ``cp.async``
+    into the swizzled stage, arriving on the stage's barrier once per thread — the permutation
+    kernel and its padded copy of x disappear; ``moe_gemm(x (T, k), B, C, sorted_ids (P + bm,),
+    tile_expert, tile_rows, meta)`` (``sorted_ids`` holds -1 for ``bm`` rows past the padded ones, so
+    a tile reaching past the last segment reads padding)."""
     from axe.backends.cuda.schedules.wgmma import d_fragment
     from kernels.gemm import swizzled, unbake_rows
     _check_dtype(dtype, "moe_gemm")
@@ -331,20 +339,29 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
     if pool_elems * 2 > 227 * 1024:
         raise ValueError(f"moe_gemm: {stages} stages of {bm}x{bk} + {bn}x{bk} and the epilogue need "
                          f"{pool_elems * 2 // 1024} KiB of shared memory, more than 227 KiB")
-    copies = 3 if act else 2                  # TMA copies (expect_tx arrivals) per slot
+    # arrivals per slot: one per TMA copy (expect_tx), or one per producer thread for the gather
+    gather_warps = 4                          # the producer warpgroup's four warps gather (8 chunks each at bm=128)
+    copies = (2 if act else 1) + (32 * gather_warps if gather_rows else 1)
+    # setmaxnreg: a gathering producer needs more; 128 threads per role share the 64K registers
+    producer_regs = GATHER_REGS if gather_rows else PRODUCER_REGS
+    consumer_regs = min(CONSUMER_REGS, (65536 // 128 - producer_regs) // consumers // 8 * 8)
     acc_layout, out_layout = d_fragment(bn, "tx"), d_fragment(half, "tx")
     kname = name or f"moe_gemm_{act or 'plain'}_{dtype}_bm{bm}_bn{bn}_{n}x{k}"
 
     def tile(pool, at, shape, lead=()):
         return Ax.view(pool, swizzled(*shape, lead), tuple(lead) + tuple(shape), base=at)
 
-    def load(pool, pipe, A, B, i, r0, n_blk, e, kb):
+    def load(pool, pipe, A, B, SRT, i, r0, n_blk, e, kb):
         """Producer: pipeline iteration i loads k-block kb of the tile of rows [r0, r0 + bm),
-        column block n_blk, expert e."""
+        column block n_blk, expert e (``gather_rows``: rows ``SRT[r0:r0 + bm]`` of A)."""
         s = pipe.slot(i)
         pipe.acquire(i)
         k0 = kb * bk
-        Ax.copy(tile(pool, a_at + s * (bm * bk), (bm, bk)), A[r0:r0 + bm, k0:k0 + bk], barrier=pipe.full, stage=s)
+        a = tile(pool, a_at + s * (bm * bk), (bm, bk))
+        if gather_rows:
+            gather(a, A[:, k0:k0 + bk], Ax.view(SRT, S[bm], (bm,), base=r0), barrier=pipe.full, stage=s)
+        else:
+            Ax.copy(a, A[r0:r0 + bm, k0:k0 + bk], barrier=pipe.full, stage=s)
         at = b_at + s * (bn * bk)
         if act:     # gate rows then the matching up rows (rows [h·bn/2, (h+1)·bn/2) of every column
             # block of the (bn, bk) tile): accumulator columns c and c + bn/2 pair up
@@ -360,6 +377,8 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
         """Consumer: wait for iteration i's slot, wgmma this warpgroup's 64 rows, release it."""
         s = pipe.slot(i)
         pipe.wait(i)
+        if gather_rows:     # cp.async wrote A through the generic proxy; wgmma reads it through the async one
+            Ax.cuda.fence_proxy_async()
         a = tile(pool, a_at + s * (bm * bk), (bm, bk))[wg * 64:(wg + 1) * 64, :]
         b = Ax.permute(tile(pool, b_at + s * (bn * bk), (bn, bk)), (1, 0))      # the K×N view
         Ax.gemm(acc, a, b, accumulate=accumulate, wait=0)
@@ -393,31 +412,39 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
         from axe.schedules.context import current_context
 
         @T.prim_func
-        def moe_gemm(a_: T.handle, B_: T.Buffer((experts, n, k), dtype), c_: T.handle, tiles_: T.handle,
-                     trows_: T.handle, meta: T.Buffer((4,), "int32"), A_map: T.handle("tensormap"),
+        # sorted_ids (srt_) is used only by gather_rows, A_map only without it: TVM drops the unused one
+        def moe_gemm(a_: T.handle, B_: T.Buffer((experts, n, k), dtype), c_: T.handle, srt_: T.handle,
+                     tiles_: T.handle, trows_: T.handle, meta: T.Buffer((4,), "int32"), A_map: T.handle("tensormap"),
                      B_map: T.handle("tensormap"), C_map: T.handle("tensormap")):
             P = T.int32()
             MT = T.int32()
-            A_ = T.match_buffer(a_, (P, k), dtype, align=16)
+            NS = T.int32()
+            A_ = T.match_buffer(a_, (P, k), dtype, align=16)       # x (T, k) with gather_rows
+            S_ = T.match_buffer(srt_, (NS,), "int32")
             C_ = T.match_buffer(c_, (P, n_out), dtype, align=16)
             tiles = T.match_buffer(tiles_, (MT,), "int32")
             trows = T.match_buffer(trows_, (MT, 2), "int32")
             Ax.cuda.min_blocks_per_sm(1)
             bx, tx = Ax.launch([T.min(sms, MT * n_tiles)], threads)
-            A = Ax.param(_rows(A_, bm, k), tensormap=A_map, name="A")
+            if gather_rows:
+                A = Ax.param(_rows(A_, 2, k), name="x")
+            else:
+                A = Ax.param(_rows(A_, bm, k), tensormap=A_map, name="A")
+            # (without gather_rows load() never reads it: A stands in, so sorted_ids stays unused)
+            SRT = Ax.param(_rows(S_, bm), name="sorted_ids") if gather_rows else A
             B = Ax.param(B_, tensormap=B_map)
             C = Ax.param(_rows(C_, bm, n_out), tensormap=C_map, name="C")
             pool = Ax.cuda.dynamic_shared(pool_elems, dtype)
             pipe = Ax.cuda.pipeline(stages, producers=copies, consumers=consumers)
             # the m-extent is the permutation's tile count, read on the device
             sched = Ax.TileSchedule(meta[0], n_tiles, sms, GROUP)
-            with Ax.cuda.role(0, 1, regs=PRODUCER_REGS):
-                with Ax.warps(0, 1):
+            with Ax.cuda.role(0, 1, regs=producer_regs):
+                with Ax.warps(0, gather_warps if gather_rows else 1):
                     for it in T.serial(sched.count(bx)):
                         m_blk, n_blk = sched.coords(sched.tile(bx, it))
                         for kb in T.serial(k_iters):
-                            load(pool, pipe, A, B, it * k_iters + kb, trows[m_blk, 0], n_blk, tiles[m_blk], kb)
-            with Ax.cuda.role(1, 1 + consumers, regs=CONSUMER_REGS, each=True):
+                            load(pool, pipe, A, B, SRT, it * k_iters + kb, trows[m_blk, 0], n_blk, tiles[m_blk], kb)
+            with Ax.cuda.role(1, 1 + consumers, regs=consumer_regs, each=True):
                 wg = Ax.cuda.warpgroup_index()
                 leader = tx % 128 == 0
                 acc = Ax.registers((64, bn), "float32", acc_layout, name="acc")
@@ -432,12 +459,12 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
                     mma(pool, pipe, acc, wg, base + k_iters - 1, True, leader)
                     epilogue(acc, out, pool, C, wg, leader, trows[m_blk, 0], trows[m_blk, 1], n_blk)
                 Ax.cuda.tma_store_wait(0, pred=leader)
-        unbake_rows(current_context().tensormaps)
+        unbake_rows(current_context().tensormaps, ("C_map",) if gather_rows else ("A_map", "C_map"))
         return moe_gemm
 
     return Ax.Kernel(kname, factory, outputs=("C",),
                      meta={"n": n, "k": k, "dtype": dtype, "bm": bm, "bn": bn, "pad": pad, "act": act,
-                           "threads": threads})
+                           "gather_rows": gather_rows, "threads": threads})
 
 
 def make_gemm1(dtype="bfloat16", bm=128, bn=256, **kw):
@@ -457,9 +484,10 @@ def builds(dtypes=DTYPES):
         out[f"moe_route_{dtype}"] = make_route(dtype)
         out[f"moe_permute_{dtype}"] = make_permute(dtype)
         out[f"moe_combine_{dtype}"] = make_combine(dtype)
-        for cfg, kw in CONFIGS.items():
-            out[f"moe_gemm1_{dtype}_{cfg}"] = make_gemm1(dtype, name=f"moe_gemm1_{dtype}_{cfg}", **kw)
-            out[f"moe_gemm2_{dtype}_{cfg}"] = make_gemm2(dtype, name=f"moe_gemm2_{dtype}_{cfg}", **kw)
+        for cfg in CONFIGS:
+            kw1, kw2 = gemm_keywords(cfg)
+            out[f"moe_gemm1_{dtype}_{cfg}"] = make_gemm1(dtype, name=f"moe_gemm1_{dtype}_{cfg}", **kw1)
+            out[f"moe_gemm2_{dtype}_{cfg}"] = make_gemm2(dtype, name=f"moe_gemm2_{dtype}_{cfg}", **kw2)
     for kw in CONFIGS.values():
         out[align_name(kw["bm"], kw.get("pad"))] = make_align(kw["bm"], kw.get("pad"))
     return out

@@ -9,9 +9,12 @@ DTYPES = ("bfloat16", "float16")
 
 #: tile configurations: ``small`` (bm 64, bn 128) for few tokens per expert, ``large`` beyond;
 #: the ``*_pad16`` twins pad each expert's rows to 16 instead of a whole tile (tiles then reach into
-#: the next experts' rows and store only their own: kernels.moe.make_grouped_gemm's ``pad``)
+#: the next experts' rows and store only their own: kernels.moe.make_grouped_gemm's ``pad``), the
+#: ``*_gather`` ones also let GEMM 1 gather x's rows itself (``gather_rows``: no permute kernel)
 CONFIGS = {"small": {"bm": 64, "bn": 128}, "large": {"bm": 128, "bn": 256},
-           "small_pad16": {"bm": 64, "bn": 128, "pad": 16}, "large_pad16": {"bm": 128, "bn": 256, "pad": 16}}
+           "small_pad16": {"bm": 64, "bn": 128, "pad": 16}, "large_pad16": {"bm": 128, "bn": 256, "pad": 16},
+           "small_gather": {"bm": 64, "bn": 128, "pad": 16, "gather_rows": True},
+           "large_gather": {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True}}
 #: token counts up to this use the small configuration: measured on an H200 under CUDA graphs
 #: (benchmarks/results/moe-config-2026-11-23-h200.json), small/large layer time 0.80 at T=8, 0.87 at
 #: T=32, 0.88 at T=128..512, 1.01 at T=1024, 1.15 at T=2048 — with every expert hit and few tokens
@@ -37,6 +40,12 @@ def rows_and_tiles(tokens, config):
     return capacity(tokens * TOPK, E, pad), tile_capacity(tokens * TOPK, E, bm)
 
 
+def gemm_keywords(config):
+    """:func:`kernels.moe.make_grouped_gemm`'s keywords for ``config``; GEMM 2 never gathers."""
+    kw = dict(CONFIGS[config])
+    return kw, {k: v for k, v in kw.items() if k != "gather_rows"}
+
+
 def artifact_names(dtype, config):
     """The artifacts one layer run needs, by role (names as ``kernels.moe.builds`` gives them)."""
     cfg = CONFIGS[config]
@@ -55,14 +64,17 @@ class Layer:
         import torch
         self.k, self.tokens = kernels, tokens
         P, MT = rows_and_tiles(tokens, config)
+        bm = CONFIGS[config]["bm"]
+        self.gather = CONFIGS[config].get("gather_rows", False)
         i32 = dict(dtype=torch.int32, device=device)
         dt = getattr(torch, dtype)
-        self.sorted = torch.empty(P, **i32)
+        # bm rows past the capacity: the last tile may reach past the padded rows; align fills all with -1
+        self.sorted = torch.empty(P + bm, **i32)
         self.tiles = torch.empty(MT, **i32)
         self.tile_rows = torch.empty(MT, 2, **i32)
         self.meta = torch.zeros(4, **i32)
         self.pos = torch.empty(tokens, TOPK, **i32)
-        self.xp = torch.empty(P, HIDDEN, dtype=dt, device=device)
+        self.xp = None if self.gather else torch.empty(P, HIDDEN, dtype=dt, device=device)
         self.h = torch.empty(P, INTER, dtype=dt, device=device)
         self.y = torch.empty(P, HIDDEN, dtype=dt, device=device)
         self.out = torch.empty(tokens, HIDDEN, dtype=dt, device=device)
@@ -76,12 +88,14 @@ class Layer:
     def steps(self, x, w1, w2, ids, weights):
         """``{step: fn}`` in launch order: each of the layer's kernel launches on its own (what
         :meth:`experts` runs one after the other; ``benchmarks/moe_stages.py`` times them apart)."""
-        k = self.k
-        return {"align": lambda: k["align"](ids, self.sorted, self.tiles, self.tile_rows, self.meta, self.pos),
-                "permute": lambda: k["permute"](x, self.sorted, self.meta, self.xp),
-                "gemm1": lambda: k["gemm1"](self.xp, w1, self.h, self.tiles, self.tile_rows, self.meta),
-                "gemm2": lambda: k["gemm2"](self.h, w2, self.y, self.tiles, self.tile_rows, self.meta),
-                "combine": lambda: k["combine"](self.y, self.pos, weights, self.out)}
+        k, grouped = self.k, (self.sorted, self.tiles, self.tile_rows, self.meta)
+        steps = {"align": lambda: k["align"](ids, self.sorted, self.tiles, self.tile_rows, self.meta, self.pos)}
+        if not self.gather:         # GEMM 1 reads the permuted rows, else it gathers x's rows itself
+            steps["permute"] = lambda: k["permute"](x, self.sorted, self.meta, self.xp)
+        steps["gemm1"] = lambda: k["gemm1"](x if self.gather else self.xp, w1, self.h, *grouped)
+        steps["gemm2"] = lambda: k["gemm2"](self.h, w2, self.y, *grouped)
+        steps["combine"] = lambda: k["combine"](self.y, self.pos, weights, self.out)
+        return steps
 
     def experts(self, x, w1, w2, ids, weights):
         """``out = Σ_k weights[t,k] · down_e(SiLU(gate_e x) · up_e x)`` for ``e = ids[t,k]``."""

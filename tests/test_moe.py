@@ -195,6 +195,11 @@ KERNELS = {
                           ["wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.tensor.2d.global.shared"]),
     "gemm2_large_pad16": ("make_gemm2", {"bm": 128, "bn": 256, "pad": 16},
                           ["wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16", "cp.async.bulk.tensor.2d.global.shared"]),
+    "gemm1_small_gather": ("make_gemm1", {"bm": 64, "bn": 128, "pad": 16, "gather_rows": True},
+                           ["cp.async.cg.shared.global", "cp.async.mbarrier.arrive.noinc.shared::cta.b64",
+                            "fence.proxy.async.shared::cta", "cp.async.bulk.tensor.3d", "wgmma.mma_async"]),
+    "gemm1_large_gather": ("make_gemm1", {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True},
+                           ["cp.async.cg.shared.global", "cp.async.mbarrier.arrive.noinc.shared::cta.b64"]),
     "gemm1_small_bk128": ("make_gemm1", {"bm": 64, "bn": 128, "bk": 128},
                           ["wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.tensor.3d"]),
     "gemm2_large": ("make_gemm2", {"bm": 128, "bn": 256, "dtype": "float16"},
@@ -243,6 +248,18 @@ def test_overlapping_tiles_store_only_their_rows():
         assert re.search(rf"if \({16 * q} < \(trows_ptr\[", art.cuda_source), f"store box {q} is not guarded"
     plain = Ax.compile_kernel(moe.make_gemm2("bfloat16", bm=64, bn=128), "sm_90a")
     assert {t["param"]: t for t in plain.launch["tensormaps"]}["C_map"]["box"] == [64, 64]
+
+
+def test_gathering_gemm_counts_every_producer_thread():
+    """GEMM 1 with ``gather_rows``: no tensor map for A (its rows come from x by index), and each
+    stage's full barrier expects the producer warpgroup's 128 cp.async arrivals plus one per TMA
+    copy of B (gate and up: 2) — a count off by one would hang or race, so it is read off the CUDA."""
+    from kernels import moe
+    art = Ax.compile_kernel(moe.make_gemm1("bfloat16", bm=64, bn=128, pad=16, gather_rows=True), "sm_90a")
+    assert sorted(t["param"] for t in art.launch["tensormaps"]) == ["B_map", "C_map"]
+    inits = re.findall(r"mbarrier_init_init_shared_b64\(.*?\(uint\)(\d+)\)", art.cuda_source)
+    assert inits.count("130") == 4, inits           # 4 stages of full barriers
+    assert [a["name"] for a in art.launch["args"]][:4] == ["A_", "B_", "C_", "S_"]
 
 
 def test_gemm_refuses_bad_configs():

@@ -130,6 +130,9 @@ __forceinline__ __device__ void axe_cp_async_zfill(void* smem, const void* gmem,
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\\n" :: "r"(s), "l"(gmem), "r"(n) : "memory");
   }
 }
+"""
+# one source per function: the code generator includes each function's source once, by name
+_ARRIVE = """
 __forceinline__ __device__ void axe_cp_async_arrive_noinc(void* bar) {
   unsigned b = (unsigned)__cvta_generic_to_shared(bar);
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\\n" :: "r"(b) : "memory");
@@ -184,7 +187,7 @@ def _emit(call, plan: GatherPlan):
         T.evaluate(T.ptx["cp.async.wait_group"](0))
         return
     stage = call.config.get("stage", 0)
-    T.evaluate(T.cuda.func_call("axe_cp_async_arrive_noinc", barrier_ptr(bar, stage), source_code=_ZFILL))
+    T.evaluate(T.cuda.func_call("axe_cp_async_arrive_noinc", barrier_ptr(bar, stage), source_code=_ARRIVE))
 
 
 @register("gather", "cp_async_gather", "cuda", priority=20,
