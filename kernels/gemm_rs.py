@@ -26,6 +26,11 @@ epilogue, so the communication runs inside the kernel, tile by tile:
   buffer, ``ldmatrix``-es them into the accumulator's fragment layout, adds them in fp32 and
   stores the sum with TMA.
 
+Every wait on a peer is bounded by the mesh timeout and is inline code, not a function call (a
+call made ptxas ignore ``setmaxnreg``, C7507); the forwarding warps copy their half-tile 8 rows per
+iteration of a rolled loop so that it fits the producer warpgroup's 40 registers.  The default
+build has no spills.
+
 ``rs_push="bulk"`` lets the consumers' bulk copies write the peer tiles straight into the owner's
 memory instead: simpler, but the transfer then sits on the consumers' path (every CTA finishes its
 tile at about the same time and all push at once), 1–8% slower on 6 of the 8 benchmark shapes.

@@ -51,6 +51,9 @@ def test_emitted_stores_cover_the_record_once_and_publish_the_magic_last():
     last_field = body.rindex("st.relaxed.sys.global.u32 [%0+", 0, magic_at)
     assert last_field < body.index("fence.sc.sys", last_field) < magic_at, "the magic is stored before the fence"
     assert "trap;" in body and "printf" not in body and "__noinline__" not in body
+    # a thread that loses the claim parks before the stores instead of trapping over the winner's record
+    claim = body.index("atomicCAS(&axe_report_claim")
+    assert claim < body.index("for (;;) asm volatile(\"nanosleep", claim) < body.index("st.relaxed.sys")
 
 
 def test_decode_reads_what_the_device_writes():
@@ -155,8 +158,10 @@ def test_launcher_attaches_modules_and_turns_a_failed_launch_into_the_report(mon
     k.function(0)
     k.function(0)                                       # cached: attached once
     assert pages._owners == [("gemm_cluster", 0)]
-    with launcher._reported(0):                         # nothing reported: the error passes unchanged
-        pass
+    gone = launcher.Kernel(Artifact("", "", b"axe_report", dict(launch, name="gone")), driver=FakeDriver(globals_=()))
+    gone._driver.cuModuleLoadData, gone._driver.cuModuleGetFunction = d.cuModuleLoadData, d.cuModuleGetFunction
+    with pytest.warns(UserWarning, match="gone: the cubin names axe_report, but cuModuleGetGlobal does not find it"):
+        gone.function(0)
     with pytest.raises(launcher.LaunchError), launcher._reported(0):
         raise launcher.LaunchError("cuLaunchKernel failed: CUDA_ERROR_LAUNCH_FAILED")
     vals = {"kind": dev.MBARRIER, "cta": 1, "cluster_rank": 1, "thread": 0, "object": 0x18, "stage": 3,
@@ -188,3 +193,25 @@ def test_synchronize_states_the_report_instead_of_the_bare_cuda_error(monkeypatc
     with pytest.raises(WaitTimeoutError, match=r"gemm_sk on cuda:0: CTA 131 .* thread 128 waited 10000 ms .*'F_'\[263\]"):
         launcher.synchronize(0)
     pages.check(device=1)                               # another device's launches are not blamed
+
+
+@pytest.mark.parametrize("name,wait", [("cluster_wait_timeout", "axe_mbarrier_wait_bounded"),
+                                       ("flag_wait_timeout", "axe_flag_take")])
+def test_gpu_timeout_cases_build(name, wait):
+    """The GPU cases whose waits must time out (tests/gpu/cases_runtime.py) build here: one
+    bounded wait each, with the cases' 50 ms timeout and the name the report will carry."""
+    pytest.importorskip("tvm")
+    import importlib.util
+    import os
+    path = os.path.join(os.path.dirname(__file__), "gpu", "cases_runtime.py")
+    spec = importlib.util.spec_from_file_location("cases_runtime", path)
+    cases = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(cases)
+    assert name in cases.CHECKS
+    art = cases.BUILDS[name]()
+    calls = re.findall(rf"\b{wait}\((?!void\*|int\*)[^;]*;", art.cuda_source)
+    assert len(calls) == 1 and ", 50000000, " in calls[0], calls
+    named = "never_arrives" if wait == "axe_mbarrier_wait_bounded" else "F_"
+    assert all(f"(uint){w}" in calls[0] for w in dev.name_words(named)), calls[0]
+    assert art.ptx.count("trap;") == 1 and ".u64 axe_report;" in art.ptx
+    assert art.launch.get("cluster") == ([2, 1, 1] if "cluster" in name else None)

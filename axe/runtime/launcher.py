@@ -28,6 +28,7 @@ import ctypes
 import hashlib
 import os
 import threading
+import warnings
 from dataclasses import dataclass, field
 
 from axe.backends.cuda.artifact import Artifact, eval_expr
@@ -473,7 +474,9 @@ class Kernel:
                 entry = [module, func, 0]
                 _CACHE[key] = entry
                 if _report.SYMBOL.encode() in self.artifact.cubin:     # a module with bounded waits
-                    _report.PAGES.attach(d, module, self.launch["name"], device_index)
+                    if _report.PAGES.attach(d, module, self.launch["name"], device_index) is None:
+                        warnings.warn(f"{self.launch['name']}: the cubin names {_report.SYMBOL}, but cuModuleGetGlobal "
+                                      "does not find it: a wait that times out will trap without a report")
             if dynamic_smem > entry[2]:
                 _check(
                     d,
@@ -519,17 +522,8 @@ class Kernel:
         with _LAUNCH_LOCK, torch.cuda.device(index), _reported(index):
             ptr = pack.fill(b.tensors)
             name = self.launch["name"]
-            if b.cluster:
-                cfg = d.CUlaunchConfig()
-                cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = b.grid
-                cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = b.block
-                cfg.sharedMemBytes = b.dynamic_smem
-                cfg.hStream = d.CUstream(stream)
-                attr = d.CUlaunchAttribute()
-                attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-                attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = b.cluster
-                cfg.attrs = [attr]
-                cfg.numAttrs = 1
+            cfg = launch_config(d, self.launch, b, stream)
+            if cfg is not None:
                 _check(d, d.cuLaunchKernelEx(cfg, func, ptr, 0), f"cuLaunchKernelEx({name})")
             elif self.launch.get("cooperative"):
                 _check(
@@ -583,6 +577,46 @@ def _current_stream(torch, index: int) -> int:
     query where it has one: it makes no Stream object, which costs microseconds per launch)."""
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
     return raw(index) if raw is not None else torch.cuda.current_stream(index).cuda_stream
+
+
+def launch_config(d, launch, bound, stream):
+    """The ``CUlaunchConfig`` for ``cuLaunchKernelEx`` where the launch needs attributes — a
+    cluster shape, programmatic stream serialization (``launch["programmatic"]``, unless
+    :func:`programmatic_launch_enabled` says no) — else None (a plain ``cuLaunchKernel``)."""
+    programmatic = launch.get("programmatic", False) and programmatic_launch_enabled()
+    if not bound.cluster and not programmatic:
+        return None
+    cfg = d.CUlaunchConfig()
+    cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = bound.grid
+    cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = bound.block
+    cfg.sharedMemBytes = bound.dynamic_smem
+    cfg.hStream = d.CUstream(stream)
+    attrs = []
+    if bound.cluster:
+        attr = d.CUlaunchAttribute()
+        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = bound.cluster
+        attrs.append(attr)
+    if programmatic:    # the kernel waits for its predecessor itself (griddepcontrol.wait)
+        attr = d.CUlaunchAttribute()
+        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+        attr.value.programmaticStreamSerializationAllowed = 1
+        attrs.append(attr)
+    if launch.get("cooperative"):
+        attr = d.CUlaunchAttribute()
+        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
+        attr.value.cooperative = 1
+        attrs.append(attr)
+    cfg.attrs = attrs
+    cfg.numAttrs = len(attrs)
+    return cfg
+
+
+def programmatic_launch_enabled() -> bool:
+    """Whether kernels built with ``Ax.cuda.programmatic_launch`` are launched programmatically
+    (the default); ``AXE_PROGRAMMATIC_LAUNCH=0`` launches them in plain stream order (their
+    ``griddepcontrol.wait`` then returns at once), e.g. to measure what the overlap gains."""
+    return os.environ.get("AXE_PROGRAMMATIC_LAUNCH", "1") != "0"
 
 
 def load(path_or_artifact, driver=None) -> Kernel:

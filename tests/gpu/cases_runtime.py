@@ -61,6 +61,87 @@ def _streams_build():
 BUILDS["streams_sk"] = _streams_build
 
 
+def _timeout_build(kernel_name):
+    """A kernel of ``_kernels_timeout`` whose bounded wait times out (50 ms) and traps."""
+    def builder():
+        import axe.lang as Ax
+
+        sys.path.insert(0, HERE)
+        import _kernels_timeout
+
+        return Ax.compile_kernel(getattr(_kernels_timeout, kernel_name), "sm_90a")
+
+    return builder
+
+
+BUILDS["cluster_wait_timeout"] = _timeout_build("cluster_wait_timeout")
+BUILDS["flag_wait_timeout"] = _timeout_build("flag_wait_timeout")
+
+# run in a child process: the trap ends the CUDA context, and the checks after this one need theirs
+_TIMEOUT_CHILD = r"""
+import sys, time
+import torch
+from axe.runtime import load
+from axe.runtime.launcher import WaitTimeoutError, synchronize
+k = load(sys.argv[1])
+arg = torch.zeros(k.launch["args"][0]["shape"], dtype=torch.int32, device="cuda")
+torch.cuda.synchronize()
+t = time.perf_counter()
+k(arg)
+try:
+    synchronize()
+except WaitTimeoutError as e:
+    print(f"after {time.perf_counter() - t:.3f} s: {e}")
+    try:
+        k(arg)          # the context is lost: a later launch fails with the same report
+        synchronize()
+    except WaitTimeoutError as again:
+        print("again:", again)
+    sys.exit(0)
+print("no error: the wait did not time out")
+sys.exit(1)
+"""
+
+
+def _run_timeout_child(kernel):
+    """Launch ``kernel`` in a child process; return its output (the report, twice)."""
+    import subprocess
+    import tempfile
+
+    path = kernel.artifact.path or kernel.artifact.save(tempfile.mkdtemp(prefix="axe_timeout_"))
+    root = os.path.dirname(os.path.dirname(HERE))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, "-c", _TIMEOUT_CHILD, path], capture_output=True, text=True, timeout=120,
+                          cwd=root, env=env)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"{kernel.launch['name']}: the child exited {proc.returncode}: {out[-2000:]}"
+    return out
+
+
+def _check_timeout_report(kernel, words):
+    """The launch ends within a second of the 50 ms timeout, and WaitTimeoutError states the
+    report (``words``) after the synchronize and again at the next launch."""
+    out = _run_timeout_child(kernel)
+    first = next(line for line in out.splitlines() if line.startswith("after "))
+    missing = [w for w in words if w not in first]
+    assert not missing, f"the report lacks {missing}: {first}"
+    assert float(first.split()[1]) < 5.0, f"the wait took too long to end: {first}"
+    again = next((line for line in out.splitlines() if line.startswith("again: ")), "")
+    assert all(w in again for w in words), f"a later launch did not repeat the report: {out[-1000:]}"
+    return first[:200]
+
+
+def check_cluster_wait_timeout(kernel, torch):
+    return _check_timeout_report(kernel, ["cluster_wait_timeout on cuda:", "CTA 1 (cluster rank 1)", "waited 50 ms",
+                                          "phase 0 of mbarrier 'never_arrives' stage 0", "another CTA of its cluster",
+                                          "trap"])
+
+
+def check_flag_wait_timeout(kernel, torch):
+    return _check_timeout_report(kernel, ["flag_wait_timeout on cuda:", "CTA 1 (cluster rank 0) thread 0 waited 50 ms",
+                                          "flag 'F_'[1] to become 1 (it read 0)", "co-resident"])
+
+
 def expect_error(exc_type, fn, *words):
     """Run ``fn``; it must raise ``exc_type`` whose message holds every word in ``words``."""
     try:
@@ -213,6 +294,8 @@ def check_streams_sk(kernel, torch, launches=12):
 
 CHECKS = {
     "streams_sk": check_streams_sk,
+    "cluster_wait_timeout": check_cluster_wait_timeout,
+    "flag_wait_timeout": check_flag_wait_timeout,
     "vcopy": check_vcopy,
     "tma_copy": check_tma_copy,
     "tma_swizzle": check_tma_swizzle,

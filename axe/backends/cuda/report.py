@@ -16,7 +16,8 @@ the report in words.  A null pointer (a module loaded by something else) only tr
 The record, little-endian u32 words at byte offset ``4 * word`` of the slot (:data:`FIELDS`):
 the fields are stored first, then ``fence.sc.sys``, then :data:`MAGIC` in word 0, so a reader
 that sees the magic sees the fields.  Only the first thread of a module to time out writes
-(an atomic claim on a ``__device__`` word of the module); the others trap at once.
+(an atomic claim on a ``__device__`` word of the module); the others park (``nanosleep``) until
+its trap ends the launch, since a trap of theirs could end it before the record is written.
 """
 
 from __future__ import annotations
@@ -59,7 +60,11 @@ SOURCE = (
     "__forceinline__ __device__ void axe_report_trap(unsigned kind, unsigned object, unsigned stage, unsigned want,\n"
     "    unsigned seen, long long timeout_ns, unsigned n0, unsigned n1, unsigned n2, unsigned n3) {\n"
     f"  unsigned int* r = {SYMBOL};\n"
-    f"  if (r != 0 && atomicCAS(&{SYMBOL}_claim, 0u, 1u) == 0u) {{\n"
+    "  if (r != 0) {\n"
+    "    // a thread that loses the claim parks: trapping now could end the launch before the\n"
+    "    // winner's record is written; the winner's trap ends it\n"
+    f"    if (atomicCAS(&{SYMBOL}_claim, 0u, 1u) != 0u)\n"
+    '      for (;;) asm volatile("nanosleep.u32 1000000;" ::: "memory");\n'
     "    unsigned rank, tid = threadIdx.x, cta = blockIdx.x, ms = (unsigned)(timeout_ns / 1000000);\n"
     '    asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(rank));\n'
     + _store("kind", "kind") + _store("cta", "cta") + _store("cluster_rank", "rank") + _store("thread", "tid")

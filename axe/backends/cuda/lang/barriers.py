@@ -14,9 +14,15 @@ def mbarrier(count: int = 1, stages: int = 1, name: str = "mbar"):
     return alloc_mbarrier(scope_or_cta(), count, stages, name)
 
 
-def mbarrier_wait(bar, phase=0, stage=0, remote: bool = False):
+def mbarrier_wait(bar, phase=0, stage=0, remote: bool = False, timeout_ns: int | None = None):
     """Wait until phase ``phase`` of barrier ``bar[stage]`` completes.  ``remote``: another CTA
     completes it (a remote arrival, a multicast commit), so the wait is bounded and a CTA that never
-    arrives ends the launch with a report and a trap (:func:`~axe.backends.cuda.sync.wait_bounded`)."""
-    from ..sync import wait, wait_bounded
-    (wait_bounded if remote else wait)(bar, phase, stage)
+    arrives ends the launch with a report and a trap after ``timeout_ns`` (default
+    ``CTA_WAIT_TIMEOUT_NS``; :func:`~axe.backends.cuda.sync.wait_bounded`, call-free)."""
+    from ..sync import CTA_WAIT_TIMEOUT_NS, wait, wait_bounded
+    if not remote:
+        if timeout_ns is not None:
+            raise ValueError(f"mbarrier_wait: timeout_ns={timeout_ns} needs remote=True (a local wait is unbounded)")
+        wait(bar, phase, stage)
+    else:
+        wait_bounded(bar, phase, stage, CTA_WAIT_TIMEOUT_NS if timeout_ns is None else timeout_ns)
