@@ -38,6 +38,11 @@ run ``Ax.gemm`` → wgmma and store through ``stmatrix`` + TMA.  For GEMM 1 the 
 holds gate column c and up column c together (wgmma's fragment repeats every 8 columns) and
 SiLU·up is one in-register ``Ax.elementwise``.
 
+Every kernel is launched programmatically (``Ax.cuda.programmatic_launch``): it may start while
+the one before it in the stream finishes, waits (``grid_wait``) before it reads that kernel's
+output, and lets the next one launch once its own work is issued (``launch_dependents``), so the
+launches and set-up of the layer's kernels overlap their predecessors' tails.
+
 Tiles: ``bm`` = 64 (one consumer warpgroup) for small T, where the layer is bound by streaming
 the active experts' weights (each 2048×1536 + 768×2048, 9.4 MB in bf16) and small m-tiles waste
 the least tensor work; ``bm`` = 128 (two consumers) and ``bn`` = 256 beyond.
@@ -91,7 +96,10 @@ def make_route(dtype="bfloat16", experts=E, topk=TOPK):
             L = T.match_buffer(logits_, (n_tok, experts), dtype, align=16)
             ids = T.match_buffer(ids_, (n_tok, topk), "int32")
             W = T.match_buffer(w_, (n_tok, topk), "float32")
+            Ax.cuda.programmatic_launch()
             bx, tx = Ax.launch([(n_tok + ROUTE_WARPS - 1) // ROUTE_WARPS], 32 * ROUTE_WARPS)
+            Ax.cuda.grid_wait()
+            Ax.cuda.launch_dependents()     # (the next kernel waits for this whole grid anyway)
             v = T.alloc_buffer((per,), "float32", scope="local")
             best = T.alloc_buffer((1,), "float32", scope="local")
             bi = T.alloc_buffer((1,), "int32", scope="local")
@@ -160,7 +168,9 @@ def make_align(bm, pad=None, experts=E, topk=TOPK):
             srt = T.match_buffer(sorted_, (P,), "int32")
             tiles = T.match_buffer(tiles_, (MT,), "int32")
             trows = T.match_buffer(trows_, (MT, 2), "int32")
+            Ax.cuda.programmatic_launch()
             bx, tx = Ax.launch(1, nt)
+            Ax.cuda.grid_wait()
             cnt = T.alloc_buffer((experts,), "int32", scope="shared")
             cur = T.alloc_buffer((experts,), "int32", scope="shared")
             off = T.alloc_buffer((experts + 1,), "int32", scope="shared")
@@ -218,6 +228,7 @@ def make_align(bm, pad=None, experts=E, topk=TOPK):
                 p = T.cuda.atomic_add(T.address_of(cur[ids[a // topk, a % topk]]), 1)
                 srt[p] = a // topk
                 pos[a // topk, a % topk] = p
+            Ax.cuda.launch_dependents()
         return moe_align
     return moe_align
 
@@ -237,13 +248,16 @@ def make_permute(dtype="bfloat16", hidden=HIDDEN):
             X_ = T.match_buffer(x_, (n_tok, hidden), dtype, align=16)
             S_ = T.match_buffer(sorted_, (P,), "int32")
             XP_ = T.match_buffer(xp_, (P, hidden), dtype, align=16)
+            Ax.cuda.programmatic_launch()
             bx, tx = Ax.launch([P // rows], 256)
+            Ax.cuda.grid_wait()
             X = Ax.param(_rows(X_, 2, hidden), name="x")
             XP = Ax.view(Ax.param(_rows(XP_, rows, hidden), name="xp"), S[(rows, hidden)], (rows, hidden),
                          base=bx * (rows * hidden))
             ix = Ax.view(Ax.param(_rows(S_, rows), name="sorted_ids"), S[rows], (rows,), base=bx * rows)
             with guard(bx * rows < meta[1]):
                 gather(XP, X, ix)
+            Ax.cuda.launch_dependents()
         return moe_permute
     return moe_permute
 
@@ -270,7 +284,9 @@ def make_combine(dtype="bfloat16", hidden=HIDDEN, topk=TOPK):
             POS_ = T.match_buffer(pos_, (n_tok, topk), "int32")
             W = T.match_buffer(w_, (n_tok, topk), "float32")
             O_ = T.match_buffer(out_, (n_tok, hidden), dtype, align=16)
+            Ax.cuda.programmatic_launch()
             bx, tx = Ax.launch([n_tok], COMBINE_THREADS)
+            Ax.cuda.grid_wait()
             Y = Ax.param(_rows(Y_, 2, hidden), name="y")
             ix = Ax.view(Ax.param(_rows(POS_, 1, topk), name="pos"), S[topk], (topk,), base=bx * topk)
             O = Ax.view(Ax.param(_rows(O_, 1, hidden), name="out"), S[(1, hidden)], (1, hidden), base=bx * hidden)
@@ -288,6 +304,7 @@ def make_combine(dtype="bfloat16", hidden=HIDDEN, topk=TOPK):
             for j in T.unroll(c * vec):
                 ov[j] = T.cast(acc[j], dtype)
             Ax.copy(O, res)
+            Ax.cuda.launch_dependents()
         return moe_combine
     return moe_combine
 
@@ -425,6 +442,7 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
             tiles = T.match_buffer(tiles_, (MT,), "int32")
             trows = T.match_buffer(trows_, (MT, 2), "int32")
             Ax.cuda.min_blocks_per_sm(1)
+            Ax.cuda.programmatic_launch()
             bx, tx = Ax.launch([T.min(sms, MT * n_tiles)], threads)
             if gather_rows:
                 A = Ax.param(_rows(A_, 2, k), name="x")
@@ -436,6 +454,7 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
             C = Ax.param(_rows(C_, bm, n_out), tensormap=C_map, name="C")
             pool = Ax.cuda.dynamic_shared(pool_elems, dtype)
             pipe = Ax.cuda.pipeline(stages, producers=copies, consumers=consumers)
+            Ax.cuda.grid_wait()     # set-up above overlaps the previous kernel; its outputs are read below
             # the m-extent is the permutation's tile count, read on the device
             sched = Ax.TileSchedule(meta[0], n_tiles, sms, GROUP)
             with Ax.cuda.role(0, 1, regs=producer_regs):
@@ -444,6 +463,8 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
                         m_blk, n_blk = sched.coords(sched.tile(bx, it))
                         for kb in T.serial(k_iters):
                             load(pool, pipe, A, B, SRT, it * k_iters + kb, trows[m_blk, 0], n_blk, tiles[m_blk], kb)
+                # every load is issued: the next kernel may launch while the last tiles finish
+                Ax.cuda.launch_dependents()
             with Ax.cuda.role(1, 1 + consumers, regs=consumer_regs, each=True):
                 wg = Ax.cuda.warpgroup_index()
                 leader = tx % 128 == 0

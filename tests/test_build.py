@@ -216,6 +216,83 @@ class FakeDriver:
         return 0, m
 
 
+class _Struct:
+    """An attribute bag standing in for cuda.bindings' structs and unions."""
+
+    def __getattr__(self, name):
+        value = _Struct()
+        setattr(self, name, value)
+        return value
+
+
+class LaunchDriver:
+    """Just enough of cuda.bindings.driver to build a cuLaunchKernelEx configuration."""
+
+    class CUlaunchAttributeID:
+        CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = "cluster"
+        CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = "programmatic"
+        CU_LAUNCH_ATTRIBUTE_COOPERATIVE = "cooperative"
+
+    CUlaunchConfig = CUlaunchAttribute = _Struct
+
+    @staticmethod
+    def CUstream(handle):
+        return ("stream", handle)
+
+
+def test_programmatic_launch_configuration(monkeypatch):
+    """A kernel built with Ax.cuda.programmatic_launch is launched through cuLaunchKernelEx with
+    programmatic stream serialization (next to a cluster shape or cooperative launch where those
+    apply); AXE_PROGRAMMATIC_LAUNCH=0 and kernels without the mark launch plainly."""
+    from types import SimpleNamespace
+
+    from axe.runtime.launcher import launch_config
+
+    b = SimpleNamespace(grid=(132, 1, 1), block=(384, 1, 1), dynamic_smem=200000, cluster=None)
+    cfg = launch_config(LaunchDriver, {"programmatic": True}, b, 7)
+    assert (cfg.gridDimX, cfg.blockDimX, cfg.sharedMemBytes, cfg.hStream) == (132, 384, 200000, ("stream", 7))
+    assert [a.id for a in cfg.attrs] == ["programmatic"] and cfg.numAttrs == 1
+    assert cfg.attrs[0].value.programmaticStreamSerializationAllowed == 1
+    assert launch_config(LaunchDriver, {"programmatic": False}, b, 7) is None
+    assert launch_config(LaunchDriver, {}, b, 7) is None
+    pair = SimpleNamespace(**dict(vars(b), cluster=(2, 1, 1)))
+    cfg = launch_config(LaunchDriver, {"programmatic": True, "cooperative": True}, pair, 7)
+    assert [a.id for a in cfg.attrs] == ["cluster", "programmatic", "cooperative"]
+    assert (cfg.attrs[0].value.clusterDim.x, cfg.attrs[0].value.clusterDim.y) == (2, 1)
+    monkeypatch.setenv("AXE_PROGRAMMATIC_LAUNCH", "0")
+    assert launch_config(LaunchDriver, {"programmatic": True}, b, 7) is None
+    assert [a.id for a in launch_config(LaunchDriver, {"programmatic": True}, pair, 7).attrs] == ["cluster"]
+
+
+def test_programmatic_launch_needs_a_wait():
+    """Ax.cuda.programmatic_launch marks the artifact; a kernel that declares it but never waits
+    for its predecessor (griddepcontrol.wait) is refused at build time."""
+    from tvm.script import tirx as T
+
+    import axe.lang as Ax
+
+    def make(wait):
+        @Ax.kernel(name=f"pdl_scale_{wait}", outputs=("Y",))
+        def k():
+            @T.prim_func
+            def f(X_: T.Buffer((1024,), "float32"), Y_: T.Buffer((1024,), "float32")):
+                Ax.cuda.programmatic_launch()
+                bx, tx = Ax.launch(4, 256)
+                if wait:
+                    Ax.cuda.grid_wait()
+                Y_[bx * 256 + tx] = X_[bx * 256 + tx] * T.float32(2)
+                Ax.cuda.launch_dependents()
+            return f
+        return k
+
+    art = Ax.compile_kernel(make(True), "sm_90a")
+    assert art.launch["programmatic"] is True
+    ptx = [line.strip() for line in art.ptx.splitlines() if "griddepcontrol" in line]
+    assert ptx == ["griddepcontrol.wait;", "griddepcontrol.launch_dependents;"]
+    with pytest.raises(Exception, match="never waits"):
+        Ax.compile_kernel(make(False), "sm_90a")
+
+
 def test_tensormap_encoding_and_packing(built):
     import torch
 

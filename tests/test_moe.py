@@ -214,6 +214,8 @@ def test_moe_kernel_builds(which):
     art = Ax.compile_kernel(getattr(moe, factory)(**kw), "sm_90a")
     res = art.launch["resources"]
     assert res["spill_stores"] == 0 and res["spill_loads"] == 0, res
+    # every kernel of the layer may launch under its predecessor's tail, and waits for it first
+    assert art.launch["programmatic"] and "griddepcontrol.wait" in art.ptx
     for ins in instructions:
         assert ins in art.ptx, f"{which}: {ins} not in the PTX"
 

@@ -19,6 +19,9 @@ On disk an artifact is a folder::
                                 expression string over symbols (see below)
     dynamic_smem                bytes of dynamic shared memory per CTA (int or expression)
     cooperative                 launch with cuLaunchCooperativeKernel
+    programmatic                (optional) launch with programmatic stream serialization: the
+                                kernel may start before its predecessor ends and waits for it
+                                itself (Ax.cuda.programmatic_launch / grid_wait)
     args                        the call signature, in order: tensors and scalars
                                   {"name", "kind": "tensor", "dtype", "shape", "strides",
                                    "alignment"}  shape/strides entries: int or expression;
@@ -244,6 +247,7 @@ class _Checker:
         for k in ("schema", "name", "arch", "kernel"):
             self.key(L, k, "", self.str_)
         self.key(L, "cooperative", "", self.bool_)
+        self.key(L, "programmatic", "", self.bool_, optional=True)
         self.key(L, "cubin_sha256", "", self.str_, optional=True)
         args = self.key(L, "args", "", self.list_)
         for i, a in enumerate(args):

@@ -30,6 +30,7 @@ import subprocess
 import tempfile
 
 from .artifact import SCHEMA, Artifact
+from .lang.grid_dependency import PDL_ATTR
 
 #: shared memory one CTA may use on sm_90/sm_100 (227 KiB)
 MAX_SMEM_PER_CTA = 232448
@@ -146,7 +147,7 @@ def build(
 
     grid, block, cluster = [1, 1, 1], [1, 1, 1], None
     dyn = 0
-    cooperative = False
+    cooperative = programmatic = False
     vi = 0
     for tag in tags:
         if tag == "tirx.use_dyn_shared_memory":
@@ -154,8 +155,10 @@ def build(
             vi += 1
         elif tag == "tirx.use_cooperative_launch":
             cooperative = True
+        elif tag == PDL_ATTR:
+            programmatic = True
         elif tag.startswith(("tirx.",)):
-            continue  # launch flags without a value (PDL, required block dimension)
+            continue  # launch flags without a value (required block dimension)
         else:
             rank, _, axis = tag.partition(".")
             dim = "xyz".index(axis)
@@ -187,6 +190,12 @@ def build(
         # NVSHMEM's headers first in the unit (TVM's preamble #defines uint, which they do not survive)
         extra += ["-rdc=true", f"-I{nvshmem_include(fname)}", "-include", "nvshmem.h", "-include", "nvshmemx.h"]
         link = [nvshmem_device_library(fname)]
+    # Ax.cuda.programmatic_launch() marks the PrimFunc; the launch must then wait in the kernel
+    programmatic = programmatic or bool(func.attrs is not None and PDL_ATTR in func.attrs)
+    if programmatic and "griddepcontrol_wait" not in cuda_source and "griddepcontrol.wait" not in cuda_source:
+        raise BuildError(f"build({fname}): the kernel declares Ax.cuda.programmatic_launch() but never waits "
+                         "(Ax.cuda.grid_wait()): launched before its predecessor ends, it would read that "
+                         "kernel's output before it is written")
     cubin, ptx, log = _nvcc(cuda_source, arch, fast_math, extra, emit_ptx, fname, link)
     resources = _ptxas_resources(log)
     if isinstance(dyn, int) and dyn + resources.get("static_smem", 0) > MAX_SMEM_PER_CTA:
@@ -207,6 +216,7 @@ def build(
         "cluster": cluster,
         "dynamic_smem": dyn,
         "cooperative": cooperative,
+        "programmatic": programmatic,
         "args": args,
         "params": params,
         "symbols": symbols,
