@@ -1,8 +1,10 @@
 #!/usr/bin/env python
 """Where the MoE layer's time goes: each axe stage (align, permute, grouped GEMM 1, grouped GEMM 2,
-combine) timed alone from its own CUDA graph, per token count, for the default tile
-configuration and for every grouped-GEMM variant ``benchmarks/build_moe.py --variant`` built, with
-the weight bandwidth each grouped GEMM reaches against the device's measured read and copy rates.
+combine) timed alone from its own CUDA graph, per token count, for every tile configuration of
+``kernels/moe_host.py`` and every grouped-GEMM variant ``benchmarks/build_moe.py --variant`` built,
+with the weight bandwidth each grouped GEMM reaches against the device's measured read and copy
+rates; the whole layer is timed with programmatic dependent launch (``layer_ms``) and in plain
+stream order (``layer_plain_ms``, ``AXE_PROGRAMMATIC_LAUNCH=0``).
 
 Every variant's layer output is checked against the fp32 torch reference before its stages are
 timed (a wrong variant is reported and not timed).
@@ -93,6 +95,12 @@ def main(argv=None):
                         raise AssertionError(f"rel. error {err:.2e} against the fp32 reference")
                     row["padded_rows"] = int(layer.meta[1].item())
                     row["layer_ms"] = graph_time(torch, lambda: layer.experts(x, w1, w2, ids, weights), args.reps)
+                    os.environ["AXE_PROGRAMMATIC_LAUNCH"] = "0"     # the same layer in plain stream order
+                    try:
+                        row["layer_plain_ms"] = graph_time(torch, lambda: layer.experts(x, w1, w2, ids, weights),
+                                                           args.reps)
+                    finally:
+                        os.environ.pop("AXE_PROGRAMMATIC_LAUNCH")
                     for stage, fn in layer.steps(x, w1, w2, ids, weights).items():
                         row[f"{stage}_ms"] = graph_time(torch, fn, args.reps)
                     row["gemm1_weight_TBps"] = hit * per1 / row["gemm1_ms"] * 1e-9

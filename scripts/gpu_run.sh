@@ -6,6 +6,9 @@
 #   bash scripts/gpu_run.sh dist          multi-GPU checks under torchrun, one process per GPU
 #   bash scripts/gpu_run.sh bench-rs      benchmarks/gemm_rs.py (side by side with torch, NCCL, symm_mem)
 #   bash scripts/gpu_run.sh all           all three
+#   bash scripts/gpu_run.sh moe           MoE: its GPU checks, the per-stage timings of every configuration and
+#                                         variant (benchmarks/moe_stages.py), then benchmarks/moe.py with the peers
+#                                         (build first: scripts/gpu_build.py --only $(moe names), benchmarks/build_moe.py)
 #   bash scripts/gpu_run.sh sanitize      one-GPU checks under compute-sanitizer (4 tools side by side; table)
 #   bash scripts/gpu_run.sh sanitize-dist multi-GPU checks under compute-sanitizer (SAN_TOOLS picks the tools)
 # Device tool: command "bash scripts/gpu_run.sh dist", carry [".carry", ".whl"].
@@ -33,6 +36,11 @@ if [[ ($what == dist || $what == all) && $NGPU -ge 2 ]]; then
 fi
 if [[ ($what == bench-rs || $what == all) && $NGPU -ge 2 ]]; then
   run gemm_rs.log timeout ${BENCH_TIMEOUT:-500} torchrun --nproc-per-node "$NGPU" benchmarks/gemm_rs.py run --json "$OUT/gemm_rs.json" ${BENCH_ARGS:-}
+fi
+if [[ $what == moe ]]; then
+  run moe_checks.log timeout 300 python3 tests/gpu/run_all.py --only $(ls .carry/artifacts | grep '^moe_')
+  run moe_stages.log timeout 300 python3 benchmarks/moe_stages.py --out "$OUT/moe-stages.json"
+  run moe.log timeout 400 python3 benchmarks/moe.py --out "$OUT/moe.json" ${MOE_ARGS:-}
 fi
 if [[ $what == sanitize ]]; then
   run sanitize.log python3 tests/gpu/sanitize.py --out "$OUT" --limit ${SAN_LIMIT:-520} ${SAN_TOOLS:+--tools $SAN_TOOLS} ${SAN_ARGS:-}
