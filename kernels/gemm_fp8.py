@@ -52,6 +52,9 @@ brings that to 32.5 KiB, 6 TB/s.  With an odd number of block-rows the last pair
 computes a block-row past M (its loads read zeros) and stores nothing.
 
 Shapes need not be multiples of the tile: TMA zero-fills loads past M, N or K and clips stores.
+K may be a single k-block (K = 128: SA's tensor map then has an extent-1 dimension, which gets the
+packed stride the driver accepts, :func:`axe.runtime.tensormap.packed_strides`); a tensor smaller
+than one tile in M, N or K is refused.
 """
 
 from math import gcd
@@ -60,7 +63,7 @@ from tvm.script import tirx as T
 from tvm.script.ir_builder import tirx as IRB
 
 import axe.lang as Ax
-from axe.lang.block_scale import gemm_fp8, scale_accumulate
+from axe.lang.block_scale import scale_accumulate
 from axe.layout import S, Swizzle, SwizzledLayout
 from axe.schedules.emit import guard
 from kernels.fp8_blocks import reference, scale_shapes  # noqa: F401  (torch-only: the GPU side imports it)
@@ -90,9 +93,9 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
         raise ValueError(f"gemm_fp8: bn must be one of {sorted(STAGES)}, got {bn!r}")
     if cluster not in (1, 2) or sms % cluster:
         raise ValueError(f"gemm_fp8: cluster must be 1 or 2 and divide sms={sms}, got {cluster!r}")
-    if M < BM or N < bn or K <= BK:
-        raise ValueError(f"gemm_fp8: {M}x{N}x{K} is smaller than one {BM}x{bn} tile with two k-blocks (K > {BK}: "
-                         "with one k-block SA's TMA map has an extent-1 dimension, which tma.py gives stride 0)")
+    if M < BM or N < bn or K < BK:
+        raise ValueError(f"gemm_fp8: {M}x{N}x{K} is smaller than one {BM}x{bn} tile and one {BK}-wide k-block "
+                         "(a TMA box larger than its whole tensor is not built: no GPU case covers it)")
     if N % 8 or K % 16:
         raise ValueError(f"gemm_fp8: N={N} must be a multiple of 8 and K={K} of 16 (TMA: 16-byte row pitches)")
     stages = stages or STAGES[bn]
@@ -146,7 +149,7 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
 
                 def half():
                     b = Ax.view(pool, fp8_tile(part_n), (part_n, BK), base=b_at + s * (bn * BK) + h * (part_n * BK))
-                    gemm_fp8(part, a, Ax.permute(b, (1, 0)), accumulate=False, wait=False)
+                    Ax.gemm(part, a, Ax.permute(b, (1, 0)), accumulate=False, wait=False)
                     sb = sb_scales(SB, cta["sbg"], wg, i, kb, n_blk) if staged else SB[nb:nb + 1, kb:kb + 1]
                     scale_accumulate(acc[:, h * part_n:(h + 1) * part_n], part, sa_rows, sb,
                                      accumulate=not first, before_apply=lambda: _wait_for(part))

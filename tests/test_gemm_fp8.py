@@ -1,7 +1,11 @@
-"""Block-scaled FP8 GEMM (kernels/gemm_fp8.py) and what it is built from: wgmma e4m3 k32 chosen
-from the layouts (MN-major fp8 declined with the PTX ISA's reason), and ``scale_accumulate``, whose
-scale-per-element derivation is checked by brute force over the layouts.  Builds pass ptxas with
-no spills and the PTX holds the fp8 wgmma and the promotion's FMAs."""
+"""Block-scaled FP8 GEMM (kernels/gemm_fp8.py) and what it is built from: the ``gemm`` operator
+with e4m3 operands, wgmma e4m3 k32 chosen from the layouts (MN-major fp8 declined with the PTX
+ISA's reason, mma.sync and tcgen05 declining the dtype), fp8 shared-memory descriptors checked
+against an independent model of the PTX ISA's canonical layouts for every swizzle mode, TMA maps
+whose extent-1 dimensions obey the driver's stride rules (K = 128: one k-block), and
+``scale_accumulate``, whose scale-per-element derivation is checked by brute force over the
+layouts.  Builds pass ptxas with no spills and the PTX holds the fp8 wgmma and the promotion's
+FMAs."""
 
 import os
 import re
@@ -13,11 +17,13 @@ os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
 
 import numpy as np  # noqa: E402
 import tvm  # noqa: E402
+from tvm.script import tirx as T  # noqa: E402
 
 import axe.lang as Ax  # noqa: E402
 from axe.backends.cuda.schedules.wgmma import d_fragment, wgmma_plan  # noqa: E402
 from axe.layout import S, Swizzle, SwizzledLayout, parse  # noqa: E402
-from axe.ops.block_scale import gemm_fp8, scale_accumulate  # noqa: E402
+from axe.ops.block_scale import scale_accumulate  # noqa: E402
+from axe.ops.gemm import gemm  # noqa: E402
 from axe.ops.call import OpError  # noqa: E402
 from axe.ops.scope import ExecScope  # noqa: E402
 from axe.ops.tensor import Tensor  # noqa: E402
@@ -53,7 +59,7 @@ def _fp8_operands(b_major="K", n=128, k=128):
 
 
 def test_wgmma_fp8_plan_is_k32_e4m3_k_major():
-    plan = wgmma_plan(gemm_fp8(*_fp8_operands(), scope=_wg()), BuildContext(target="sm_90a"))
+    plan = wgmma_plan(gemm(*_fp8_operands(), scope=_wg()), BuildContext(target="sm_90a"))
     assert not isinstance(plan, str), plan
     assert plan.instruction() == "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"
     assert (plan.k_tiles, plan.k_inst, plan.a.major, plan.b.major, plan.b.swizzle) == (4, 32, "K", "K", 128)
@@ -62,7 +68,7 @@ def test_wgmma_fp8_plan_is_k32_e4m3_k_major():
 
 
 def test_wgmma_fp8_declines_mn_major_with_the_reason():
-    call = gemm_fp8(*_fp8_operands("MN"), scope=_wg())
+    call = gemm(*_fp8_operands("MN"), scope=_wg())
     why = wgmma_plan(call, BuildContext(target="sm_90a"))
     assert isinstance(why, str) and "K-major A and B only" in why and "MN-major" in why
     with pytest.raises(DispatchError) as err:      # the reason reaches the user (axe explain's record)
@@ -70,19 +76,67 @@ def test_wgmma_fp8_declines_mn_major_with_the_reason():
     assert "K-major A and B only" in str(err.value)
 
 
-def _hw_byte_k_major(op, start, mn, k):
-    """Byte wgmma reads for (mn, k) of one instruction's slice of a K-major swizzled operand of
-    1-byte elements, per the PTX ISA's canonical layout: rows of W = swizzle bytes (k is the byte
-    within the row, 32 per k32 instruction), 8-row groups SBO apart, and the swizzle XORs address
-    bits [4, 4+b) with [7, 7+b) of the absolute address."""
+def fp8_k_major(rows, cols, sw, k_fastest=False):
+    """A (rows, cols) fp8 tile, K contiguous, as wgmma's K-major atoms tile it: ``sw``-byte
+    swizzled rows in column blocks of ``sw`` bytes (``Swizzle(log2(sw/16), 4, 3)``: 16-byte chunks
+    of 1-byte elements), or (``sw=0``) 8×16-byte core matrices — column blocks of 16 bytes one
+    after the other, or with ``k_fastest`` the core matrices of one 8-row group side by side."""
+    if sw:
+        L = S[(rows, sw)] if cols == sw else S[(rows, cols // sw, sw):(sw, rows * sw, 1)]
+        return SwizzledLayout(L, Swizzle(sw.bit_length() - 5, 4, 3))
+    if k_fastest:
+        return S[(rows // 8, 8, cols // 16, 16):(cols * 8, 16, 128, 1)]
+    return S[(rows, cols // 16, 16):(16, rows * 16, 1)]
+
+
+def test_schedules_without_fp8_decline_naming_the_dtype():
+    """mma.sync (m16n8k16, 16-bit) and tcgen05.mma (kind::f16) have no fp8 instruction here: each
+    declines naming the dtype, and the dispatcher's error (what ``axe explain`` shows) carries it."""
+    from axe.backends.cuda.schedules import mma, tcgen05
+    x = tvm.tirx.Var("tx", "int32")
+    warp = ExecScope("warp", x, 32, 0, 1)
+    Cw = _t((16, 8), mma.c_fragment(), "local", "float32", "acc")
+    Ar, Br = _t((16, 16), mma.a_fragment(), "local", name="Ar"), _t((16, 8), mma.b_fragment(), "local", name="Br")
+    call = gemm(Cw, Ar, Br, scope=warp)
+    why = "mma.sync m16n8k16 multiplies float16 or bfloat16; A and B are float8_e4m3fn"
+    assert mma.mma_plan(call, BuildContext(target="sm_90a")) == why
+    with pytest.raises(DispatchError, match=why):
+        dispatch(call, BuildContext(target="sm_90a"))
+    thread = ExecScope("thread", x, 128, 0, None, collective=False)
+    Ct = _t((128, 128), tcgen05.d_layout(128), "tmem", "float32", "acc")
+    A = _t((128, 128), G.fp8_tile(128), "shared", name="As")
+    B = Ax.permute(_t((128, 128), G.fp8_tile(128), "shared", name="Bs"), (1, 0))
+    call = gemm(Ct, A, B, scope=thread)
+    why = tcgen05.tcgen05_plan(call, BuildContext(target="sm_100a"))
+    assert why == ("tcgen05.mma kind::f16 multiplies float16 or bfloat16; A and B are float8_e4m3fn "
+                   "(kind::f8f6f4 is not emitted)")
+    with pytest.raises(DispatchError, match=r"kind::f16 multiplies .* float8_e4m3fn"):
+        dispatch(call, BuildContext(target="sm_100a"))
+
+
+def _model_byte(op, start, mn, k):
+    """The byte wgmma reads for element (mn, k) of one instruction's slice of a K-major operand of
+    1-byte elements (T = 16 elements per 16 bytes), from the descriptor alone, per the PTX ISA's
+    canonical K-major layouts (the "Shared Memory Matrix Layout" table of the matrix descriptor):
+    none ``((8,m),(T,2k)):((1T,SBO),(1,LBO))`` — row r of a core matrix 16 bytes on, core matrix j
+    along K at j·LBO, 8-row group g at g·SBO; W-byte swizzle ``((8,m),(T,2k)):((W/16·T,SBO),(1,T))``
+    — rows of W bytes, 8-row groups at SBO — after which the swizzle XORs address bits [4, 4+b)
+    with bits [7, 7+b) of the absolute address, b = log2(W/16).  One instruction spans 2T = 32
+    elements of K."""
+    assert op.major == "K" and 0 <= k < 32
     g, r = divmod(mn, 8)
+    if not op.swizzle:
+        j, e = divmod(k, 16)
+        return start + g * op.sbo + j * op.lbo + r * 16 + e
     addr = start + g * op.sbo + r * op.swizzle + k
     return addr ^ ((addr >> 3) & ((op.swizzle // 16 - 1) << 4))
 
 
-def _simulate_fp8(plan, operand, t, mn_total, mn_inst, k_total, shift=0):
-    """Every (mn, k) each instruction reads, from the descriptor, against the layout's byte."""
-    op = plan.a if operand == "A" else plan.b
+def _simulate_fp8(plan, operand, t, shift=0):
+    """How many (mn, k) of all the instructions' slices the model, reading from the descriptors,
+    puts at another byte than the layout does (0: the descriptors address exactly the layout)."""
+    op, mn_inst = (plan.a, 64) if operand == "A" else (plan.b, plan.n)
+    mn_total, k_total = (t.shape[0], t.shape[1]) if operand == "A" else (t.shape[1], t.shape[0])
     bad = 0
     for mn0 in range(0, mn_total, mn_inst):
         for k0 in range(0, k_total, plan.k_inst):
@@ -91,27 +145,176 @@ def _simulate_fp8(plan, operand, t, mn_total, mn_inst, k_total, shift=0):
                 for k in range(plan.k_inst):
                     u = (mn0 + mn, k0 + k) if operand == "A" else (k0 + k, mn0 + mn)
                     (c,) = t.layout.map(u, t.shape)
-                    bad += _hw_byte_k_major(op, start, mn, k) != c["m"]
+                    bad += _model_byte(op, start, mn, k) != c["m"]
     return bad
 
 
-def test_fp8_descriptors_address_the_layouts_elements():
-    """wgmma's canonical K-major layout read from the fp8 descriptors (k32 steps of 32 bytes inside
-    the 128-byte swizzled rows) is exactly the layouts' bytes, for A and B; a start address 16
-    bytes off is caught (the oracle is not vacuous)."""
-    C, A, B = _fp8_operands()
-    plan = wgmma_plan(gemm_fp8(C, A, B, scope=_wg()), BuildContext(target="sm_90a"))
-    assert _simulate_fp8(plan, "A", A, 64, 64, 128) == 0
-    assert _simulate_fp8(plan, "B", B, 128, 128, 128) == 0
-    assert _simulate_fp8(plan, "B", B, 128, 128, 128, shift=16) > 0
+def _fp8_plan(sw, k=128, n=128, k_fastest=False):
+    C = _t((64, n), d_fragment(n, "tx"), "local", "float32", "part")
+    A = _t((64, k), fp8_k_major(64, k, sw, k_fastest), "shared", name="As")
+    B = Ax.permute(_t((n, k), fp8_k_major(n, k, sw, k_fastest), "shared", name="Bs"), (1, 0))
+    plan = wgmma_plan(gemm(C, A, B, scope=_wg()), BuildContext(target="sm_90a"))
+    assert not isinstance(plan, str), plan
+    return plan, A, B
 
 
-def test_gemm_fp8_signature_checks():
+@pytest.mark.parametrize("sw,k_fastest", [(0, False), (0, True), (32, False), (64, False), (128, False)])
+def test_fp8_descriptors_address_the_layouts_elements(sw, k_fastest):
+    """Every swizzle mode of K-major fp8 tiles: the descriptors count K in bytes (32 per k32
+    instruction: two 16-byte core matrices, LBO apart when unswizzled), and the model reading from
+    them finds exactly the layouts' bytes for every element of every instruction, A and B; a start
+    address 16 bytes off is caught."""
+    plan, A, B = _fp8_plan(sw, k_fastest=k_fastest)
+    assert plan.instruction() == "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3"
+    assert (plan.k_inst, plan.k_tiles, plan.a.swizzle, plan.b.swizzle) == (32, 4, sw, sw)
+    assert _simulate_fp8(plan, "A", A) == 0
+    assert _simulate_fp8(plan, "B", B) == 0
+    assert _simulate_fp8(plan, "B", B, shift=16) > 0
+
+
+def _fp8_tile_kernel(sw, k=64, n=128):
+    """One warpgroup: fp8 A (64×k) and B (n×k, K-major) copied into ``sw``-swizzled (or core-matrix)
+    shared tiles, ``Ax.gemm`` into a 64×n fp32 accumulator, stored."""
+    @Ax.kernel(name=f"wgmma_fp8_sw{sw}")
+    def kern():
+        @T.prim_func
+        def kern(A_: T.Buffer((64, k), FP8), B_: T.Buffer((n, k), FP8), C_: T.Buffer((64, n), "float32")):
+            bx, tx = Ax.launch(1, 128)
+            A, B, Cg = Ax.param(A_), Ax.param(B_), Ax.param(C_)
+            As = Ax.shared((64, k), FP8, fp8_k_major(64, k, sw), name="As")
+            Bs = Ax.shared((n, k), FP8, fp8_k_major(n, k, sw), name="Bs")
+            Ax.copy(As, A)
+            Ax.copy(Bs, B)
+            T.evaluate(T.ptx.fence.proxy.async_.shared__cta())
+            Ax.sync()
+            with Ax.warpgroups(0):
+                acc = Ax.registers((64, n), "float32", d_fragment(n, "tx"), name="acc")
+                Ax.gemm(acc, As, Ax.permute(Bs, (1, 0)), accumulate=False)
+                Ax.copy(Cg, acc)
+        return kern
+    return kern
+
+
+@pytest.mark.parametrize("sw", [0, 32, 64])
+def test_fp8_wgmma_of_every_swizzle_builds_for_sm90a(sw):
+    """Unswizzled and 32/64-byte swizzled fp8 tiles (128 bytes: the kernel's) reach wgmma k32;
+    ptxas accepts the kernel."""
+    art = Ax.compile_kernel(_fp8_tile_kernel(sw), "sm_90a")
+    assert [r.chosen for r in art.records if r.call.op == "gemm"] == ["wgmma"]
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k32\.f32\.e4m3\.e4m3", art.ptx)) == 2
+    assert art.launch["resources"]["spill_stores"] == 0
+
+
+def test_fp8_unswizzled_descriptor_fields_and_the_k16_count_caught():
+    """Unswizzled fp8 K-major: SBO is the distance of 8-row groups (128 bytes when core matrices
+    run down the column block, 8 rows of the tile when they run along K) and LBO that of the two
+    core matrices one k32 instruction reads (a column block: rows·16 bytes; or 128 bytes).  A
+    descriptor that counted 16 elements of K per instruction would leave LBO unset (one core
+    matrix): the model catches it."""
+    plan, A, B = _fp8_plan(0)
+    assert (plan.a.sbo, plan.a.lbo, plan.b.sbo, plan.b.lbo) == (128, 64 * 16, 128, 128 * 16)
+    plan_k, _, _ = _fp8_plan(0, k_fastest=True)
+    assert (plan_k.a.sbo, plan_k.a.lbo) == (128 * 8, 128)
+    plan.b.lbo = 16
+    assert _simulate_fp8(plan, "B", B) > 0
+
+
+def test_gemm_admits_e4m3_with_its_signature_checks():
+    """One ``gemm`` call record for 16-bit and fp8 operands: e4m3 A and B with a float32 C pass;
+    mixed dtypes, e5m2 (not admitted), a non-fp32 C and a wrong C shape are refused by name."""
     C, A, B = _fp8_operands()
-    with pytest.raises(OpError, match="share one dtype"):
-        gemm_fp8(C, _t((64, 128), G.fp8_tile(64), "shared", "float16"), B, scope=_wg())
-    with pytest.raises(OpError, match="does not give C"):
-        gemm_fp8(_t((64, 64), d_fragment(64, "tx"), "local", "float32"), A, B, scope=_wg())
+    call = gemm(C, A, B, scope=_wg())
+    assert call.op == "gemm" and call.operands["A"].dtype == FP8
+    with pytest.raises(OpError, match="share one dtype .* got A float16, B float8_e4m3fn"):
+        gemm(C, _t((64, 128), G.fp8_tile(64), "shared", "float16"), B, scope=_wg())
+    e5 = Ax.permute(_t((128, 128), G.fp8_tile(128), "shared", "float8_e5m2", "Bs"), (1, 0))
+    with pytest.raises(OpError, match="got A float8_e5m2, B float8_e5m2"):
+        gemm(C, _t((64, 128), G.fp8_tile(64), "shared", "float8_e5m2"), e5, scope=_wg())
+    with pytest.raises(OpError, match="C accumulates in float32, got bfloat16"):
+        gemm(_t((64, 128), d_fragment(128, "tx"), "local", "bfloat16"), A, B, scope=_wg())
+    with pytest.raises(OpError, match="C is 64x64, A·B is 64x128"):
+        gemm(_t((64, 64), d_fragment(64, "tx"), "local", "float32"), A, B, scope=_wg())
+
+
+# --- TMA maps: an extent-1 dimension gets a stride the driver accepts ----------------------------------
+
+_ESIZE = {"float8_e4m3fn": 1, "float16": 2, "bfloat16": 2, "float32": 4}
+
+
+def _driver_rules_hold(spec):
+    """``cuTensorMapEncodeTiled``'s documented stride rules (cuda.h) on a spec, read literally:
+    every ``globalStrides[i]`` is a nonzero multiple of 16 below 2**40, and the strides are those
+    of a tensor padded dimension by dimension — ``globalStrides[0] = globalDim[0]·esize +
+    padding[0]``, ``globalStrides[i] = globalStrides[i-1]·(globalDim[i] + padding[i])`` with every
+    padding >= 0 (so each stride is a whole multiple of the one inside it)."""
+    dims, st, esize = spec["shape"], spec["strides_bytes"], _ESIZE[spec["dtype"]]
+    if any(x % 16 or not 0 < x < 2**40 for x in st) or st[0] < dims[0] * esize:
+        return False
+    return all(st[i] % st[i - 1] == 0 and st[i] // st[i - 1] >= dims[i] for i in range(1, len(st)))
+
+
+def _tma_box(shape, dtype, region):
+    """A kernel loading the box ``region`` (per dimension ``(start, stop)``) of a ``shape`` tensor
+    by TMA into an unswizzled shared tile."""
+    box = tuple(b - a for a, b in region)
+    box_of = lambda A: A[tuple(slice(a, b) for a, b in region)]  # noqa: E731
+
+    @Ax.kernel(name="tma_box")
+    def k():
+        @T.prim_func
+        def k(A_: T.Buffer(shape, dtype), A_map: T.handle("tensormap")):
+            bx, tx = Ax.launch(1, 128)
+            A = Ax.param(A_, tensormap=A_map)
+            bar = Ax.cuda.mbarrier(count=1)
+            t = Ax.shared(box, dtype, name="t")
+            Ax.copy(t, box_of(A), barrier=bar)
+        return k
+    return k
+
+
+#: (shape, dtype, region, strides_bytes): an extent-1 dimension's stride is the bytes of the
+#: dimension inside it (rounded up to 16: 20 fp16 elements are 40 bytes, so 48)
+EXTENT_1 = [((1, 64), "float16", ((0, 1), (0, 64)), [128]),
+            ((1, 20), "float16", ((0, 1), (8, 16)), [48]),
+            ((2, 1, 24), "float32", ((1, 2), (0, 1), (0, 24)), [96, 96]),
+            ((1, 1, 8, 40), "bfloat16", ((0, 1), (0, 1), (0, 8), (0, 40)), [80, 640, 640]),
+            ((3, 1, 1, 16), FP8, ((2, 3), (0, 1), (0, 1), (0, 16)), [16, 16, 16])]
+
+
+@pytest.mark.parametrize("shape,dtype,region,strides", EXTENT_1)
+def test_tma_map_of_extent_1_dimensions_obeys_the_driver_rules(shape, dtype, region, strides):
+    """The TMA schedule's map of a tensor with extent-1 dimensions: the packed stride for each,
+    accepted by check_spec and by the driver's rules; the stride 0 the layout algebra gives such a
+    dimension (what the map held before) breaks both."""
+    from axe.runtime.tensormap import TensorMapError, check_spec
+    _, ctx = Ax.build_func(_tma_box(shape, dtype, region))
+    (spec,) = ctx.tensormaps
+    assert spec["shape"] == list(reversed(shape)) and spec["strides_bytes"] == strides
+    check_spec(spec)
+    assert _driver_rules_hold(spec)
+    zero = dict(spec, strides_bytes=[0 if d == 1 else x for d, x in zip(spec["shape"][1:], strides)])
+    assert not _driver_rules_hold(zero)
+    with pytest.raises(TensorMapError, match="must be a positive multiple of 16"):
+        check_spec(zero)
+
+
+def test_check_spec_and_tiled_args_enforce_nesting():
+    """A stride below the bytes of the dimension inside it is refused with the dimension named,
+    by check_spec (extents known) and by tiled_args (a torch-strided tensor); a torch tensor's
+    size-1 dimension of any stride gets the packed one."""
+    from axe.runtime.tensormap import TensorMapError, check_spec, tiled_args
+    spec = {"param": "m", "tensor": "A", "dtype": "float16", "shape": [64, 8, 4], "strides_bytes": [128, 1024],
+            "box": [64, 8, 1], "elem_strides": [1, 1, 1]}
+    check_spec(spec)
+    assert _driver_rules_hold(spec)
+    with pytest.raises(TensorMapError, match=r"strides_bytes\[1\] = 1024 is below the 2048 bytes of dimension 1"):
+        check_spec(dict(spec, shape=[64, 16, 4]))
+    assert not _driver_rules_hold(dict(spec, shape=[64, 16, 4]))
+    bare = dict(spec, shape=None, strides_bytes=None)
+    with pytest.raises(TensorMapError, match="byte stride of dim 1 = 64 is below the 128 bytes of dimension 0"):
+        tiled_args(bare, 1024, [4, 8, 64], [512, 32, 1], 2, "float16")
+    dims, sb, _, _ = tiled_args(bare, 1024, [4, 1, 64], [64, 7, 1], 2, "float16")   # size 1, stride 7
+    assert dims == [64, 1, 4] and sb == [128, 128]
 
 
 # --- scale_accumulate: which scale goes with which accumulator element ------------------------------
@@ -258,7 +461,9 @@ def test_scale_accumulate_signature_checks():
 BUILDS = {"ragged_256": (1000, 2112, 7168, 256, 1), "square_128": (1024, 1024, 1024, 128, 1),
           "ragged_128": (777, 576, 1536, 128, 1), "ragged_256_c2": (777, 2112, 1536, 256, 2),
           # bn = 192 (SB staged per 64 columns): a last tile past N (400 = 2·192 + 16), CTA pairs
-          "ragged_192": (777, 400, 1536, 192, 1), "ds_192_c2": (1000, 2112, 1536, 192, 2)}
+          "ragged_192": (777, 400, 1536, 192, 1), "ds_192_c2": (1000, 2112, 1536, 192, 2),
+          # small K: one k-block (SA's map has an extent-1 dimension), and a ragged second one with pairs
+          "k128": (256, 512, 128, 128, 1), "k144_c2": (300, 520, 144, 256, 2)}
 
 
 @pytest.fixture(scope="module", params=sorted(BUILDS))
@@ -280,6 +485,18 @@ def test_fp8_gemm_builds_without_spills(built):
     assert maps["SA_map"]["shape"] == [Q.scale_shapes(M, N, K)[0][1], -(-K // 128)] and maps["SA_map"]["box"] == [128, 1]
 
 
+def test_fp8_gemm_tensor_maps_obey_the_driver_rules(built):
+    """Every map of every build passes check_spec and the driver's documented stride rules; SA's
+    k-block stride is a row of Mp fp32 scales also where there is one k-block (extent 1)."""
+    from axe.runtime.tensormap import check_spec
+    (M, N, K, bn, cluster), art = built
+    for spec in art.launch["tensormaps"]:
+        check_spec(spec)
+        assert _driver_rules_hold(spec), spec
+    (sa,) = [m for m in art.launch["tensormaps"] if m["param"] == "SA_map"]
+    assert sa["strides_bytes"] == [4 * Q.scale_shapes(M, N, K)[0][1]]
+
+
 def test_fp8_gemm_ptx_holds_wgmma_e4m3_k32_and_the_promotion(built):
     (M, N, K, bn, cluster), art = built
     part_n = 192 if bn == 192 else 128      # bn = 192: one partial spans the tile
@@ -287,8 +504,8 @@ def test_fp8_gemm_ptx_holds_wgmma_e4m3_k32_and_the_promotion(built):
     assert wg, "no fp8 wgmma in the PTX"
     assert "wgmma.mma_async.sync.aligned.m64n256k16" not in art.ptx
     # each promotion: 64 fp32 multiply-adds per thread and 128-column half (the build flushes
-    # denormals: fma.rn.ftz.f32); the first k-block multiplies
-    assert len(re.findall(r"\bfma\.rn(\.ftz)?\.f32\b", art.ptx)) >= 64
+    # denormals: fma.rn.ftz.f32), where there is a second k-block; the first k-block multiplies
+    assert (len(re.findall(r"\bfma\.rn(\.ftz)?\.f32\b", art.ptx)) >= 64) == (K > 128)
     assert len(re.findall(r"\bmul(\.rn)?(\.ftz)?\.f32\b", art.ptx)) >= 64
     assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in art.ptx
     assert "stmatrix" in art.ptx
@@ -323,8 +540,9 @@ def test_fp8_gemm_refuses_bad_sizes():
         G.make(1024, 1020, 1024)
     with pytest.raises(ValueError, match="smaller than one"):
         G.make(64, 1024, 1024)
-    with pytest.raises(ValueError, match="two k-blocks"):
-        G.make(1024, 1024, 128)
+    with pytest.raises(ValueError, match="smaller than one 128x128 tile and one 128-wide k-block"):
+        G.make(1024, 1024, 64)
+    G.make(1024, 1024, 128)             # one k-block: SA's map has an extent-1 dimension, built
 
 
 def test_reference_dequantizes_blocks():

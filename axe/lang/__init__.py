@@ -31,13 +31,13 @@ from .scopes import cta, each_warp, launch, thread, warpgroups, warps
 from .tensors import param, permute, registers, shared, view
 from .tile_schedule import TileSchedule
 from .gather import gather
-from .block_scale import gemm_fp8, scale_accumulate
+from .block_scale import scale_accumulate
 from .mesh import Mesh, current_mesh, device_rank, devices, dtensor, fence_system, mesh, signal, wait
 
 __all__ = ["S", "R", "Swizzle", "SwizzledLayout", "parse", "Kernel", "KernelError", "TargetError", "kernel", "build_func",
            "compile_kernel", "explain", "kernels_of", "without_params", "copy", "reduce", "elementwise", "unary",
            "binary", "cast", "sync", "gemm", "launch", "warps", "warpgroups", "each_warp", "thread", "cta",
-           "param", "permute", "registers", "shared", "view", "TileSchedule", "gather", "gemm_fp8", "scale_accumulate",
+           "param", "permute", "registers", "shared", "view", "TileSchedule", "gather", "scale_accumulate",
            "Mesh", "current_mesh", "device_rank", "devices", "dtensor", "fence_system", "mesh", "signal", "wait"]
 
 

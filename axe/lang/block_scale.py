@@ -1,5 +1,6 @@
 """Block-scaled operators as written in a kernel body (``from axe.lang.block_scale import ...``):
-the fp8 ``gemm`` and ``scale_accumulate`` (semantics in :mod:`axe.ops.block_scale`)."""
+``scale_accumulate`` (semantics in :mod:`axe.ops.block_scale`).  The fp8 GEMM that produces its
+partial product is :func:`axe.lang.gemm` with ``float8_e4m3fn`` operands."""
 
 from __future__ import annotations
 
@@ -8,13 +9,7 @@ from axe.ops import block_scale as _ops
 from .operators import _run
 from .scopes import scope_or_cta
 
-__all__ = ["gemm_fp8", "scale_accumulate"]
-
-
-def gemm_fp8(C, A, B, accumulate: bool = True, **config):
-    """``C (+)= A·B`` with fp8 (e4m3) A and B, C float32: the ``gemm`` operator (same schedules and
-    keywords as :func:`axe.lang.gemm`)."""
-    _run(_ops.gemm_fp8(C, A, B, accumulate, scope_or_cta(), **config))
+__all__ = ["scale_accumulate"]
 
 
 def scale_accumulate(D, P, *scales, accumulate: bool = True, **config):

@@ -1,4 +1,5 @@
-"""Block scales: ``D (+)= P ⊙ ∏_k up(S_k)`` and the fp8 GEMM signature that produces P.
+"""Block scales: ``D (+)= P ⊙ ∏_k up(S_k)``, the promotion of a block-scaled GEMM's partial
+product P (fp8 A·B, itself the ``gemm`` operator of :mod:`axe.ops.gemm`).
 
 A scale tensor ``S`` of shape ``(m / b0, n / b1)`` holds one value per ``b0 × b1`` block of the
 ``(m, n)`` tile: element ``(i, j)`` of D is scaled by ``S[i // b0, j // b1]`` (``up`` repeats each
@@ -14,9 +15,7 @@ from .call import OpCall, OpError
 from .scope import ExecScope
 from .tensor import as_operand
 
-__all__ = ["scale_accumulate", "gemm_fp8", "FP8_DTYPES"]
-
-FP8_DTYPES = ("float8_e4m3fn",)
+__all__ = ["scale_accumulate"]
 
 
 def scale_accumulate(D, P, scales, accumulate: bool = True, scope: ExecScope = None, **config) -> OpCall:
@@ -43,20 +42,3 @@ def scale_accumulate(D, P, scales, accumulate: bool = True, scope: ExecScope = N
     return OpCall("scale_accumulate", operands, scope, attrs={"accumulate": accumulate, "blocks": tuple(blocks)},
                   config=config)
 
-
-def gemm_fp8(C, A, B, accumulate: bool = True, scope: ExecScope = None, **config) -> OpCall:
-    """The ``gemm`` call record ``C (+)= A·B`` for fp8 (e4m3) A (M×K) and B (K×N), C float32: the
-    same operator as :func:`axe.ops.gemm.gemm`, whose signature admits 16-bit inputs only."""
-    c, a, b = as_operand(C, "gemm C"), as_operand(A, "gemm A"), as_operand(B, "gemm B")
-    if (a.rank, b.rank, c.rank) != (2, 2, 2):
-        raise OpError(f"gemm (fp8): A, B, C must be rank 2, got {a.rank}, {b.rank}, {c.rank}")
-    (m, k), (k2, n) = a.shape, b.shape
-    if k != k2 or tuple(c.shape) != (m, n):
-        raise OpError(f"gemm (fp8): A {list(a.shape)} · B {list(b.shape)} does not give C {list(c.shape)}")
-    if a.dtype not in FP8_DTYPES or b.dtype != a.dtype:
-        raise OpError(f"gemm (fp8): A and B must share one dtype of {FP8_DTYPES}, got A {a.dtype}, B {b.dtype}")
-    if c.dtype != "float32":
-        raise OpError(f"gemm (fp8): C accumulates in float32, got {c.dtype}")
-    if not isinstance(accumulate, bool):
-        raise OpError(f"gemm (fp8): accumulate must be a Python bool, got {accumulate!r}")
-    return OpCall("gemm", {"C": c, "A": a, "B": b}, scope, attrs={"accumulate": accumulate}, config=config)

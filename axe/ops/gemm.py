@@ -1,8 +1,10 @@
 """``gemm(C, A, B, accumulate)``: ``C = A·B`` or ``C += A·B`` on tiles.
 
-A is M×K, B is K×N, C is M×N; A and B are float16 or bfloat16 (one dtype), C accumulates in
-float32.  The operands' layouts (shared or registers, which thread holds what) choose the
-schedule; this module only checks the signature.
+A is M×K, B is K×N, C is M×N; A and B share one dtype — float16, bfloat16 or float8_e4m3fn
+(the block-scaled FP8 GEMM's operands; the scales are :mod:`axe.ops.block_scale`'s business) —
+and C accumulates in float32.  The operands' layouts (shared or registers, which thread holds
+what) choose the schedule, and a schedule that has no instruction for the dtype declines saying
+so; this module only checks the signature.
 """
 
 from __future__ import annotations
@@ -11,9 +13,10 @@ from .call import OpCall, OpError
 from .scope import ExecScope
 from .tensor import as_operand
 
-__all__ = ["gemm", "IN_DTYPES", "ACC_DTYPES"]
+__all__ = ["gemm", "IN_DTYPES", "FP8_DTYPES", "ACC_DTYPES"]
 
-IN_DTYPES = ("float16", "bfloat16")
+FP8_DTYPES = ("float8_e4m3fn",)
+IN_DTYPES = ("float16", "bfloat16") + FP8_DTYPES
 ACC_DTYPES = ("float32",)
 
 

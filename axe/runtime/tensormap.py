@@ -88,9 +88,52 @@ def check_spec(spec: dict) -> None:
     if swizzle and inner > swizzle:
         _fail(spec, f"box[0] * {esize} bytes = {inner} bytes exceeds the {swizzle}-byte swizzle span")
     if spec.get("strides_bytes") is not None:
-        for i, s in enumerate(spec["strides_bytes"]):
-            if s % 16 or not 0 < s < 2**40:
-                _fail(spec, f"strides_bytes[{i}] = {s} must be a positive multiple of 16 below 2**40")
+        bad = stride_violation(spec["strides_bytes"], esize, spec.get("shape"))
+        if bad:
+            i, why = bad
+            _fail(spec, f"strides_bytes[{i}] = {spec['strides_bytes'][i]} {why}")
+
+
+def packed_strides(dims, strides_bytes, esize: int) -> list:
+    """``strides_bytes`` (of dimensions 1..rank-1, innermost first) with the stride of every
+    extent-1 dimension replaced by the packed one: the bytes the dimension inside it spans
+    (``esize * dims[0]`` for dimension 1, ``stride * extent`` of the dimension inside further out),
+    rounded up to a multiple of 16.  Other strides are returned unchanged.
+
+    An extent-1 dimension is read at coordinate 0 only, so its stride never moves an address, and
+    the layout algebra gives it no iter (stride 0); but the driver checks every stride
+    (:func:`stride_violation`), and the packed stride is the driver's own model of a tensor with no
+    padding — as torch strides a contiguous tensor's size-1 dimension.  Where the real strides nest,
+    the result nests too (a stride further out is a multiple of 16 at least as large as the span).
+    """
+    out, inner = [], esize
+    for i, s in enumerate(strides_bytes, start=1):
+        if dims[i] == 1:
+            s = -(-inner * dims[i - 1] // 16) * 16
+        out.append(int(s))
+        inner = s
+    return out
+
+
+def stride_violation(strides_bytes, esize: int, dims=None):
+    """``(i, reason)`` for the first byte stride (``strides_bytes[i]``, of dimension i + 1) that
+    breaks ``cuTensorMapEncodeTiled``'s documented rules, or None.
+
+    Each stride is a multiple of 16 in 1..2**40 - 1 and, where the extents ``dims`` (innermost
+    first) are known, spans the dimension inside it: ``stride[0] >= dims[0] * esize`` and
+    ``stride[i] >= stride[i - 1] * dims[i]`` (cuda.h: "each following dimension specified includes
+    previous dimension stride", ``globalStrides[i] = globalStrides[i - 1] * (globalDim[i] +
+    padding[i])``).
+    """
+    inner = esize
+    for i, s in enumerate(strides_bytes):
+        if s % 16 or not 0 < s < 2**40:
+            return i, "must be a positive multiple of 16 below 2**40"
+        if dims is not None and s < inner * dims[i]:
+            return i, (f"is below the {inner * dims[i]} bytes of dimension {i} inside it (extent {dims[i]} x "
+                       f"stride {inner}): TMA dimensions nest, innermost first")
+        inner = s
+    return None
 
 
 def tiled_args(spec: dict, ptr: int, shape, strides, element_size: int, dtype: str):
@@ -120,13 +163,14 @@ def tiled_args(spec: dict, ptr: int, shape, strides, element_size: int, dtype: s
         rs = [int(x) for x in reversed(list(strides))]
         if rs[0] != 1:
             _fail(spec, f"the tensor's innermost stride is {rs[0]}; TMA needs it to be 1")
-        sb = [s * element_size for s in rs[1:]]
+        sb = packed_strides(dims, [s * element_size for s in rs[1:]], element_size)
     for i, d in enumerate(dims):
         if not 0 < d <= 2**32:
             _fail(spec, f"dim {i} = {d} must be in 1..2**32")
-    for i, s in enumerate(sb):
-        if s % 16 or not 0 < s < 2**40:
-            _fail(spec, f"byte stride of dim {i + 1} = {s} must be a positive multiple of 16 below 2**40")
+    bad = stride_violation(sb, element_size, dims)
+    if bad:
+        i, why = bad
+        _fail(spec, f"byte stride of dim {i + 1} = {sb[i]} {why}")
     # the described region must lie inside the tensor's own storage
     span = element_size * (1 + sum((d - 1) * s for d, s in zip(shape, strides)))
     need = element_size * dims[0] + sum((d - 1) * s for d, s in zip(dims[1:], sb))

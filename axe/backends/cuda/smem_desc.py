@@ -21,13 +21,24 @@ from axe.layout.coord import ZERO
 from axe.layout.iters import Iter
 from axe.schedules.emit import is_zero
 
-__all__ = ["K_INST", "SWIZZLE_CODE", "SWIZZLE_CODE_SM100", "core_atom", "SmemOperand", "smem_operand",
+__all__ = ["K_INST_BYTES", "k_inst", "SWIZZLE_CODE", "SWIZZLE_CODE_SM100", "core_atom", "SmemOperand", "smem_operand",
            "descriptor_bits", "descriptor_bits_sm100", "emit_descriptor", "pick_n"]
 
-K_INST = 16                                   # k16 for 16-bit inputs
+#: K one instruction reads, in bytes, for every input type: wgmma k16 of 16-bit data and k32 of fp8,
+#: tcgen05.mma kind::f16 k16 — two 16-byte core matrices (the PTX ISA's canonical layouts span 2T
+#: elements of K, T = 16 bytes of elements)
+K_INST_BYTES = 32
 SWIZZLE_CODE = {0: 0, 128: 1, 64: 2, 32: 3}   # descriptor bits 62-63 (sm_90 layout type)
 SWIZZLE_CODE_SM100 = {0: 0, 128: 2, 64: 4, 32: 6}   # descriptor bits 61-63 (sm_100 swizzling mode)
 _SW_BITS = {32: 1, 64: 2, 128: 3}
+
+
+def k_inst(elem_bytes: int) -> int:
+    """K elements one instruction reads from ``elem_bytes``-byte data (:data:`K_INST_BYTES`' worth):
+    16 of 16-bit data, 32 of fp8."""
+    if elem_bytes not in (1, 2, 4):
+        raise ValueError(f"tensor-core operand: {elem_bytes}-byte elements are not 1, 2 or 4 bytes")
+    return K_INST_BYTES // elem_bytes
 
 
 def core_atom(major: str, swizzle: int, elem_bytes: int):
@@ -180,12 +191,13 @@ def smem_operand(t, operand: str, mn_inst: int, unit: str = "wgmma"):
         cshape = (shape[0] // mn_atom, shape[1] // k_atom)
         blocks = group(C, cshape).blocks
         span_bytes = prod(ashape) * eb
-        # per instruction: mn_inst MN rows, K_INST K columns
+        # per instruction: mn_inst MN rows, K_INST_BYTES of K (k_el elements)
+        k_el = k_inst(eb)
         mn_count = max(mn_inst // mn_atom, 1)
-        k_count = max(K_INST // k_atom, 1)
+        k_count = max(k_el // k_atom, 1)
         if major == "K":
-            if K_INST % k_atom and k_atom % K_INST:
-                reasons.append(f"K-major: atom width {k_atom} and k{K_INST} do not nest")
+            if k_el % k_atom and k_atom % k_el:
+                reasons.append(f"K-major: atom width {k_atom} and k{k_el} do not nest")
                 continue
             sbo = _covering_stride(blocks[0], mn_count, "8-row groups along MN")
             lbo = _covering_stride(blocks[1], k_count, "core matrices along K") if not mode else 0

@@ -27,9 +27,11 @@ from axe.schedules.registry import add_schedule
 
 from .wgmma import _register_outer
 
-__all__ = ["a_fragment", "b_fragment", "c_fragment", "MmaPlan", "mma_plan"]
+__all__ = ["a_fragment", "b_fragment", "c_fragment", "DTYPES", "MmaPlan", "mma_plan"]
 
 SHAPE = (16, 8, 16)   # m, n, k
+#: input dtypes of the instruction, with their PTX type names (fp8 mma.sync is sm_89+ m16n8k32: not emitted)
+DTYPES = {"float16": "f16", "bfloat16": "bf16"}
 
 
 def a_fragment(lane: str = "lane") -> Layout:
@@ -55,7 +57,7 @@ class MmaPlan:
     lane: str
 
     def instruction(self) -> str:
-        t = "f16" if self.dtype == "float16" else "bf16"
+        t = DTYPES[self.dtype]
         return f"mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32"
 
     def describe(self) -> str:
@@ -77,6 +79,8 @@ def mma_plan(call, ctx):
     C, A, B = call.operands["C"], call.operands["A"], call.operands["B"]
     if ctx.arch < 80:
         return f"mma.sync m16n8k16 with bf16/f32 needs sm_80+, target is {ctx.target}"
+    if A.dtype not in DTYPES:
+        return f"mma.sync m16n8k16 multiplies {' or '.join(DTYPES)}; A and B are {A.dtype}"
     sc = call.scope
     if sc.threads != 32:
         return f"mma.sync is issued by one warp; the scope is {sc.describe()} (use Ax.warps(i, i+1) or Ax.each_warp())"

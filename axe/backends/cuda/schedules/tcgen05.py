@@ -1,8 +1,11 @@
 """Blackwell tensor-core schedules (sm_100a): ``tcgen05.mma`` for ``gemm``; ``tcgen05.ld``,
 ``tcgen05.st`` and ``tcgen05.cp`` for ``copy`` between tensor memory, registers and shared memory.
 
-**gemm → tcgen05.mma.cta_group::{1,2}.kind::f16** (fp16/bf16 in, fp32 accumulate in TMEM), issued
-by one thread (``Ax.cuda.elect_one()`` or ``Ax.thread``).  Preconditions, all from the layouts:
+**gemm → tcgen05.mma.cta_group::{1,2}.kind::f16** (fp16/bf16 in, fp32 accumulate in TMEM; fp8
+operands decline naming their dtype — ``kind::f8f6f4`` is not emitted), issued by one thread
+(``Ax.cuda.elect_one()`` or ``Ax.thread``); K per instruction is 32 bytes (k16), counted as the
+shared descriptors count it (:func:`~axe.backends.cuda.smem_desc.k_inst`).  Preconditions, all
+from the layouts:
 
 - C lives in tensor memory; its layout is a tiling ``C_out ⊗ D(N)`` of the data-path layout D
   ``S[(128,N):(1@TLane,1@TCol)]`` (row i in lane i), ``C_out`` on ``TCol`` only (M = 128·m tiles
@@ -42,7 +45,7 @@ from axe.layout.iters import Iter
 from axe.schedules.emit import is_zero
 from axe.schedules.registry import add_schedule
 
-from ..smem_desc import K_INST, SmemOperand, emit_descriptor, pick_n, smem_operand
+from ..smem_desc import SmemOperand, emit_descriptor, k_inst, pick_n, smem_operand
 from .wgmma import fence_registers
 
 __all__ = ["LD_SHAPES", "ld_fragment", "d_layout", "instr_descriptor", "pair", "local_of_pair", "Tcgen05Plan",
@@ -101,12 +104,17 @@ def ld_fragment(shape: str, num: int, rows: int = 128) -> Layout:
     return Layout(tuple(head + riters + citers))
 
 
+#: input dtypes of ``kind::f16`` with their instruction-descriptor codes (A/B type fields); fp8 is
+#: ``kind::f8f6f4``, which is not emitted
+KIND_F16 = {"float16": 0, "bfloat16": 1}
+
+
 def instr_descriptor(dtype: str, m: int, n: int, trans_a: int, trans_b: int) -> int:
     """The 32-bit instruction descriptor of ``kind::f16`` with an fp32 D (PTX ISA "Instruction
     descriptor format"): D type F32 = 1 (bits 4-5), A/B type F16 = 0 / BF16 = 1 (bits 7-9, 10-12),
     transpose A/B (bits 15, 16: 1 for MN-major), N >> 3 (bits 17-22), M >> 4 (bits 24-28); dense,
     no negation, no shift."""
-    t = {"float16": 0, "bfloat16": 1}[dtype]
+    t = KIND_F16[dtype]
     if n % 8 or not 8 <= n <= 256 or m % 16 or not 64 <= m <= 256:
         raise ValueError(f"tcgen05 instruction descriptor: M={m}, N={n} out of range")
     return (1 << 4) | (t << 7) | (t << 10) | (trans_a << 15) | (trans_b << 16) | ((n >> 3) << 17) | ((m >> 4) << 24)
@@ -198,6 +206,11 @@ class Tcgen05Plan:
     def m(self) -> int:
         return 128 * self.cta_group
 
+    @property
+    def k_inst(self) -> int:
+        """K elements per instruction (32 bytes: 16 for kind::f16)."""
+        return k_inst(self.b.elem_bytes)
+
     def instruction(self) -> str:
         return f"tcgen05.mma.cta_group::{self.cta_group}.kind::f16"
 
@@ -209,14 +222,15 @@ class Tcgen05Plan:
             for ni in range(self.n_tiles):
                 (c,) = self.acc_outer.map((mi, ni), (self.m_tiles, self.n_tiles))
                 for ki in range(self.k_tiles):
-                    yield (mi, ni, ki, c["TCol"] * self.n, (mi * 128, ki * K_INST), (ni * nb, ki * K_INST), ki)
+                    k0 = ki * self.k_inst
+                    yield (mi, ni, ki, c["TCol"] * self.n, (mi * 128, k0), (ni * nb, k0), ki)
 
     def describe(self) -> str:
         count = self.m_tiles * self.n_tiles * self.k_tiles
         a = (f"A in TMEM {self.a.layout}" if self.ts else self.a.describe())
         done = (f"commit → {', '.join(self.barriers)}" + (f" (multicast {self.multicast:#b})" if self.multicast else "")
                 if self.barriers else "no commit")
-        return (f"{count} x {self.instruction()} M={self.m} N={self.n} K=16 ({'ts' if self.ts else 'ss'}; "
+        return (f"{count} x {self.instruction()} M={self.m} N={self.n} K={self.k_inst} ({'ts' if self.ts else 'ss'}; "
                 f"{self.m_tiles}x{self.n_tiles}x{self.k_tiles} m/n/k); idesc {self.idesc:#010x}; "
                 f"D = {self.acc_outer} ⊗ {d_layout(self.n)} in TMEM; {a}; {self.b.describe()}; {done}")
 
@@ -250,8 +264,12 @@ def tcgen05_plan(call, ctx):
                 f"(C {c2}, A {a2}, B {b2})")
     group_ = 2 if c2 else 1
     (M, K), N_total = a_loc.shape, B.shape[1]
-    if M % 128 or K % K_INST:
-        return (f"M={M} (per CTA) and K={K} are not multiples of 128 and {K_INST} (M=64 data-path layouts "
+    if A.dtype not in KIND_F16:
+        return (f"tcgen05.mma kind::f16 multiplies {' or '.join(KIND_F16)}; A and B are {A.dtype} "
+                "(kind::f8f6f4 is not emitted)")
+    k_el = k_inst(A.elem_bytes)
+    if M % 128 or K % k_el:
+        return (f"M={M} (per CTA) and K={K} are not multiples of 128 and {k_el} (M=64 data-path layouts "
                 f"are not used)")
     n_step, n_min = 16, 16 * group_
     chosen = pick_n([n for n in range(min(256, N_total), n_min - 1, -n_step) if N_total % n == 0],
@@ -266,9 +284,7 @@ def tcgen05_plan(call, ctx):
             return a
         trans_a = a.trans
     elif A.mem == "tmem":
-        if A.elem_bytes != 2:
-            return f"A ({A.name}) in TMEM holds {A.dtype}; kind::f16 reads 16-bit A"
-        aw = _tmem_outer(a_loc, (M, K), d_layout(K_INST), (128, K_INST), f"A ({A.name})")
+        aw = _tmem_outer(a_loc, (M, K), d_layout(k_el), (128, k_el), f"A ({A.name})")
         if isinstance(aw, str):
             return aw
         a, trans_a = a_loc, 0
@@ -282,7 +298,7 @@ def tcgen05_plan(call, ctx):
     if group_ == 2 and bars and mc is None:
         return "cta_group::2: pass multicast=0b11 so the commit reaches both CTAs' barriers"
     idesc = instr_descriptor(A.dtype, 128 * group_, n, trans_a, b.trans)
-    return Tcgen05Plan(group_, n, M // 128, N_total // n, K // K_INST, outer, a, b, A.dtype, idesc,
+    return Tcgen05Plan(group_, n, M // 128, N_total // n, K // k_el, outer, a, b, A.dtype, idesc,
                        tuple(_barrier_name(x) for x in bars), mc, {"C": c_loc, "A": a_loc, "B": b_loc, "bars": bars})
 
 
@@ -470,8 +486,14 @@ class CpPlan:
     lane0: int
     col0: int
 
+    @property
+    def k_inst(self) -> int:
+        """Elements per lane row of one copy: 256 bits, the K of one tcgen05.mma (32 bytes)."""
+        return k_inst(self.src.elem_bytes)
+
     def describe(self) -> str:
-        return (f"{self.m_tiles * self.k_tiles} x tcgen05.cp.cta_group::1.128x256b (128 rows × 16 elements each); "
+        return (f"{self.m_tiles * self.k_tiles} x tcgen05.cp.cta_group::1.128x256b "
+                f"(128 rows × {self.k_inst} elements each); "
                 f"{self.src.describe()}; TMEM lanes {self.lane0}.., column {self.col0}")
 
 
@@ -488,9 +510,10 @@ def cp_plan(call, ctx):
     if d.elem_bytes != 2 or d.rank != 2:
         return f"{d.name}: tcgen05.cp here moves 2-D 16-bit tiles (the A operand of tcgen05.mma's ts form)"
     rows, cols = d.shape
-    if rows % 128 or cols % K_INST:
-        return f"{d.name}: {rows}x{cols} is not a whole number of 128x{K_INST} blocks"
-    win = _tmem_outer(d, (rows, cols), d_layout(K_INST), (128, K_INST), d.name)
+    k_el = k_inst(d.elem_bytes)
+    if rows % 128 or cols % k_el:
+        return f"{d.name}: {rows}x{cols} is not a whole number of 128x{k_el} blocks"
+    win = _tmem_outer(d, (rows, cols), d_layout(k_el), (128, k_el), d.name)
     if isinstance(win, str):
         return win
     op = smem_operand(s, "A", 128, unit="tcgen05.cp")
@@ -499,7 +522,7 @@ def cp_plan(call, ctx):
     if op.major != "K":
         return f"{s.name}: tcgen05.cp copies rows into lanes: the shared tile must be K-major, not {op.major}-major"
     (c0,) = d.layout.map((0, 0), d.shape)
-    return CpPlan(op, rows // 128, cols // K_INST, c0["TLane"], c0["TCol"])
+    return CpPlan(op, rows // 128, cols // k_el, c0["TLane"], c0["TCol"])
 
 
 def _emit_cp(call, plan: CpPlan, ctx):
@@ -508,9 +531,9 @@ def _emit_cp(call, plan: CpPlan, ctx):
     hi = plan.src.high_bits(100)
     for mi in range(plan.m_tiles):
         for ki in range(plan.k_tiles):
-            (c,) = d.layout.map((mi * 128, ki * K_INST), d.shape)
+            (c,) = d.layout.map((mi * 128, ki * plan.k_inst), d.shape)
             addr = _tmem_addr(d, c["TLane"], c["TCol"])
-            desc = emit_descriptor(plan.src, s, mi * 128, ki * K_INST, hi)
+            desc = emit_descriptor(plan.src, s, mi * 128, ki * plan.k_inst, hi)
             T.evaluate(T.ptx["tcgen05.cp.cta_group::1.128x256b"](addr, desc))
     bars = call.config.get("barrier", ())
     if bars:

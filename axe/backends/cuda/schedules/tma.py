@@ -26,6 +26,7 @@ from math import prod
 
 from axe.layout import S, SwizzledLayout, Swizzle, group, tile_of
 from axe.layout.layout import unflatten_index
+from axe.runtime.tensormap import packed_strides
 from axe.schedules.emit import guard
 from axe.schedules.registry import register
 
@@ -77,7 +78,8 @@ def _smem_offset(smem, off):
 
 
 def _global_strides(t):
-    """Per-dim element strides of the global root tensor, or a reason."""
+    """Per-dim element strides of the global root tensor (0 for an extent-1 dimension, which has
+    no iter), or a reason."""
     root = t.origin
     try:
         g = group(root.layout if not isinstance(root.layout, SwizzledLayout) else root.layout.inner, root.shape)
@@ -146,10 +148,12 @@ def tma_plan(call, ctx, store: bool = False):
         (c,) = C.map(x)
         atoms.append((unflatten_index(x, cshape), c["m"] * span))
     root = glob.origin
+    dims = [int(e) for e in reversed(root.shape)]
     spec = {
         "param": root.tensormap.name, "tensor": root.buffer.name, "dtype": root.dtype,
-        "shape": [int(e) for e in reversed(root.shape)],
-        "strides_bytes": [int(s) * eb for s in reversed(strides[:-1])],
+        "shape": dims,
+        # an extent-1 dimension has no iter (stride 0), which the driver rejects: it gets the packed stride
+        "strides_bytes": packed_strides(dims, [int(s) * eb for s in reversed(strides[:-1])], eb),
         "box": list(reversed(box)), "elem_strides": [1] * len(box), "swizzle": mode, "oob_fill": "zero",
     }
     return TmaPlan(box, mode, atoms, spec, prod(smem.shape) * eb, store)

@@ -29,11 +29,12 @@ layout algebra:
 ``wait_group(wait)`` (``wait=0`` by default; ``wait=False`` leaves the group in flight for the
 caller's :func:`emit_wait`).  wgmma exists only on sm_90a: other targets decline.
 
-**fp8** (``float8_e4m3fn`` A and B, one call record from :func:`axe.ops.block_scale.gemm_fp8`):
-k32 per instruction (32 bytes of K, like k16 of 16-bit data) and, per the PTX ISA, no
-imm-trans operands: "matrices A and B must be K-major" for .e4m3/.e5m2, so an MN-major operand
-declines with that reason, as do register A and unswizzled tiles (the descriptor helper counts
-the core matrices of a 16-bit k16 step; a swizzled K-major tile is one atom wide in K either way).
+**fp8** (``float8_e4m3fn`` A and B: the same ``gemm`` call record, :func:`axe.ops.gemm.gemm`):
+k32 per instruction — the descriptors count K in bytes (:data:`~axe.backends.cuda.smem_desc.K_INST_BYTES`,
+32 bytes: k16 of 16-bit data, k32 of fp8), so unswizzled and 32/64/128-byte swizzled K-major fp8
+tiles are described like 16-bit ones — and, per the PTX ISA, no imm-trans operands: "matrices A
+and B must be K-major" for .e4m3/.e5m2, so an MN-major operand declines with that reason, as does
+register A (its fp8 fragment is not implemented).
 """
 
 from __future__ import annotations
@@ -45,8 +46,8 @@ from axe.layout.iters import Iter
 from axe.schedules.emit import is_zero
 from axe.schedules.registry import add_schedule
 
-from ..smem_desc import (K_INST, SWIZZLE_CODE, SmemOperand, core_atom, descriptor_bits,  # noqa: F401
-                         emit_descriptor, pick_n, smem_operand)
+from ..smem_desc import (SWIZZLE_CODE, SmemOperand, core_atom, descriptor_bits,  # noqa: F401
+                         emit_descriptor, k_inst, pick_n, smem_operand)
 
 __all__ = ["d_fragment", "a_fragment", "core_atom", "SmemOperand", "smem_operand", "WgmmaPlan",
            "wgmma_plan", "emit_wait", "descriptor_bits", "SWIZZLE_CODE"]
@@ -85,7 +86,7 @@ class WgmmaPlan:
     dtype: str
     thread: str
     wait: object
-    k_inst: int = K_INST       # K per instruction: 16 (16-bit inputs) or 32 (fp8)
+    k_inst: int                # K per instruction (32 bytes): 16 (16-bit inputs) or 32 (fp8)
 
     @property
     def rs(self) -> bool:
@@ -96,11 +97,8 @@ class WgmmaPlan:
         return self.dtype in FP8_TYPES
 
     def instruction(self) -> str:
-        if self.fp8:
-            t = FP8_TYPES[self.dtype]
-            return f"wgmma.mma_async.sync.aligned.m64n{self.n}k32.f32.{t}.{t}"
-        t = "f16" if self.dtype == "float16" else "bf16"
-        return f"wgmma.mma_async.sync.aligned.m64n{self.n}k16.f32.{t}.{t}"
+        t = DTYPES[self.dtype]
+        return f"wgmma.mma_async.sync.aligned.m64n{self.n}k{self.k_inst}.f32.{t}.{t}"
 
     def describe(self) -> str:
         count = self.m_tiles * self.n_tiles * self.k_tiles
@@ -142,9 +140,14 @@ def wgmma_plan(call, ctx):
     if C.mem != "local":
         return f"C ({C.name}) is in {C.mem} memory; the wgmma accumulator lives in registers"
     (M, K), N_total = A.shape, B.shape[1]
-    k_inst = FP8_K_INST if A.dtype in FP8_TYPES else K_INST
-    if M % 64 or K % k_inst or N_total % 8:
-        return f"M={M}, N={N_total}, K={K} are not multiples of 64, 8 and {k_inst}"
+    if A.dtype not in DTYPES:
+        return f"wgmma here multiplies {', '.join(DTYPES)}; A and B are {A.dtype}"
+    fp8 = A.dtype in FP8_TYPES
+    if fp8 and A.mem == "local":
+        return f"fp8 wgmma here reads A ({A.name}, {A.dtype}) from shared memory (ss); register A is not supported"
+    k_el = k_inst(A.elem_bytes)
+    if M % 64 or K % k_el or N_total % 8:
+        return f"M={M}, N={N_total}, K={K} are not multiples of 64, 8 and {k_el}"
     thread = _thread_kind(C)
     if thread is None:
         return f"C ({C.name}) layout {C.layout} names thread axes {sorted(C.thread_axes())}, not lane/warp or tx"
@@ -160,37 +163,33 @@ def wgmma_plan(call, ctx):
         ta = _thread_kind(A)
         if ta != thread:
             return f"A ({A.name}) layout {A.layout} names threads differently from C ({C.layout})"
-        a = _register_outer(A, (M, K), a_fragment(thread), (64, K_INST), f"A ({A.name})")
+        a = _register_outer(A, (M, K), a_fragment(thread), (64, k_el), f"A ({A.name})")
     else:
         return f"A ({A.name}) is in {A.mem} memory; wgmma reads A from shared memory or registers"
     if isinstance(a, str):
         return a
-    if k_inst == FP8_K_INST:
+    if fp8:
         why = _fp8_operands(a, b)
         if why:
             return why
     wait = call.config.get("wait", 0)
     if wait is not False and (isinstance(wait, bool) or not isinstance(wait, int) or not 0 <= wait <= 7):
         return f"wait={wait!r}: an int in 0..7 (groups left in flight) or False"
-    return WgmmaPlan(n, M // 64, N_total // n, K // k_inst, outer, a, b, A.dtype, thread, wait, k_inst)
+    return WgmmaPlan(n, M // 64, N_total // n, K // k_el, outer, a, b, A.dtype, thread, wait, k_el)
 
 
-#: fp8 dtypes wgmma takes, with their PTX type names; K per fp8 instruction
+#: fp8 dtypes wgmma takes, with their PTX type names
 FP8_TYPES = {"float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
-FP8_K_INST = 32
+#: every input dtype wgmma takes here, with its PTX type name
+DTYPES = {"float16": "f16", "bfloat16": "bf16", **FP8_TYPES}
 
 
 def _fp8_operands(a, b):
-    """The reason fp8 operands ``a`` (SmemOperand or register A placement) and ``b`` do not fit
-    wgmma, or None."""
-    if not isinstance(a, SmemOperand):
-        return "fp8 wgmma here reads A from shared memory (ss); register A is not supported"
+    """The reason shared fp8 operands ``a`` and ``b`` do not fit wgmma, or None."""
     for op in (a, b):
         if op.major != "K":
             return (f"fp8 (e4m3/e5m2) wgmma takes K-major A and B only (PTX ISA: no imm-trans for fp8); "
                     f"{op.describe()}")
-        if not op.swizzle:
-            return f"fp8 wgmma: {op.name} is unswizzled; only swizzled K-major fp8 tiles are supported"
     return None
 
 
@@ -224,12 +223,11 @@ def _emit(call, plan: WgmmaPlan, ctx):
                     w0 = (ca["m"] * 8 + (0 if is_zero(A.base) else A.base)) // 2
                     a_args = [a_words[w0 + j] for j in range(4)]
                     T.evaluate(op(*regs, *a_args, bd, T.bool(scale_d), 1, 1, plan.b.trans))
-                elif plan.fp8:      # K-major only: the fp8 instruction has no imm-trans operands
-                    ad = emit_descriptor(plan.a, A, mi * 64, ki * plan.k_inst, a_hi)
-                    T.evaluate(op(*regs, ad, bd, T.bool(scale_d), 1, 1))
                 else:
-                    ad = emit_descriptor(plan.a, A, mi * 64, ki * K_INST, a_hi)
-                    T.evaluate(op(*regs, ad, bd, T.bool(scale_d), 1, 1, plan.a.trans, plan.b.trans))
+                    ad = emit_descriptor(plan.a, A, mi * 64, ki * plan.k_inst, a_hi)
+                    # K-major only for fp8: its instruction has no imm-trans operands
+                    trans = () if plan.fp8 else (plan.a.trans, plan.b.trans)
+                    T.evaluate(op(*regs, ad, bd, T.bool(scale_d), 1, 1, *trans))
     if call.config.get("commit", True):
         T.evaluate(T.ptx["wgmma.commit_group.sync.aligned"]())
     if plan.wait is not False:
@@ -249,9 +247,9 @@ def fence_registers(regs):
         T.evaluate(T.cuda.func_call("axe_fence_f32", r, source_code=_FENCE))
 
 
-# wgmma.mma_async m64nNk16 (ss or rs) with descriptors derived from the shared layouts.
+# wgmma.mma_async m64nNk16 (ss or rs) and m64nNk32 fp8 (ss) with descriptors derived from the shared layouts.
 add_schedule("gemm", "wgmma", "cuda", priority=40,
              requires="sm_90a warpgroup; C = C_out ⊗ wgmma D fragment; B (and A in ss) = C ⊗ core-matrix atom "
                       "(K- or MN-major, 32/64/128B swizzle or none); register A = C ⊗ A fragment; "
-                      "fp8: ss, both K-major and swizzled",
+                      "fp8: ss, both K-major",
              check=wgmma_plan, emit=_emit)
