@@ -190,7 +190,8 @@ def test_synchronize_states_the_report_instead_of_the_bare_cuda_error(monkeypatc
     vals = {"kind": dev.FLAG, "cta": 131, "cluster_rank": 0, "thread": 128, "object": 263, "stage": 0, "want": 1,
             "seen": 0, "timeout_ms": 10000}
     ctypes.memmove(d.symbols[b"axe_report"].value, fake_record(vals, "F_"), dev.RECORD_BYTES)
-    with pytest.raises(WaitTimeoutError, match=r"gemm_sk on cuda:0: CTA 131 .* thread 128 waited 10000 ms .*'F_'\[263\]"):
+    said = r"gemm_sk on cuda:0: CTA 131 .* thread 128 waited 10000 ms .*'F_'\[263\]"
+    with pytest.raises(WaitTimeoutError, match=said):
         launcher.synchronize(0)
     pages.check(device=1)                               # another device's launches are not blamed
 
