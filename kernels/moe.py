@@ -436,7 +436,8 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
             P = T.int32()
             MT = T.int32()
             NS = T.int32()
-            A_ = T.match_buffer(a_, (P, k), dtype, align=16)       # x (T, k) with gather_rows
+            RA = T.int32()      # A's rows: P (the permuted rows), or T (x itself, with gather_rows)
+            A_ = T.match_buffer(a_, (RA, k), dtype, align=16)
             S_ = T.match_buffer(srt_, (NS,), "int32")
             C_ = T.match_buffer(c_, (P, n_out), dtype, align=16)
             tiles = T.match_buffer(tiles_, (MT,), "int32")

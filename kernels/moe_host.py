@@ -91,7 +91,7 @@ class Layer:
         k, grouped = self.k, (self.sorted, self.tiles, self.tile_rows, self.meta)
         steps = {"align": lambda: k["align"](ids, self.sorted, self.tiles, self.tile_rows, self.meta, self.pos)}
         if not self.gather:         # GEMM 1 reads the permuted rows, else it gathers x's rows itself
-            steps["permute"] = lambda: k["permute"](x, self.sorted, self.meta, self.xp)
+            steps["permute"] = lambda: k["permute"](x, self.sorted[:self.xp.shape[0]], self.meta, self.xp)
         steps["gemm1"] = lambda: k["gemm1"](x if self.gather else self.xp, w1, self.h, *grouped)
         steps["gemm2"] = lambda: k["gemm2"](self.h, w2, self.y, *grouped)
         steps["combine"] = lambda: k["combine"](self.y, self.pos, weights, self.out)

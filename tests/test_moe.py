@@ -264,6 +264,47 @@ def test_gathering_gemm_counts_every_producer_thread():
     assert [a["name"] for a in art.launch["args"]][:4] == ["A_", "B_", "C_", "S_"]
 
 
+@pytest.mark.parametrize("config", ["small", "small_pad16", "large_gather"])
+def test_layer_arguments_bind(config):
+    """Every launch of ``Layer.experts`` (kernels/moe_host.py) against its artifact's signature:
+    argument count, dtypes, shapes and shape symbols as the runtime checks them
+    (``bind_arguments``), on meta tensors of the real sizes, for T = 1 and 37 — what the GPU would
+    refuse at launch, found here."""
+    torch = pytest.importorskip("torch")
+    from axe.runtime.launcher import bind_arguments
+    from kernels import moe, moe_host
+
+    built = {role: Ax.compile_kernel(k, "sm_90a").launch for role, k in _role_kernels(config).items()}
+
+    class Bind:
+        def __init__(self, role):
+            self.role = role
+
+        def __call__(self, *args):
+            bind_arguments(built[self.role], args, device_type="meta")
+            calls.append(self.role)
+
+    meta = dict(device="meta")
+    for tokens in (1, 37):
+        calls = []
+        layer = moe_host.Layer({r: Bind(r) for r in built}, tokens, config, "bfloat16", device="meta")
+        x = torch.empty(tokens, moe.HIDDEN, dtype=torch.bfloat16, **meta)
+        w1 = torch.empty(moe.E, 2 * moe.INTER, moe.HIDDEN, dtype=torch.bfloat16, **meta)
+        w2 = torch.empty(moe.E, moe.HIDDEN, moe.INTER, dtype=torch.bfloat16, **meta)
+        ids = torch.empty(tokens, moe.TOPK, dtype=torch.int32, **meta)
+        weights = torch.empty(tokens, moe.TOPK, dtype=torch.float32, **meta)
+        layer.experts(x, w1, w2, ids, weights)
+        assert calls == list(layer.steps(x, w1, w2, ids, weights)) and ("permute" in calls) != layer.gather
+
+
+def _role_kernels(config):
+    """The layer's kernels for ``config``, by role (as ``kernels.moe.builds`` makes them)."""
+    from kernels import moe, moe_host
+    names = moe_host.artifact_names("bfloat16", config)
+    every = moe.builds(("bfloat16",))
+    return {role: every[name] for role, name in names.items() if role != "route"}
+
+
 def test_gemm_refuses_bad_configs():
     from kernels import moe
     with pytest.raises(ValueError, match="pad=24 must be a multiple of 16 that divides bm=64"):
