@@ -33,15 +33,15 @@ def _rng():
 # TensorE dispatch
 
 
-def _gemm_kernel(a_layout, b_layout, c_layout, M=128, N=512, K=128, io=True):
+def _gemm_kernel(a_layout, b_layout, c_layout, M=128, N=512, K=128, io=True, dtype="float16"):
     @Ax.kernel(name="mm", outputs=("C",), targets=("trn1",))
     def k():
         @T.prim_func
-        def mm(A_: T.Buffer((M, K), "float16"), B_: T.Buffer((K, N), "float16"), C_: T.Buffer((M, N), "float16")):
+        def mm(A_: T.Buffer((M, K), dtype), B_: T.Buffer((K, N), dtype), C_: T.Buffer((M, N), "float16")):
             Ax.neuron.core()
             A, B, C = Ax.param(A_), Ax.param(B_), Ax.param(C_)
-            a = Ax.neuron.sbuf((M, K), "float16", a_layout, name="a")
-            b = Ax.neuron.sbuf((K, N), "float16", b_layout, name="b")
+            a = Ax.neuron.sbuf((M, K), dtype, a_layout, name="a")
+            b = Ax.neuron.sbuf((K, N), dtype, b_layout, name="b")
             acc = Ax.neuron.psum((M, N), "float32", c_layout, name="acc")
             if io:
                 Ax.copy(a, A[0:M, 0:K])
@@ -75,6 +75,15 @@ def test_tensore_declines_with_reason(a, b, c, reason):
     with pytest.raises(KernelError, match="no schedule fits gemm") as err:
         explain(k, "trn1")
     assert reason in str(err.value) and "- nc_matmul" in str(err.value)
+
+
+def test_fp8_tiles_are_refused_on_trn1():
+    """fp8 operands are a gemm the language admits (wgmma takes them on sm_90a), but axe's trn1
+    tiles hold 16/32-bit data: the build stops at the SBUF tile, naming it and the dtype, before
+    any nc_matmul could be emitted."""
+    k = _gemm_kernel(A_OK, B_OK, C_OK, io=False, dtype="float8_e4m3fn")
+    with pytest.raises(KernelError, match="sbuf a: dtype float8_e4m3fn is not one of"):
+        explain(k, "trn1")
 
 
 def test_tensore_loops_over_what_exceeds_one_instruction():

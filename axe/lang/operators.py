@@ -44,7 +44,8 @@ def sync():
 
 
 def gemm(C, A, B, accumulate: bool = True, **config):
-    """``C += A·B`` (``accumulate=False``: ``C = A·B``); A M×K, B K×N fp16/bf16, C fp32.
+    """``C += A·B`` (``accumulate=False``: ``C = A·B``); A M×K, B K×N fp16/bf16 (or float8_e4m3fn,
+    which wgmma takes on sm_90a; block scales are ``scale_accumulate``'s), C fp32.
 
     Keywords go to the schedule: ``schedule=`` ("wgmma", "mma_sync"), and for wgmma
     ``wait=`` (groups left in flight after commit, default 0; ``False``: no wait) and

@@ -8,7 +8,7 @@ stream.  Loaded CUDA modules are cached per (device, cubin hash).
 
 from .tensormap import TensorMapError, check_spec
 
-__all__ = ["Kernel", "LaunchError", "TensorMapError", "check_spec", "load", "clear_cache"]
+__all__ = ["Kernel", "LaunchError", "TensorMapError", "WaitTimeoutError", "check_spec", "load", "clear_cache"]
 
 
 def __getattr__(name):
@@ -16,4 +16,8 @@ def __getattr__(name):
         from . import launcher
 
         return getattr(launcher, name)
+    if name == "WaitTimeoutError":      # a bounded wait timed out on the device (axe.runtime.report)
+        from . import report
+
+        return report.WaitTimeoutError
     raise AttributeError(f"module 'axe.runtime' has no attribute {name!r}")

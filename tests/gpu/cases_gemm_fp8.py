@@ -30,7 +30,8 @@ SHAPES = {
     "square256": (1024, 1024, 1024, 256, 1),
     "ragged": (1000, 2112, 1536, 256, 1),     # M % 128 != 0, 17 column blocks: bn=256's last half skipped
     "ragged128": (777, 576, 1536, 128, 1),     # M % 4 != 0 (SA rows padded to 780)
-    "k2": (256, 512, 256, 128, 1),             # two k-blocks: the shortest K built (see gemm_fp8.make)
+    "k1": (256, 512, 128, 128, 1),             # one k-block: the shortest K built (SA's extent-1 dim, packed stride)
+    "k2": (256, 512, 256, 128, 1),             # two k-blocks
     "kragged": (384, 768, 208, 256, 1),        # K % 128 != 0: the last k-block half zeros (TMA fill)
     "ds_o": (4096, 7168, 2048, 256, 1),        # DeepSeek-V3 attention output projection
     "ds_kv": (512, 576, 7168, 128, 1),         # DeepSeek-V3 kv down-projection (N = 576)
