@@ -336,8 +336,9 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
     from axe.backends.cuda.schedules.wgmma import d_fragment
     from kernels.gemm import swizzled, unbake_rows
     _check_dtype(dtype, "moe_gemm")
-    if bm not in (64, 128) or bn not in (128, 256) or act not in (None, "silu_mul"):
-        raise ValueError(f"moe_gemm: bm must be 64 or 128, bn 128 or 256, act None or 'silu_mul' (got {bm}, {bn}, {act!r})")
+    if bm not in (64, 128) or bn not in (96, 128, 256) or act not in (None, "silu_mul") or (bn == 96 and not act):
+        raise ValueError(f"moe_gemm: bm must be 64 or 128, bn 128 or 256 (or 96 with silu_mul: 48 gate + 48 up rows), "
+                         f"act None or 'silu_mul' (got {bm}, {bn}, {act!r})")
     pad = pad or bm
     if pad % STORE_ROWS or bm % pad:
         raise ValueError(f"moe_gemm: pad={pad} must be a multiple of {STORE_ROWS} that divides bm={bm}")
@@ -350,6 +351,9 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
     threads = 128 * (1 + consumers)
     n_tiles, k_iters = n_out // half, k // bk
     chunk = min(half, 128)                    # output columns per store chunk (one 16 KiB buffer)
+    # the staging buffer: 64-column swizzled blocks, or (a chunk of 48: bn = 96) plain rows, which
+    # TMA stores unswizzled and stmatrix writes at a 16-byte-aligned pitch
+    swizzled_stage = chunk % 64 == 0
     a_at, b_at = 0, stages * bm * bk
     c_at = b_at + stages * bn * bk
     pool_elems = c_at + consumers * 64 * chunk
@@ -420,10 +424,16 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
                 return
             h = STORE_ROWS
             for q in range(64 // h):     # rows q·h .. of the staging tile (its column blocks hold 64 rows each)
-                part = Ax.view(pool, swizzled(h, chunk, panel=64 * 64), (h, chunk), base=at + q * h * min(chunk, 64))
+                part = Ax.view(pool, stage(h), (h, chunk), base=at + q * h * min(chunk, 64))
                 with guard(q * h < own - wg * 64):
                     Ax.copy(C[row + q * h:row + (q + 1) * h, n0:n0 + chunk], part, fence=False, wait=False)
-        Ax.cuda.staged_store(out, chunk, lambda j: tile(pool, at, (64, chunk)), tma_store, 1 + wg, leader)
+        Ax.cuda.staged_store(out, chunk, lambda j: Ax.view(pool, stage(64), (64, chunk), base=at), tma_store,
+                             1 + wg, leader)
+
+    def stage(rows):
+        """The layout of ``rows`` rows of a warpgroup's staging buffer (``rows < 64``: a row range of
+        it, whose column blocks stay 64 rows apart)."""
+        return swizzled(rows, chunk, panel=64 * 64) if swizzled_stage else S[(rows, chunk)]
 
     def factory():
         from axe.schedules.context import current_context

@@ -14,7 +14,10 @@ DTYPES = ("bfloat16", "float16")
 CONFIGS = {"small": {"bm": 64, "bn": 128}, "large": {"bm": 128, "bn": 256},
            "small_pad16": {"bm": 64, "bn": 128, "pad": 16}, "large_pad16": {"bm": 128, "bn": 256, "pad": 16},
            "small_gather": {"bm": 64, "bn": 128, "pad": 16, "gather_rows": True},
-           "large_gather": {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True}}
+           "large_gather": {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True},
+           # a few tokens (T <= 8): GEMM 1 in 48 + 48-row tiles, 16 per expert, so 8 experts fill 128
+           # SMs with 384 KiB of weights each where 64 + 64-row tiles leave 36 SMs idle and stream 512
+           "tiny_gather": {"bm": 64, "bn": 128, "bn1": 96, "pad": 16, "gather_rows": True}}
 #: token counts up to this use the small configuration: measured on an H200 under CUDA graphs
 #: (benchmarks/results/moe-config-2026-11-23-h200.json), small/large layer time 0.80 at T=8, 0.87 at
 #: T=32, 0.88 at T=128..512, 1.01 at T=1024, 1.15 at T=2048 — with every expert hit and few tokens
@@ -41,9 +44,10 @@ def rows_and_tiles(tokens, config):
 
 
 def gemm_keywords(config):
-    """:func:`kernels.moe.make_grouped_gemm`'s keywords for ``config``; GEMM 2 never gathers."""
-    kw = dict(CONFIGS[config])
-    return kw, {k: v for k, v in kw.items() if k != "gather_rows"}
+    """``(GEMM 1's, GEMM 2's)`` :func:`kernels.moe.make_grouped_gemm` keywords for ``config``:
+    ``bn1`` (default ``bn``) is GEMM 1's tile width; GEMM 2 never gathers."""
+    kw = {k: v for k, v in CONFIGS[config].items() if k != "bn1"}
+    return dict(kw, bn=CONFIGS[config].get("bn1", kw["bn"])), {k: v for k, v in kw.items() if k != "gather_rows"}
 
 
 def artifact_names(dtype, config):

@@ -200,6 +200,8 @@ KERNELS = {
                             "fence.proxy.async.shared::cta", "cp.async.bulk.tensor.3d", "wgmma.mma_async"]),
     "gemm1_large_gather": ("make_gemm1", {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True},
                            ["cp.async.cg.shared.global", "cp.async.mbarrier.arrive.noinc.shared::cta.b64"]),
+    "gemm1_tiny_gather": ("make_gemm1", {"bm": 64, "bn": 96, "pad": 16, "gather_rows": True},
+                          ["wgmma.mma_async.sync.aligned.m64n96k16", "stmatrix", "cp.async.bulk.tensor.2d.global.shared"]),
     "gemm1_small_bk128": ("make_gemm1", {"bm": 64, "bn": 128, "bk": 128},
                           ["wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.tensor.3d"]),
     "gemm2_large": ("make_gemm2", {"bm": 128, "bn": 256, "dtype": "float16"},
@@ -264,7 +266,7 @@ def test_gathering_gemm_counts_every_producer_thread():
     assert [a["name"] for a in art.launch["args"]][:4] == ["A_", "B_", "C_", "S_"]
 
 
-@pytest.mark.parametrize("config", ["small", "small_pad16", "large_gather"])
+@pytest.mark.parametrize("config", ["small", "small_pad16", "large_gather", "tiny_gather"])
 def test_layer_arguments_bind(config):
     """Every launch of ``Layer.experts`` (kernels/moe_host.py) against its artifact's signature:
     argument count, dtypes, shapes and shape symbols as the runtime checks them
