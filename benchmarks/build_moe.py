@@ -3,7 +3,8 @@
 (:func:`kernels.moe.builds`: route, align, permute, both grouped GEMMs in both tile
 configurations, combine; bf16 and fp16; one artifact for every T) into ``.carry/moe/<name>/``.
 
-Usage: ``.venv/bin/python benchmarks/build_moe.py [--out DIR] [--dtypes bfloat16 float16]``.
+Usage: ``.venv/bin/python benchmarks/build_moe.py [--out DIR] [--dtypes bfloat16 float16]
+[--experiments] [--variant CFG:KEY=VAL,...]``.
 """
 
 import argparse
@@ -17,6 +18,12 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
 
 
+#: the streaming-rate questions the stage timings left open (benchmarks/results/moe-stages-*):
+#: 256-byte runs of each weight row per stage (bk=128), the operands' L2 promotion, both together
+EXPERIMENTS = ("small_pad16:bk=128", "small_pad16:l2p=256", "small_pad16:bk=128,l2p=256",
+               "small_gather:bk=128", "large_pad16:l2p=256")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(ROOT, ".carry", "moe"))
@@ -26,7 +33,11 @@ def main(argv=None):
     ap.add_argument("--variant", action="append", default=[], metavar="CFG[:KEY=VAL,...]",
                     help="also build both grouped GEMMs of configuration CFG with these keyword changes, "
                          "named moe_gemm{1,2}_DTYPE_CFG_KEYVAL... (timed side by side by benchmarks/moe_stages.py)")
+    ap.add_argument("--experiments", action="store_true",
+                    help=f"also build the grouped-GEMM variants of EXPERIMENTS ({', '.join(EXPERIMENTS)})")
     args = ap.parse_args(argv)
+    if args.experiments:
+        args.variant += [v for v in EXPERIMENTS if v not in args.variant]
     failed = extract_sglang(args.wheels, os.path.join(args.out, "sglang"))
     return 1 if failed or (not args.skip_kernels and build_kernels(args)) else 0
 

@@ -35,7 +35,8 @@ def variants(folder, dtype, config):
     out = {config: (f"moe_gemm1_{dtype}_{config}", f"moe_gemm2_{dtype}_{config}")}
     for path in sorted(glob.glob(os.path.join(folder, f"moe_gemm1_{dtype}_{config}_*"))):
         tag = os.path.basename(path)[len(f"moe_gemm1_{dtype}_"):]
-        if tag in CONFIGS:          # another configuration (its own padding), not a variant of this one
+        owner = max((c for c in CONFIGS if tag.startswith(c + "_") or tag == c), key=len)
+        if owner != config:         # another configuration, or a variant of one (its own padding)
             continue
         if os.path.isdir(os.path.join(folder, f"moe_gemm2_{dtype}_{tag}")):
             out[tag] = (f"moe_gemm1_{dtype}_{tag}", f"moe_gemm2_{dtype}_{tag}")

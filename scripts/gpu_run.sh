@@ -8,7 +8,8 @@
 #   bash scripts/gpu_run.sh all           all three
 #   bash scripts/gpu_run.sh moe           MoE: its GPU checks, the per-stage timings of every configuration and
 #                                         variant (benchmarks/moe_stages.py), then benchmarks/moe.py with the peers
-#                                         (build first: scripts/gpu_build.py --only $(moe names), benchmarks/build_moe.py)
+#                                         (build first: scripts/gpu_build.py --only <the moe_* names>,
+#                                          benchmarks/build_moe.py --experiments; carry .carry and .whl)
 #   bash scripts/gpu_run.sh sanitize      one-GPU checks under compute-sanitizer (4 tools side by side; table)
 #   bash scripts/gpu_run.sh sanitize-dist multi-GPU checks under compute-sanitizer (SAN_TOOLS picks the tools)
 # Device tool: command "bash scripts/gpu_run.sh dist", carry [".carry", ".whl"].

@@ -293,3 +293,16 @@ def test_sglang_cuda_align_builds_and_loads(tmp_path):
         f.write("0.0.1")
     with pytest.raises(RuntimeError, match=f"built against tvm-ffi 0.0.1, this process has {tvm_ffi.__version__}"):
         moe_sglang.load_align(root)
+
+
+def test_stage_variants_belong_to_their_configuration(tmp_path):
+    """benchmarks/moe_stages.py pairs each built grouped-GEMM variant with the configuration whose
+    name is its longest prefix (its align pads for that one): small_pad16_bk128 is small_pad16's,
+    not small's, and a configuration is never a variant of another."""
+    from benchmarks.moe_stages import variants
+    for tag in ("small", "small_bk128", "small_pad16", "small_pad16_bk128", "small_gather"):
+        for g in (1, 2):
+            (tmp_path / f"moe_gemm{g}_bfloat16_{tag}").mkdir()
+    assert sorted(variants(str(tmp_path), "bfloat16", "small")) == ["small", "small_bk128"]
+    assert sorted(variants(str(tmp_path), "bfloat16", "small_pad16")) == ["small_pad16", "small_pad16_bk128"]
+    assert sorted(variants(str(tmp_path), "bfloat16", "small_gather")) == ["small_gather"]
