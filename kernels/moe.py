@@ -61,6 +61,7 @@ PRODUCER_REGS, CONSUMER_REGS = 40, 232
 GATHER_REGS = 56         # a producer warp that gathers rows computes addresses for 16 cp.async per stage
 ROUTE_WARPS = 4          # tokens per routing CTA (one warp each)
 ALIGN_THREADS = 1024     # the permutation's one CTA
+ALIGN_TOKENS = 4         # tokens per align thread per batch (their 32 ids loaded at once)
 PERMUTE_ROWS = 16        # rows gathered per permute CTA (256 threads: 16 chunks of 16 bytes each)
 STORE_ROWS = 16          # rows per epilogue store box where tiles overlap the next segment
 COMBINE_THREADS = 256
@@ -179,13 +180,22 @@ def make_align(bm, pad=None, experts=E, topk=TOPK):
             tpart = T.alloc_buffer((32,), "int32", scope="shared")
             run = T.alloc_buffer((1,), "int32", scope="local")
             trun = T.alloc_buffer((1,), "int32", scope="local")
-            n = n_tok * topk
+            ev = T.alloc_buffer((ALIGN_TOKENS * topk,), "int32", scope="local")     # a batch's expert ids
+            rounds = (n_tok + nt * ALIGN_TOKENS - 1) // (nt * ALIGN_TOKENS)
             if tx < experts:
                 cnt[tx] = 0
             T.tvm_storage_sync("shared")
-            for j in T.serial((n + nt - 1 - tx) // nt):
-                a = tx + j * nt
-                T.evaluate(T.cuda.atomic_add(T.address_of(cnt[ids[a // topk, a % topk]]), 1))
+            # one CTA is latency-bound: each thread loads a batch of tokens' ids (all loads in
+            # flight at once, consecutive tokens across a warp), then counts them
+            for r in T.serial(rounds):
+                for u in T.unroll(ALIGN_TOKENS):
+                    if (r * ALIGN_TOKENS + u) * nt + tx < n_tok:
+                        for k in T.unroll(topk):
+                            ev[u * topk + k] = ids[(r * ALIGN_TOKENS + u) * nt + tx, k]
+                for u in T.unroll(ALIGN_TOKENS):
+                    if (r * ALIGN_TOKENS + u) * nt + tx < n_tok:
+                        for k in T.unroll(topk):
+                            T.evaluate(T.cuda.atomic_add(T.address_of(cnt[ev[u * topk + k]]), 1))
             for j in T.serial((P + nt - 1 - tx) // nt):
                 srt[tx + j * nt] = -1
             T.tvm_storage_sync("shared")
@@ -223,11 +233,18 @@ def make_align(bm, pad=None, experts=E, topk=TOPK):
                     tiles[t] = tx
                     trows[t, 0] = off[tx] + (t - toff[tx]) * bm
                     trows[t, 1] = T.min(bm, cnt[tx] - (t - toff[tx]) * bm)
-            for j in T.serial((n + nt - 1 - tx) // nt):
-                a = tx + j * nt
-                p = T.cuda.atomic_add(T.address_of(cur[ids[a // topk, a % topk]]), 1)
-                srt[p] = a // topk
-                pos[a // topk, a % topk] = p
+            for r in T.serial(rounds):     # the same batches again: each (token, k) takes a row
+                for u in T.unroll(ALIGN_TOKENS):
+                    if (r * ALIGN_TOKENS + u) * nt + tx < n_tok:
+                        for k in T.unroll(topk):
+                            ev[u * topk + k] = ids[(r * ALIGN_TOKENS + u) * nt + tx, k]
+                for u in T.unroll(ALIGN_TOKENS):
+                    tok = (r * ALIGN_TOKENS + u) * nt + tx
+                    if tok < n_tok:
+                        for k in T.unroll(topk):
+                            p = T.cuda.atomic_add(T.address_of(cur[ev[u * topk + k]]), 1)
+                            srt[p] = tok
+                            pos[tok, k] = p
             Ax.cuda.launch_dependents()
         return moe_align
     return moe_align
