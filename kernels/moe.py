@@ -59,6 +59,7 @@ from kernels.moe_host import CONFIGS, DTYPES, E, HIDDEN, INTER, TOPK, align_name
 BK, SMS, GROUP = 64, 132, 16
 PRODUCER_REGS, CONSUMER_REGS = 40, 232
 GATHER_REGS = 56         # a producer warp that gathers rows computes addresses for 16 cp.async per stage
+GATHER_WARPS = 4         # the producer warpgroup's four warps gather (8 chunks each at bm=128)
 ROUTE_WARPS = 4          # tokens per routing CTA (one warp each)
 ALIGN_THREADS = 1024     # the permutation's one CTA
 ALIGN_TOKENS = 4         # tokens per align thread per batch (their 32 ids loaded at once)
@@ -326,15 +327,163 @@ def make_combine(dtype="bfloat16", hidden=HIDDEN, topk=TOPK):
     return moe_combine
 
 
+class GroupedGemm:
+    """One grouped GEMM's pieces, for a persistent kernel to string together: the producer's load
+    of a pipeline iteration, a consumer warpgroup's wgmma of one, and a tile's epilogue, over the
+    ring of pipeline slots and the staging buffers of :class:`Ring`.  The arguments are
+    :func:`make_grouped_gemm`'s (which documents them)."""
+
+    def __init__(self, n, k, dtype, bm, bn, bk, act, pad, gather_rows):
+        from axe.backends.cuda.schedules.wgmma import d_fragment
+        if bm not in (64, 128) or bn not in (96, 128, 256) or act not in (None, "silu_mul") or (bn == 96 and not act):
+            raise ValueError(f"moe_gemm: bm must be 64 or 128, bn 128 or 256 (or 96 with silu_mul: 48 gate + 48 up "
+                             f"rows), act None or 'silu_mul' (got {bm}, {bn}, {act!r})")
+        self.pad = pad = pad or bm
+        if pad % STORE_ROWS or bm % pad:
+            raise ValueError(f"moe_gemm: pad={pad} must be a multiple of {STORE_ROWS} that divides bm={bm}")
+        self.n, self.k, self.dtype, self.bm, self.bn, self.bk, self.act = n, k, dtype, bm, bn, bk, act
+        self.gather_rows = gather_rows
+        self.overlap = pad < bm                   # tiles reach past their segment: store only own rows
+        self.half = bn // 2 if act else bn        # output columns per tile
+        self.n_out = n // 2 if act else n
+        if self.n_out % self.half or k % bk:
+            raise ValueError(f"moe_gemm: n_out={self.n_out} must be a multiple of {self.half} and k={k} of {bk}")
+        self.consumers = bm // 64
+        self.n_tiles, self.k_iters = self.n_out // self.half, k // bk
+        self.chunk = min(self.half, 128)          # output columns per store chunk (one 16 KiB buffer)
+        # the staging buffer: 64-column swizzled blocks, or (a chunk of 48: bn = 96) plain rows, which
+        # TMA stores unswizzled and stmatrix writes at a 16-byte-aligned pitch
+        self.swizzled_stage = self.chunk % 64 == 0
+        # arrivals per slot: one per TMA copy (expect_tx), or one per producer thread for the gather
+        self.copies = (2 if act else 1) + (32 * GATHER_WARPS if gather_rows else 1)
+        self.acc_layout, self.out_layout = d_fragment(bn, "tx"), d_fragment(self.half, "tx")
+        self.ring = None                          # set by Ring.place
+
+    def tile(self, pool, at, shape, lead=()):
+        from kernels.gemm import swizzled
+        return Ax.view(pool, swizzled(*shape, lead), tuple(lead) + tuple(shape), base=at)
+
+    def load(self, pool, pipe, A, B, SRT, i, r0, n_blk, e, kb, one=None):
+        """Producer: pipeline iteration i loads k-block kb of the tile of rows [r0, r0 + bm),
+        column block n_blk, expert e (``gather_rows``: rows ``SRT[r0:r0 + bm]`` of A); then the
+        plain arrivals a ring shared with another GEMM expects of this one (:meth:`Ring.arrivals`;
+        ``one``: the predicate of the producer thread that adds the odd ones)."""
+        from kernels.gemm import swizzled
+        bm, bn, bk, half, ring = self.bm, self.bn, self.bk, self.half, self.ring
+        s = pipe.slot(i)
+        pipe.acquire(i)
+        k0 = kb * bk
+        a = self.tile(pool, ring.a_at + s * ring.a_slot, (bm, bk))
+        if self.gather_rows:
+            gather(a, A[:, k0:k0 + bk], Ax.view(SRT, S[bm], (bm,), base=r0), barrier=pipe.full, stage=s)
+        else:
+            Ax.copy(a, A[r0:r0 + bm, k0:k0 + bk], barrier=pipe.full, stage=s)
+        at = ring.b_at + s * ring.b_slot
+        if self.act:    # gate rows then the matching up rows (rows [h·bn/2, (h+1)·bn/2) of every column
+            # block of the (bn, bk) tile): accumulator columns c and c + bn/2 pair up
+            for h in range(2):
+                w0 = h * (self.n // 2) + n_blk * half
+                Ax.copy(Ax.view(pool, swizzled(half, bk, (1,), panel=bn * 64), (1, half, bk), base=at + h * half * 64),
+                        B[e:e + 1, w0:w0 + half, k0:k0 + bk], barrier=pipe.full, stage=s)
+        else:
+            Ax.copy(self.tile(pool, at, (bn, bk), (1,)), B[e:e + 1, n_blk * bn:(n_blk + 1) * bn, k0:k0 + bk],
+                    barrier=pipe.full, stage=s)
+        per_thread, extra = ring.arrivals(self)
+        if per_thread or extra:
+            from tvm.script import tirx as T
+            if per_thread:      # every producer thread, as the other GEMM's gathering threads do
+                T.evaluate(T.ptx.mbarrier.arrive.shared.b64(pipe.full.ptr(s), T.uint32(1)))
+            if extra:
+                with guard(one):
+                    T.evaluate(T.ptx.mbarrier.arrive.shared.b64(pipe.full.ptr(s), T.uint32(extra)))
+
+    def mma(self, pool, pipe, acc, wg, i, accumulate, leader):
+        """Consumer: wait for iteration i's slot, wgmma this warpgroup's 64 rows, release it."""
+        ring = self.ring
+        s = pipe.slot(i)
+        pipe.wait(i)
+        if self.gather_rows:    # cp.async wrote A through the generic proxy; wgmma reads it through the async one
+            Ax.cuda.fence_proxy_async()
+        a = self.tile(pool, ring.a_at + s * ring.a_slot, (self.bm, self.bk))[wg * 64:(wg + 1) * 64, :]
+        b = Ax.permute(self.tile(pool, ring.b_at + s * ring.b_slot, (self.bn, self.bk)), (1, 0))   # the K×N view
+        Ax.gemm(acc, a, b, accumulate=accumulate, wait=0)
+        pipe.release(i, pred=leader)
+
+    def epilogue(self, acc, out, pool, C, wg, leader, r0, own, n_blk):
+        """Activation (or cast) in registers, then ``stmatrix`` + TMA store chunk by chunk through
+        this warpgroup's buffer (each chunk waits until the previous store has read it); with
+        ``overlap`` only the tile's ``own`` rows go out, in boxes of ``STORE_ROWS`` (segments are
+        padded to a multiple of it, so the last box ends inside the segment)."""
+        from tvm.script import tirx as T
+        chunk, half, dtype = self.chunk, self.half, self.dtype
+        if self.act:
+            Ax.elementwise(out, lambda g, u: T.cast(g / (T.float32(1) + T.exp(-g)) * u, dtype),
+                           acc[:, 0:half], acc[:, half:self.bn])
+        else:
+            Ax.cast(out, acc)
+        row, at = r0 + wg * 64, self.ring.c_at + wg * self.ring.c_slot
+
+        def tma_store(j, buf):
+            n0 = n_blk * half + j * chunk
+            if not self.overlap:
+                Ax.copy(C[row:row + 64, n0:n0 + chunk], buf, fence=False, wait=False)
+                return
+            h = STORE_ROWS
+            for q in range(64 // h):     # rows q·h .. of the staging tile (its column blocks hold 64 rows each)
+                part = Ax.view(pool, self.stage(h), (h, chunk), base=at + q * h * min(chunk, 64))
+                with guard(q * h < own - wg * 64):
+                    Ax.copy(C[row + q * h:row + (q + 1) * h, n0:n0 + chunk], part, fence=False, wait=False)
+        Ax.cuda.staged_store(out, chunk, lambda j: Ax.view(pool, self.stage(64), (64, chunk), base=at), tma_store,
+                             1 + wg, leader)
+
+    def stage(self, rows):
+        """The layout of ``rows`` rows of a warpgroup's staging buffer (``rows < 64``: a row range of
+        it, whose column blocks stay 64 rows apart)."""
+        from kernels.gemm import swizzled
+        return swizzled(rows, self.chunk, panel=64 * 64) if self.swizzled_stage else S[(rows, self.chunk)]
+
+
+class Ring:
+    """The shared-memory plan of a kernel running one or more :class:`GroupedGemm`: ``stages``
+    pipeline slots, each an A tile and a B tile as large as the largest GEMM's, then one staging
+    buffer per consumer warpgroup as large as the largest chunk; :meth:`place` hands each GEMM its
+    offsets."""
+
+    def __init__(self, gemms, stages):
+        self.gemms, self.stages = gemms, stages
+        self.a_slot = max(g.bm * g.bk for g in gemms)
+        self.b_slot = max(g.bn * g.bk for g in gemms)
+        self.c_slot = max(64 * g.chunk for g in gemms)
+        self.a_at, self.b_at = 0, stages * self.a_slot
+        self.c_at = self.b_at + stages * self.b_slot
+        self.consumers = max(g.consumers for g in gemms)
+        self.elems = self.c_at + self.consumers * self.c_slot
+        if self.elems * 2 > 227 * 1024:
+            raise ValueError(f"moe_gemm: {stages} stages of {self.a_slot} + {self.b_slot} elements and the epilogue "
+                             f"need {self.elems * 2 // 1024} KiB of shared memory, more than 227 KiB")
+        self.copies = max(g.copies for g in gemms)   # the arrivals each slot's full barrier expects
+        for g in gemms:
+            g.ring = self
+
+    def arrivals(self, g):
+        """``(per producer thread, by one thread)``: the plain arrivals ``g``'s loads add so that
+        every slot's barrier sees :attr:`copies` — one per producer thread where another GEMM of
+        the ring gathers and ``g`` does not, and the rest of the difference by one thread."""
+        missing = self.copies - g.copies
+        per_thread = 1 if missing >= 32 * GATHER_WARPS else 0
+        return per_thread, missing - per_thread * 32 * GATHER_WARPS
+
+
+
 def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None, experts=E, sms=SMS, name=None,
                       bk=BK, pad=None, gather_rows=False):
     """A grouped GEMM over the padded, expert-grouped rows: for every m-tile ``m`` of the
     ``meta[0]`` tiles, the ``bm`` rows from ``r = tile_rows[m, 0]``:
     ``C[r : r + own] = act(A[r : r + own] · B[tile_expert[m]]ᵀ)``, ``own = tile_rows[m, 1]``.
 
-    ``moe_gemm(A (P, k), B (experts, n, k), C (P, n_out), tile_expert (MT,), tile_rows (MT, 2),
-    meta (4,))``; ``act=None``: ``n_out = n``; ``act="silu_mul"``: B's rows are gate rows [0, n/2)
-    then up rows [n/2, n), ``C = SiLU(A·gateᵀ) · (A·upᵀ)`` and ``n_out = n/2``.
+    ``moe_gemm(A (P, k), B (experts, n, k), C (P, n_out), sorted_ids, tile_expert (MT,), tile_rows
+    (MT, 2), meta (4,))``; ``act=None``: ``n_out = n``; ``act="silu_mul"``: B's rows are gate rows
+    [0, n/2) then up rows [n/2, n), ``C = SiLU(A·gateᵀ) · (A·upᵀ)`` and ``n_out = n/2``.
 
     ``bm``: 64 (one consumer warpgroup) or 128 (two); ``bn``: columns of B per tile (for
     ``silu_mul``, bn/2 gate + bn/2 up); ``bk``: K elements per pipeline stage (a multiple of 64,
@@ -347,110 +496,17 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
     ``gather_rows``: A is the unpermuted ``x`` (T, k) and the producer warpgroup gathers each tile's
     rows itself (``A[r] = x[sorted_ids[r]]``, zeros where ``sorted_ids[r] < 0``) with ``cp.async``
     into the swizzled stage, arriving on the stage's barrier once per thread — the permutation
-    kernel and its padded copy of x disappear; ``moe_gemm(x (T, k), B, C, sorted_ids (P + bm,),
-    tile_expert, tile_rows, meta)`` (``sorted_ids`` holds -1 for ``bm`` rows past the padded ones, so
-    a tile reaching past the last segment reads padding)."""
-    from axe.backends.cuda.schedules.wgmma import d_fragment
-    from kernels.gemm import swizzled, unbake_rows
+    kernel and its padded copy of x disappear (``sorted_ids`` holds -1 for ``bm`` rows past the
+    padded ones, so a tile reaching past the last segment reads padding); without it
+    ``sorted_ids`` is unused."""
+    from kernels.gemm import unbake_rows
     _check_dtype(dtype, "moe_gemm")
-    if bm not in (64, 128) or bn not in (96, 128, 256) or act not in (None, "silu_mul") or (bn == 96 and not act):
-        raise ValueError(f"moe_gemm: bm must be 64 or 128, bn 128 or 256 (or 96 with silu_mul: 48 gate + 48 up rows), "
-                         f"act None or 'silu_mul' (got {bm}, {bn}, {act!r})")
-    pad = pad or bm
-    if pad % STORE_ROWS or bm % pad:
-        raise ValueError(f"moe_gemm: pad={pad} must be a multiple of {STORE_ROWS} that divides bm={bm}")
-    overlap = pad < bm                        # tiles reach past their segment: store only own rows
-    half = bn // 2 if act else bn             # output columns per tile
-    n_out = n // 2 if act else n
-    if n_out % half or k % bk:
-        raise ValueError(f"moe_gemm: n_out={n_out} must be a multiple of {half} and k={k} of {bk}")
-    consumers = bm // 64
-    threads = 128 * (1 + consumers)
-    n_tiles, k_iters = n_out // half, k // bk
-    chunk = min(half, 128)                    # output columns per store chunk (one 16 KiB buffer)
-    # the staging buffer: 64-column swizzled blocks, or (a chunk of 48: bn = 96) plain rows, which
-    # TMA stores unswizzled and stmatrix writes at a 16-byte-aligned pitch
-    swizzled_stage = chunk % 64 == 0
-    a_at, b_at = 0, stages * bm * bk
-    c_at = b_at + stages * bn * bk
-    pool_elems = c_at + consumers * 64 * chunk
-    if pool_elems * 2 > 227 * 1024:
-        raise ValueError(f"moe_gemm: {stages} stages of {bm}x{bk} + {bn}x{bk} and the epilogue need "
-                         f"{pool_elems * 2 // 1024} KiB of shared memory, more than 227 KiB")
-    # arrivals per slot: one per TMA copy (expect_tx), or one per producer thread for the gather
-    gather_warps = 4                          # the producer warpgroup's four warps gather (8 chunks each at bm=128)
-    copies = (2 if act else 1) + (32 * gather_warps if gather_rows else 1)
-    # setmaxnreg: a gathering producer needs more; 128 threads per role share the 64K registers
-    producer_regs = GATHER_REGS if gather_rows else PRODUCER_REGS
-    consumer_regs = min(CONSUMER_REGS, (65536 // 128 - producer_regs) // consumers // 8 * 8)
-    acc_layout, out_layout = d_fragment(bn, "tx"), d_fragment(half, "tx")
+    g = GroupedGemm(n, k, dtype, bm, bn, bk, act, pad, gather_rows)
+    ring = Ring([g], stages)
+    threads = 128 * (1 + g.consumers)
+    producer_regs, consumer_regs = _role_registers(gather_rows, g.consumers)
     kname = name or f"moe_gemm_{act or 'plain'}_{dtype}_bm{bm}_bn{bn}_{n}x{k}"
-
-    def tile(pool, at, shape, lead=()):
-        return Ax.view(pool, swizzled(*shape, lead), tuple(lead) + tuple(shape), base=at)
-
-    def load(pool, pipe, A, B, SRT, i, r0, n_blk, e, kb):
-        """Producer: pipeline iteration i loads k-block kb of the tile of rows [r0, r0 + bm),
-        column block n_blk, expert e (``gather_rows``: rows ``SRT[r0:r0 + bm]`` of A)."""
-        s = pipe.slot(i)
-        pipe.acquire(i)
-        k0 = kb * bk
-        a = tile(pool, a_at + s * (bm * bk), (bm, bk))
-        if gather_rows:
-            gather(a, A[:, k0:k0 + bk], Ax.view(SRT, S[bm], (bm,), base=r0), barrier=pipe.full, stage=s)
-        else:
-            Ax.copy(a, A[r0:r0 + bm, k0:k0 + bk], barrier=pipe.full, stage=s)
-        at = b_at + s * (bn * bk)
-        if act:     # gate rows then the matching up rows (rows [h·bn/2, (h+1)·bn/2) of every column
-            # block of the (bn, bk) tile): accumulator columns c and c + bn/2 pair up
-            for h in range(2):
-                w0 = h * (n // 2) + n_blk * half
-                Ax.copy(Ax.view(pool, swizzled(half, bk, (1,), panel=bn * 64), (1, half, bk), base=at + h * half * 64),
-                        B[e:e + 1, w0:w0 + half, k0:k0 + bk], barrier=pipe.full, stage=s)
-        else:
-            Ax.copy(tile(pool, at, (bn, bk), (1,)), B[e:e + 1, n_blk * bn:(n_blk + 1) * bn, k0:k0 + bk],
-                    barrier=pipe.full, stage=s)
-
-    def mma(pool, pipe, acc, wg, i, accumulate, leader):
-        """Consumer: wait for iteration i's slot, wgmma this warpgroup's 64 rows, release it."""
-        s = pipe.slot(i)
-        pipe.wait(i)
-        if gather_rows:     # cp.async wrote A through the generic proxy; wgmma reads it through the async one
-            Ax.cuda.fence_proxy_async()
-        a = tile(pool, a_at + s * (bm * bk), (bm, bk))[wg * 64:(wg + 1) * 64, :]
-        b = Ax.permute(tile(pool, b_at + s * (bn * bk), (bn, bk)), (1, 0))      # the K×N view
-        Ax.gemm(acc, a, b, accumulate=accumulate, wait=0)
-        pipe.release(i, pred=leader)
-
-    def epilogue(acc, out, pool, C, wg, leader, r0, own, n_blk):
-        """Activation (or cast) in registers, then ``stmatrix`` + TMA store chunk by chunk through
-        this warpgroup's buffer (each chunk waits until the previous store has read it); with
-        ``overlap`` only the tile's ``own`` rows go out, in boxes of ``STORE_ROWS`` (segments are
-        padded to a multiple of it, so the last box ends inside the segment)."""
-        if act:
-            Ax.elementwise(out, lambda g, u: T.cast(g / (T.float32(1) + T.exp(-g)) * u, dtype),
-                           acc[:, 0:half], acc[:, half:bn])
-        else:
-            Ax.cast(out, acc)
-        row, at = r0 + wg * 64, c_at + wg * (64 * chunk)
-
-        def tma_store(j, buf):
-            n0 = n_blk * half + j * chunk
-            if not overlap:
-                Ax.copy(C[row:row + 64, n0:n0 + chunk], buf, fence=False, wait=False)
-                return
-            h = STORE_ROWS
-            for q in range(64 // h):     # rows q·h .. of the staging tile (its column blocks hold 64 rows each)
-                part = Ax.view(pool, stage(h), (h, chunk), base=at + q * h * min(chunk, 64))
-                with guard(q * h < own - wg * 64):
-                    Ax.copy(C[row + q * h:row + (q + 1) * h, n0:n0 + chunk], part, fence=False, wait=False)
-        Ax.cuda.staged_store(out, chunk, lambda j: Ax.view(pool, stage(64), (64, chunk), base=at), tma_store,
-                             1 + wg, leader)
-
-    def stage(rows):
-        """The layout of ``rows`` rows of a warpgroup's staging buffer (``rows < 64``: a row range of
-        it, whose column blocks stay 64 rows apart)."""
-        return swizzled(rows, chunk, panel=64 * 64) if swizzled_stage else S[(rows, chunk)]
+    n_out, n_tiles, k_iters = g.n_out, g.n_tiles, g.k_iters
 
     def factory():
         from axe.schedules.context import current_context
@@ -471,7 +527,7 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
             trows = T.match_buffer(trows_, (MT, 2), "int32")
             Ax.cuda.min_blocks_per_sm(1)
             Ax.cuda.programmatic_launch()
-            bx, tx = Ax.launch([T.min(sms, MT * n_tiles)], threads)
+            bx, tx = Ax.launch([T.min(sms, MT * n_tiles)], 128 * (1 + g.consumers))
             if gather_rows:
                 A = Ax.param(_rows(A_, 2, k), name="x")
             else:
@@ -480,40 +536,47 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
             SRT = Ax.param(_rows(S_, bm), name="sorted_ids") if gather_rows else A
             B = Ax.param(B_, tensormap=B_map)
             C = Ax.param(_rows(C_, bm, n_out), tensormap=C_map, name="C")
-            pool = Ax.cuda.dynamic_shared(pool_elems, dtype)
-            pipe = Ax.cuda.pipeline(stages, producers=copies, consumers=consumers)
+            pool = Ax.cuda.dynamic_shared(ring.elems, dtype)
+            pipe = Ax.cuda.pipeline(stages, producers=ring.copies, consumers=g.consumers)
             Ax.cuda.grid_wait()     # set-up above overlaps the previous kernel; its outputs are read below
             # the m-extent is the permutation's tile count, read on the device
             sched = Ax.TileSchedule(meta[0], n_tiles, sms, GROUP)
             with Ax.cuda.role(0, 1, regs=producer_regs):
-                with Ax.warps(0, gather_warps if gather_rows else 1):
+                with Ax.warps(0, GATHER_WARPS if gather_rows else 1):
                     for it in T.serial(sched.count(bx)):
                         m_blk, n_blk = sched.coords(sched.tile(bx, it))
                         for kb in T.serial(k_iters):
-                            load(pool, pipe, A, B, SRT, it * k_iters + kb, trows[m_blk, 0], n_blk, tiles[m_blk], kb)
+                            g.load(pool, pipe, A, B, SRT, it * k_iters + kb, trows[m_blk, 0], n_blk, tiles[m_blk], kb)
                 # every load is issued: the next kernel may launch while the last tiles finish
                 Ax.cuda.launch_dependents()
-            with Ax.cuda.role(1, 1 + consumers, regs=consumer_regs, each=True):
+            with Ax.cuda.role(1, 1 + g.consumers, regs=consumer_regs, each=True):
                 wg = Ax.cuda.warpgroup_index()
                 leader = tx % 128 == 0
-                acc = Ax.registers((64, bn), "float32", acc_layout, name="acc")
-                out = Ax.registers((64, half), dtype, out_layout, name="out")
+                acc = Ax.registers((64, bn), "float32", g.acc_layout, name="acc")
+                out = Ax.registers((64, g.half), dtype, g.out_layout, name="out")
                 for it in T.serial(sched.count(bx)):
                     m_blk, n_blk = sched.coords(sched.tile(bx, it))
                     base = it * k_iters
                     # first k-block overwrites; the last one is waited for in straight-line code
-                    mma(pool, pipe, acc, wg, base, False, leader)
+                    g.mma(pool, pipe, acc, wg, base, False, leader)
                     for kb in T.serial(1, k_iters - 1):
-                        mma(pool, pipe, acc, wg, base + kb, True, leader)
-                    mma(pool, pipe, acc, wg, base + k_iters - 1, True, leader)
-                    epilogue(acc, out, pool, C, wg, leader, trows[m_blk, 0], trows[m_blk, 1], n_blk)
+                        g.mma(pool, pipe, acc, wg, base + kb, True, leader)
+                    g.mma(pool, pipe, acc, wg, base + k_iters - 1, True, leader)
+                    g.epilogue(acc, out, pool, C, wg, leader, trows[m_blk, 0], trows[m_blk, 1], n_blk)
                 Ax.cuda.tma_store_wait(0, pred=leader)
         unbake_rows(current_context().tensormaps, ("C_map",) if gather_rows else ("A_map", "C_map"))
         return moe_gemm
 
     return Ax.Kernel(kname, factory, outputs=("C",),
-                     meta={"n": n, "k": k, "dtype": dtype, "bm": bm, "bn": bn, "pad": pad, "act": act,
+                     meta={"n": n, "k": k, "dtype": dtype, "bm": bm, "bn": bn, "pad": g.pad, "act": act,
                            "gather_rows": gather_rows, "threads": threads})
+
+
+def _role_registers(gather_rows, consumers):
+    """``setmaxnreg`` of the producer and of each consumer warpgroup: a gathering producer needs
+    more; the 128 threads of each role share the 64K registers."""
+    producer = GATHER_REGS if gather_rows else PRODUCER_REGS
+    return producer, min(CONSUMER_REGS, (65536 // 128 - producer) // consumers // 8 * 8)
 
 
 def make_gemm1(dtype="bfloat16", bm=128, bn=256, **kw):
