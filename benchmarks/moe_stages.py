@@ -30,8 +30,11 @@ from benchmarks import cuda_timing, moe, moe_bounds  # noqa: E402
 
 def variants(folder, dtype, config):
     """``{tag: (gemm1 name, gemm2 name)}``: the configuration's own pair and every built variant of
-    it (``moe_gemm1_DTYPE_CONFIG_*`` with its gemm2 twin)."""
+    it (``moe_gemm1_DTYPE_CONFIG_*`` with its gemm2 twin); a fused configuration: ``{config: ()}``
+    (its one kernel is among :func:`kernels.moe_host.artifact_names`)."""
     from kernels.moe_host import CONFIGS
+    if CONFIGS[config].get("fused"):      # one kernel for both GEMMs: artifact_names has it
+        return {config: ()}
     out = {config: (f"moe_gemm1_{dtype}_{config}", f"moe_gemm2_{dtype}_{config}")}
     for path in sorted(glob.glob(os.path.join(folder, f"moe_gemm1_{dtype}_{config}_*"))):
         tag = os.path.basename(path)[len(f"moe_gemm1_{dtype}_"):]
@@ -86,10 +89,11 @@ def main(argv=None):
         per1, per2 = 2 * mh.INTER * mh.HIDDEN * x.element_size(), mh.HIDDEN * mh.INTER * x.element_size()
         for cfg in mh.CONFIGS:
             base = {r: n for r, n in mh.artifact_names(args.dtype, cfg).items()}
-            for tag, (g1, g2) in variants(args.artifacts, args.dtype, cfg).items():
+            for tag, gemms in variants(args.artifacts, args.dtype, cfg).items():
                 row = {"T": tokens, "experts_hit": hit, "variant": tag}
                 try:
-                    kernels = {r: kern(n) for r, n in dict(base, gemm1=g1, gemm2=g2).items()}
+                    roles = dict(base, **dict(zip(("gemm1", "gemm2"), gemms)))
+                    kernels = {r: kern(n) for r, n in roles.items()}
                     layer = mh.Layer(kernels, tokens, cfg, args.dtype)
                     row["err"] = err = moe.rel_err(torch, layer.experts(x, w1, w2, ids, weights), ref)
                     if not err <= moe.TOL:
@@ -104,8 +108,9 @@ def main(argv=None):
                         os.environ.pop("AXE_PROGRAMMATIC_LAUNCH")
                     for stage, fn in layer.steps(x, w1, w2, ids, weights).items():
                         row[f"{stage}_ms"] = graph_time(torch, fn, args.reps)
-                    row["gemm1_weight_TBps"] = hit * per1 / row["gemm1_ms"] * 1e-9
-                    row["gemm2_weight_TBps"] = hit * per2 / row["gemm2_ms"] * 1e-9
+                    for step, nbytes in (("gemm1", per1), ("gemm2", per2), ("experts", per1 + per2)):
+                        if f"{step}_ms" in row:
+                            row[f"{step}_weight_TBps"] = hit * nbytes / row[f"{step}_ms"] * 1e-9
                     row["stages_sum_ms"] = sum(row[f"{s}_ms"] for s in layer.steps(x, w1, w2, ids, weights))
                 except Exception as e:      # noqa: BLE001 - recorded; the other variants still run
                     result["errors"][f"{tag} T={tokens}"] = f"{type(e).__name__}: {e}"

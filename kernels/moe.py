@@ -359,6 +359,15 @@ class GroupedGemm:
         self.acc_layout, self.out_layout = d_fragment(bn, "tx"), d_fragment(self.half, "tx")
         self.ring = None                          # set by Ring.place
 
+    def a_operands(self, A_, S_, A_map):
+        """``(A, sorted_ids)`` as the kernel's parameters: A's rows through TMA (``A_map``), or
+        with ``gather_rows`` x by index, sorted_ids then read (without, A stands in for it and
+        sorted_ids stays unused, so TVM drops the parameter)."""
+        if not self.gather_rows:
+            A = Ax.param(_rows(A_, self.bm, self.k), tensormap=A_map, name="A")
+            return A, A
+        return Ax.param(_rows(A_, 2, self.k), name="x"), Ax.param(_rows(S_, self.bm), name="sorted_ids")
+
     def tile(self, pool, at, shape, lead=()):
         from kernels.gemm import swizzled
         return Ax.view(pool, swizzled(*shape, lead), tuple(lead) + tuple(shape), base=at)
@@ -408,6 +417,17 @@ class GroupedGemm:
         b = Ax.permute(self.tile(pool, ring.b_at + s * ring.b_slot, (self.bn, self.bk)), (1, 0))   # the K×N view
         Ax.gemm(acc, a, b, accumulate=accumulate, wait=0)
         pipe.release(i, pred=leader)
+
+    def mainloop(self, pool, pipe, acc, wg, base, leader):
+        """A consumer warpgroup's k-loop over one tile, pipeline iterations ``base ..``: the first
+        k-block overwrites the accumulator, the last one is waited for in straight-line code (so
+        the accumulator is complete for the epilogue).  (:func:`make_grouped_gemm` spells the same
+        loop in its TVMScript, which binds ``base`` to a local: its measured CUDA stays as it was.)"""
+        from tvm.script.ir_builder import tirx as IRB
+        self.mma(pool, pipe, acc, wg, base, False, leader)
+        with IRB.serial(1, self.k_iters - 1) as kb:
+            self.mma(pool, pipe, acc, wg, base + kb, True, leader)
+        self.mma(pool, pipe, acc, wg, base + self.k_iters - 1, True, leader)
 
     def epilogue(self, acc, out, pool, C, wg, leader, r0, own, n_blk):
         """Activation (or cast) in registers, then ``stmatrix`` + TMA store chunk by chunk through
@@ -528,12 +548,7 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
             Ax.cuda.min_blocks_per_sm(1)
             Ax.cuda.programmatic_launch()
             bx, tx = Ax.launch([T.min(sms, MT * n_tiles)], 128 * (1 + g.consumers))
-            if gather_rows:
-                A = Ax.param(_rows(A_, 2, k), name="x")
-            else:
-                A = Ax.param(_rows(A_, bm, k), tensormap=A_map, name="A")
-            # (without gather_rows load() never reads it: A stands in, so sorted_ids stays unused)
-            SRT = Ax.param(_rows(S_, bm), name="sorted_ids") if gather_rows else A
+            A, SRT = g.a_operands(A_, S_, A_map)
             B = Ax.param(B_, tensormap=B_map)
             C = Ax.param(_rows(C_, bm, n_out), tensormap=C_map, name="C")
             pool = Ax.cuda.dynamic_shared(ring.elems, dtype)
@@ -572,6 +587,121 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
                            "gather_rows": gather_rows, "threads": threads})
 
 
+def make_experts(dtype="bfloat16", bm=64, bn=128, bn1=None, stages=4, pad=16, gather_rows=False, experts=E,
+                 sms=SMS, name=None):
+    """Both grouped GEMMs in one persistent launch, GEMM 2 pipelined behind GEMM 1 tile by tile
+    (the finer-grained pipeline): ``h = SiLU(A·gateᵀ)·(A·upᵀ)`` then ``y = h · w2[e]ᵀ`` for every
+    m-tile, where a GEMM 2 tile of m-tile ``m`` starts as soon as the GEMM 1 tiles of ``m`` have
+    stored their rows of h — while other CTAs still compute GEMM 1's last tiles — instead of after
+    the whole first GEMM.
+
+    ``moe_experts(A, w1 (experts, 2·inter, hidden), h (P, inter), w2 (experts, hidden, inter),
+    y (P, hidden), sorted_ids, tile_expert, tile_rows, meta, ready (2, MT))``: A, sorted_ids and
+    the tile tables as :func:`make_grouped_gemm` takes them (``gather_rows``: A is x); ``ready`` is a
+    zero-filled int32 workspace the launch leaves zero-filled.
+
+    Every CTA runs its share of GEMM 1's tiles, then of GEMM 2's (one persistent order over both).
+    A consumer warpgroup that stored its rows of an h tile waits until they are written
+    (``Ax.cuda.bulk_wait``) and counts them in ``ready[0, m]`` (``Ax.cuda.count_done``); the producer
+    of a GEMM 2 tile waits until the count is complete — GEMM 1's ``n/bn1 ·`` warpgroups — before
+    its TMA loads of h (``Ax.cuda.wait_count``: bounded; the last of m's GEMM 2 tiles resets the
+    counts).  No CTA waits on a GEMM 1 tile that is not ahead of it in some CTA's order, so the
+    wait always ends.  Both GEMMs share one pipeline ring (:class:`Ring`): its slots fit the larger
+    tiles, and the GEMM whose loads arrive fewer times on a slot's barrier adds plain arrivals."""
+    from kernels.gemm import unbake_rows
+    _check_dtype(dtype, "moe_experts")
+    g1 = GroupedGemm(2 * INTER, HIDDEN, dtype, bm, bn1 or bn, BK, "silu_mul", pad, gather_rows)
+    g2 = GroupedGemm(HIDDEN, INTER, dtype, bm, bn, BK, None, pad, False)
+    ring = Ring([g1, g2], stages)
+    consumers = g1.consumers
+    threads = 128 * (1 + consumers)
+    producer_regs, consumer_regs = _role_registers(gather_rows, consumers)
+    n1, n2, k1, k2 = g1.n_tiles, g2.n_tiles, g1.k_iters, g2.k_iters
+    shared_acc = g1.bn == g2.bn             # one accumulator serves both GEMMs' tiles
+    kname = name or f"moe_experts_{dtype}_bm{bm}_bn{g1.bn}x{bn}" + ("_gather" if gather_rows else "")
+
+    def factory():
+        from axe.schedules.context import current_context
+
+        @T.prim_func
+        def moe_experts(a_: T.handle, W1_: T.Buffer((experts, 2 * INTER, HIDDEN), dtype), h_: T.handle,
+                        W2_: T.Buffer((experts, HIDDEN, INTER), dtype), y_: T.handle, srt_: T.handle,
+                        tiles_: T.handle, trows_: T.handle, meta: T.Buffer((4,), "int32"), ready_: T.handle,
+                        A_map: T.handle("tensormap"), W1_map: T.handle("tensormap"), H_map: T.handle("tensormap"),
+                        HA_map: T.handle("tensormap"), W2_map: T.handle("tensormap"), Y_map: T.handle("tensormap")):
+            P = T.int32()
+            MT = T.int32()
+            NS = T.int32()
+            RA = T.int32()      # A's rows: P (the permuted rows), or T (x itself, with gather_rows)
+            A_ = T.match_buffer(a_, (RA, HIDDEN), dtype, align=16)
+            H_ = T.match_buffer(h_, (P, INTER), dtype, align=16)
+            Y_ = T.match_buffer(y_, (P, HIDDEN), dtype, align=16)
+            S_ = T.match_buffer(srt_, (NS,), "int32")
+            tiles = T.match_buffer(tiles_, (MT,), "int32")
+            trows = T.match_buffer(trows_, (MT, 2), "int32")
+            R_ = T.match_buffer(ready_, (2, MT), "int32")
+            Ax.cuda.min_blocks_per_sm(1)
+            Ax.cuda.programmatic_launch()
+            bx, tx = Ax.launch([T.min(sms, MT * (n1 + n2))], threads)
+            A, SRT = g1.a_operands(A_, S_, A_map)
+            W1 = Ax.param(W1_, tensormap=W1_map)
+            W2 = Ax.param(W2_, tensormap=W2_map)
+            H = Ax.param(_rows(H_, bm, INTER), tensormap=H_map, name="h")          # GEMM 1 stores it
+            HA = Ax.param(_rows(H_, bm, INTER), tensormap=HA_map, name="h_rows")   # GEMM 2 loads it
+            Y = Ax.param(_rows(Y_, bm, HIDDEN), tensormap=Y_map, name="y")
+            ready = Ax.param(_rows(R_, 2), name="ready")     # flat: [0, MT) h parts written, [MT, 2 MT) readers
+            pool = Ax.cuda.dynamic_shared(ring.elems, dtype)
+            pipe = Ax.cuda.pipeline(stages, producers=ring.copies, consumers=consumers)
+            Ax.cuda.grid_wait()     # set-up above overlaps the previous kernel; its outputs are read below
+            grid = T.min(sms, MT * (n1 + n2))
+            tiles1 = meta[0] * n1
+            first = (tiles1 - bx + grid - 1) // grid        # this CTA's GEMM 1 tiles come first
+            sched1 = Ax.TileSchedule(meta[0], n1, grid, GROUP)
+            sched2 = Ax.TileSchedule(meta[0], n2, grid, GROUP)
+            with Ax.cuda.role(0, 1, regs=producer_regs):
+                with Ax.warps(0, GATHER_WARPS if gather_rows else 1):
+                    for it in T.serial((meta[0] * (n1 + n2) - bx + grid - 1) // grid):
+                        if it < first:
+                            m_blk, n_blk = sched1.coords(bx + it * grid)
+                            for kb in T.serial(k1):
+                                g1.load(pool, pipe, A, W1, SRT, it * k1 + kb, trows[m_blk, 0], n_blk, tiles[m_blk],
+                                        kb, one=tx == 0)
+                        else:
+                            m2, n2_blk = sched2.coords(bx + it * grid - tiles1)
+                            # h's rows of m-tile m2 are all written: GEMM 1's n1 tiles x warpgroups
+                            Ax.cuda.wait_count(ready, m2, n1 * consumers, MT, n2, tx == 0)
+                            for kb in T.serial(k2):
+                                g2.load(pool, pipe, HA, W2, SRT, first * k1 + (it - first) * k2 + kb, trows[m2, 0],
+                                        n2_blk, tiles[m2], kb, one=tx == 0)
+                Ax.cuda.launch_dependents()
+            with Ax.cuda.role(1, 1 + consumers, regs=consumer_regs, each=True):
+                wg = Ax.cuda.warpgroup_index()
+                leader = tx % 128 == 0
+                acc1 = Ax.registers((64, g1.bn), "float32", g1.acc_layout, name="acc")
+                acc2 = acc1 if shared_acc else Ax.registers((64, bn), "float32", g2.acc_layout, name="acc2")
+                out1 = Ax.registers((64, g1.half), dtype, g1.out_layout, name="out")
+                out2 = Ax.registers((64, g2.half), dtype, g2.out_layout, name="out2")
+                for it in T.serial((meta[0] * (n1 + n2) - bx + grid - 1) // grid):
+                    if it < first:
+                        m_blk, n_blk = sched1.coords(bx + it * grid)
+                        g1.mainloop(pool, pipe, acc1, wg, it * k1, leader)
+                        g1.epilogue(acc1, out1, pool, H, wg, leader, trows[m_blk, 0], trows[m_blk, 1], n_blk)
+                        Ax.cuda.bulk_wait(0, pred=leader)           # h's rows written, not only read
+                        Ax.cuda.count_done(ready, m_blk, leader)
+                    else:
+                        m2, n2_blk = sched2.coords(bx + it * grid - tiles1)
+                        g2.mainloop(pool, pipe, acc2, wg, first * k1 + (it - first) * k2, leader)
+                        g2.epilogue(acc2, out2, pool, Y, wg, leader, trows[m2, 0], trows[m2, 1], n2_blk)
+                Ax.cuda.tma_store_wait(0, pred=leader)
+        unbake_rows(current_context().tensormaps,
+                    ("H_map", "HA_map", "Y_map") + (() if gather_rows else ("A_map",)))
+        return moe_experts
+
+    return Ax.Kernel(kname, factory, outputs=("h", "y"),
+                     meta={"dtype": dtype, "bm": bm, "bn1": g1.bn, "bn2": bn, "pad": g1.pad,
+                           "gather_rows": gather_rows, "threads": threads})
+
+
 def _role_registers(gather_rows, consumers):
     """``setmaxnreg`` of the producer and of each consumer warpgroup: a gathering producer needs
     more; the 128 threads of each role share the 64K registers."""
@@ -596,7 +726,11 @@ def builds(dtypes=DTYPES):
         out[f"moe_route_{dtype}"] = make_route(dtype)
         out[f"moe_permute_{dtype}"] = make_permute(dtype)
         out[f"moe_combine_{dtype}"] = make_combine(dtype)
-        for cfg in CONFIGS:
+        for cfg, kw in CONFIGS.items():
+            if kw.get("fused"):
+                out[f"moe_experts_{dtype}_{cfg}"] = make_experts(
+                    dtype, name=f"moe_experts_{dtype}_{cfg}", **{k: v for k, v in kw.items() if k != "fused"})
+                continue
             kw1, kw2 = gemm_keywords(cfg)
             out[f"moe_gemm1_{dtype}_{cfg}"] = make_gemm1(dtype, name=f"moe_gemm1_{dtype}_{cfg}", **kw1)
             out[f"moe_gemm2_{dtype}_{cfg}"] = make_gemm2(dtype, name=f"moe_gemm2_{dtype}_{cfg}", **kw2)

@@ -17,7 +17,10 @@ CONFIGS = {"small": {"bm": 64, "bn": 128}, "large": {"bm": 128, "bn": 256},
            "large_gather": {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True},
            # a few tokens (T <= 8): GEMM 1 in 48 + 48-row tiles, 16 per expert, so 8 experts fill 128
            # SMs with 384 KiB of weights each where 64 + 64-row tiles leave 36 SMs idle and stream 512
-           "tiny_gather": {"bm": 64, "bn": 128, "bn1": 96, "pad": 16, "gather_rows": True}}
+           "tiny_gather": {"bm": 64, "bn": 128, "bn1": 96, "pad": 16, "gather_rows": True},
+           # both GEMMs in one launch, GEMM 2's tiles pipelined behind GEMM 1's (kernels.moe.make_experts)
+           "small_fused": {"bm": 64, "bn": 128, "pad": 16, "gather_rows": True, "fused": True},
+           "large_fused": {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True, "fused": True}}
 #: token counts up to this use the small configuration: measured on an H200 under CUDA graphs
 #: (benchmarks/results/moe-config-2026-11-23-h200.json), small/large layer time 0.80 at T=8, 0.87 at
 #: T=32, 0.88 at T=128..512, 1.01 at T=1024, 1.15 at T=2048 — with every expert hit and few tokens
@@ -45,18 +48,19 @@ def rows_and_tiles(tokens, config):
 
 def gemm_keywords(config):
     """``(GEMM 1's, GEMM 2's)`` :func:`kernels.moe.make_grouped_gemm` keywords for ``config``:
-    ``bn1`` (default ``bn``) is GEMM 1's tile width; GEMM 2 never gathers."""
-    kw = {k: v for k, v in CONFIGS[config].items() if k != "bn1"}
+    ``bn1`` (default ``bn``) is GEMM 1's tile width; GEMM 2 never gathers.  (A ``fused``
+    configuration builds :func:`kernels.moe.make_experts` from ``CONFIGS[config]`` itself.)"""
+    kw = {k: v for k, v in CONFIGS[config].items() if k not in ("bn1", "fused")}
     return dict(kw, bn=CONFIGS[config].get("bn1", kw["bn"])), {k: v for k, v in kw.items() if k != "gather_rows"}
 
 
 def artifact_names(dtype, config):
     """The artifacts one layer run needs, by role (names as ``kernels.moe.builds`` gives them)."""
     cfg = CONFIGS[config]
+    gemms = ({"experts": f"moe_experts_{dtype}_{config}"} if cfg.get("fused") else
+             {"gemm1": f"moe_gemm1_{dtype}_{config}", "gemm2": f"moe_gemm2_{dtype}_{config}"})
     return {"route": f"moe_route_{dtype}", "align": align_name(cfg["bm"], cfg.get("pad")),
-            "permute": f"moe_permute_{dtype}",
-            "gemm1": f"moe_gemm1_{dtype}_{config}", "gemm2": f"moe_gemm2_{dtype}_{config}",
-            "combine": f"moe_combine_{dtype}"}
+            "permute": f"moe_permute_{dtype}", **gemms, "combine": f"moe_combine_{dtype}"}
 
 
 class Layer:
@@ -70,12 +74,15 @@ class Layer:
         P, MT = rows_and_tiles(tokens, config)
         bm = CONFIGS[config]["bm"]
         self.gather = CONFIGS[config].get("gather_rows", False)
+        self.fused = CONFIGS[config].get("fused", False)
         i32 = dict(dtype=torch.int32, device=device)
         dt = getattr(torch, dtype)
         # bm rows past the capacity: the last tile may reach past the padded rows; align fills all with -1
         self.sorted = torch.empty(P + bm, **i32)
         self.tiles = torch.empty(MT, **i32)
         self.tile_rows = torch.empty(MT, 2, **i32)
+        # the fused kernel's readiness counts: zero-filled once, left zero-filled by every launch
+        self.ready = torch.zeros(2, MT, **i32) if self.fused else None
         self.meta = torch.zeros(4, **i32)
         self.pos = torch.empty(tokens, TOPK, **i32)
         self.xp = None if self.gather else torch.empty(P, HIDDEN, dtype=dt, device=device)
@@ -96,8 +103,12 @@ class Layer:
         steps = {"align": lambda: k["align"](ids, self.sorted, self.tiles, self.tile_rows, self.meta, self.pos)}
         if not self.gather:         # GEMM 1 reads the permuted rows, else it gathers x's rows itself
             steps["permute"] = lambda: k["permute"](x, self.sorted[:self.xp.shape[0]], self.meta, self.xp)
-        steps["gemm1"] = lambda: k["gemm1"](x if self.gather else self.xp, w1, self.h, *grouped)
-        steps["gemm2"] = lambda: k["gemm2"](self.h, w2, self.y, *grouped)
+        a = x if self.gather else self.xp
+        if self.fused:
+            steps["experts"] = lambda: k["experts"](a, w1, self.h, w2, self.y, *grouped, self.ready)
+        else:
+            steps["gemm1"] = lambda: k["gemm1"](a, w1, self.h, *grouped)
+            steps["gemm2"] = lambda: k["gemm2"](self.h, w2, self.y, *grouped)
         steps["combine"] = lambda: k["combine"](self.y, self.pos, weights, self.out)
         return steps
 

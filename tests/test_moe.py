@@ -202,6 +202,11 @@ KERNELS = {
                            ["cp.async.cg.shared.global", "cp.async.mbarrier.arrive.noinc.shared::cta.b64"]),
     "gemm1_tiny_gather": ("make_gemm1", {"bm": 64, "bn": 96, "pad": 16, "gather_rows": True},
                           ["wgmma.mma_async.sync.aligned.m64n96k16", "stmatrix", "cp.async.bulk.tensor.2d.global.shared"]),
+    "experts_small_fused": ("make_experts", {"bm": 64, "bn": 128, "pad": 16, "gather_rows": True},
+                            ["red.release.gpu.global.add.s32", "ld.acquire.gpu.global.b32", "fence.proxy.async.global",
+                             "cp.async.bulk.wait_group 0", "%globaltimer", "trap", "cp.async.mbarrier.arrive.noinc"]),
+    "experts_large_fused": ("make_experts", {"bm": 128, "bn": 256, "pad": 16},
+                            ["red.release.gpu.global.add.s32", "wgmma.mma_async.sync.aligned.m64n256k16"]),
     "gemm1_small_bk128": ("make_gemm1", {"bm": 64, "bn": 128, "bk": 128},
                           ["wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "cp.async.bulk.tensor.3d"]),
     "gemm2_large": ("make_gemm2", {"bm": 128, "bn": 256, "dtype": "float16"},
@@ -266,7 +271,7 @@ def test_gathering_gemm_counts_every_producer_thread():
     assert [a["name"] for a in art.launch["args"]][:4] == ["A_", "B_", "C_", "S_"]
 
 
-@pytest.mark.parametrize("config", ["small", "small_pad16", "large_gather", "tiny_gather"])
+@pytest.mark.parametrize("config", ["small", "small_pad16", "large_gather", "tiny_gather", "large_fused"])
 def test_layer_arguments_bind(config):
     """Every launch of ``Layer.experts`` (kernels/moe_host.py) against its artifact's signature:
     argument count, dtypes, shapes and shape symbols as the runtime checks them
@@ -305,6 +310,60 @@ def _role_kernels(config):
     names = moe_host.artifact_names("bfloat16", config)
     every = moe.builds(("bfloat16",))
     return {role: every[name] for role, name in names.items() if role != "route"}
+
+
+@pytest.mark.parametrize("kw,want,readers", [({"bm": 64, "bn": 128, "gather_rows": True}, 12, 16),
+                                              ({"bm": 128, "bn": 256}, 12, 8),
+                                              ({"bm": 64, "bn": 128, "bn1": 96, "gather_rows": True}, 16, 16)])
+def test_fused_experts_signal_protocol(kw, want, readers):
+    """The fused kernel's readiness protocol, read off its CUDA: a consumer announces an h tile only
+    after its TMA stores are written (``cp.async.bulk.wait_group 0``, not ``.read``), the producer
+    of a GEMM 2 tile waits for GEMM 1's n1 tiles x consumer warpgroups (``want``) before its first
+    load of h, and the count is retired by the m-tile's n2 GEMM 2 tiles (``readers``)."""
+    from kernels import moe
+    src = Ax.compile_kernel(moe.make_experts("bfloat16", pad=16, **kw), "sm_90a").cuda_source
+    body = src[src.rindex("__global__"):]
+    done = body.index("axe_count_done((")
+    assert body.rindex("cp_async_bulk_wait_group_async_bulk_wait_group_0()", 0, done) > body.rindex("wgmma", 0, done)
+    wait = re.search(r"axe_wait_count\(\(&\(R__ptr\[(\w+)\[0\]\]\)\), \(&\(R__ptr\[\(MT \+ (\w+)\[0\]\)\]\)\), "
+                     r"(\d+), (\d+),", body)
+    assert wait and wait.group(1) == wait.group(2) and (int(wait.group(3)), int(wait.group(4))) == (want, readers)
+    assert wait.start() < body.index("&(HA_map)")        # the producer waits, then issues its first load of h
+
+
+def test_fused_schedule_never_deadlocks():
+    """The persistent order of the fused kernel (each CTA: its GEMM 1 tiles, then its GEMM 2 tiles,
+    round robin over both ranges) simulated step by step with a CTA blocking on a GEMM 2 tile until
+    every GEMM 1 tile of its m-tile is done: every schedule finishes, and the kernel's closed forms
+    (tiles per CTA, GEMM 1 tiles first, the pipeline iteration base) match the enumeration."""
+    rng = np.random.default_rng(3)
+    for _ in range(40):
+        m_tiles, n1, n2 = int(rng.integers(1, 40)), int(rng.choice([12, 16, 6])), int(rng.choice([16, 8]))
+        grid = min(132, int(rng.integers(1, 200)), m_tiles * (n1 + n2))
+        k1, k2 = 32, 12
+        tiles1, total = m_tiles * n1, m_tiles * (n1 + n2)
+        orders = {bx: list(range(bx, total, grid)) for bx in range(grid)}
+        for bx, order in orders.items():
+            first = (tiles1 - bx + grid - 1) // grid
+            assert len(order) == (total - bx + grid - 1) // grid and all((t < tiles1) == (i < first) for i, t in enumerate(order))
+            bases = [i * k1 if i < first else first * k1 + (i - first) * k2 for i in range(len(order))]
+            steps = [k1 if t < tiles1 else k2 for t in order]
+            assert all(bases[i] + steps[i] == bases[i + 1] for i in range(len(order) - 1))
+        done1 = np.zeros(m_tiles, int)
+        pos = {bx: 0 for bx in orders}
+        while any(pos[bx] < len(o) for bx, o in orders.items()):
+            moved = False
+            for bx, order in orders.items():
+                if pos[bx] == len(order):
+                    continue
+                t = order[pos[bx]]
+                if t < tiles1:
+                    done1[t // n1] += 1          # the kernel's m-tile of a GEMM 1 tile (grouped order aside)
+                elif done1[(t - tiles1) // n2] < n1:
+                    continue                     # blocked on its m-tile's h
+                pos[bx] += 1
+                moved = True
+            assert moved, "deadlock"
 
 
 def test_gemm_refuses_bad_configs():

@@ -306,3 +306,4 @@ def test_stage_variants_belong_to_their_configuration(tmp_path):
     assert sorted(variants(str(tmp_path), "bfloat16", "small")) == ["small", "small_bk128"]
     assert sorted(variants(str(tmp_path), "bfloat16", "small_pad16")) == ["small_pad16", "small_pad16_bk128"]
     assert sorted(variants(str(tmp_path), "bfloat16", "small_gather")) == ["small_gather"]
+    assert variants(str(tmp_path), "bfloat16", "small_fused") == {"small_fused": ()}

@@ -3,7 +3,7 @@
 What here is CUDA's own: mbarriers and the producer/consumer :class:`~.pipeline.Pipeline` over
 them, Hopper's warpgroup roles with ``setmaxnreg``, named barriers, proxy fences and the wgmma
 wait (:mod:`.hopper`), thread-block clusters (:mod:`.cluster`), flags between CTAs of a launch
-(:mod:`.flags`), programmatic dependent launch (:mod:`.grid_dependency`), the staged epilogue store (:mod:`.staged_store`) and Blackwell's tensor memory and tcgen05 commit/fences.  The language
+(:mod:`.flags`), readiness counters (:mod:`.counters`), programmatic dependent launch (:mod:`.grid_dependency`), the staged epilogue store (:mod:`.staged_store`) and Blackwell's tensor memory and tcgen05 commit/fences.  The language
 (:mod:`axe.lang`) resolves ``Ax.cuda`` to this module on first use and checks, when a construct
 is called, that the build's target is a CUDA one (a trn1 build using ``Ax.cuda.mbarrier`` is an
 error naming both), so nothing shared imports this package.
@@ -11,6 +11,7 @@ error naming both), so nothing shared imports this package.
 
 from .barriers import mbarrier, mbarrier_wait
 from .cluster import arrive_remote, cluster_arrive, cluster_launch, cluster_sync, cluster_wait, fence_mbarrier_init
+from .counters import count_done, wait_count
 from .flags import counter_publish, counter_wait, fence_gpu, flag_set, flag_take
 from .grid_dependency import grid_wait, launch_dependents, programmatic_launch
 from .hopper import (bulk_wait, dynamic_shared, elect_one, entry_registers, fence_proxy_async, fence_registers,
@@ -23,7 +24,7 @@ from ..tmem import fence_after as tcgen05_fence_after, fence_before as tcgen05_f
 
 __all__ = ["mbarrier", "mbarrier_wait",
            "arrive_remote", "cluster_arrive", "cluster_launch", "cluster_sync", "cluster_wait", "fence_mbarrier_init",
-           "counter_publish", "counter_wait", "fence_gpu", "flag_set", "flag_take",
+           "count_done", "wait_count", "counter_publish", "counter_wait", "fence_gpu", "flag_set", "flag_take",
            "grid_wait", "launch_dependents", "programmatic_launch",
            "bulk_wait", "dynamic_shared", "elect_one", "entry_registers", "fence_proxy_async", "fence_registers",
            "min_blocks_per_sm", "named_barrier", "named_barrier_arrive", "role", "setmaxnreg", "tma_store_wait",

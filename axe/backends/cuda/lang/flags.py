@@ -33,23 +33,36 @@ __forceinline__ __device__ void axe_flag_set(int* flag) {
 """
 # the first acquire load runs before the timer is read (a flag that is set costs one load); the
 # timeout path is inline (report.SOURCE): no call, so wgmma kernels (stream-K) may use it
-_TAKE_SRC = _report.SOURCE + r"""
-__forceinline__ __device__ int axe_flag_load(int* flag) {
+WAIT_AT_LEAST_SRC = _report.SOURCE + r"""
+#ifndef AXE_WAIT_AT_LEAST_DEFINED
+#define AXE_WAIT_AT_LEAST_DEFINED
+__forceinline__ __device__ int axe_acquire_load(int* p) {
   int v;
-  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(flag) : "memory");
+  asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
   return v;
 }
-__forceinline__ __device__ void axe_flag_take(int* flag, int index, long long timeout_ns,
+// spin until *p >= want (acquire); after timeout_ns a report names the wait (kind, index, the
+// value wanted and the value seen, the tensor's name) and the launch traps
+__forceinline__ __device__ int axe_wait_at_least(int* p, int want, unsigned kind, int index, long long timeout_ns,
     unsigned n0, unsigned n1, unsigned n2, unsigned n3) {
-  int v = axe_flag_load(flag);
-  if (v == 0) {
+  int v = axe_acquire_load(p);
+  if (v < want) {
     unsigned long long t0, t;
     asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
-    while ((v = axe_flag_load(flag)) == 0) {
+    while ((v = axe_acquire_load(p)) < want) {
       asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-      if ((long long)(t - t0) > timeout_ns) axe_report_trap(AXE_KIND, index, 0u, 1u, v, timeout_ns, n0, n1, n2, n3);
+      if ((long long)(t - t0) > timeout_ns)
+        axe_report_trap(kind, (unsigned)index, 0u, (unsigned)want, (unsigned)v, timeout_ns, n0, n1, n2, n3);
     }
   }
+  return v;
+}
+#endif
+"""
+_TAKE_SRC = WAIT_AT_LEAST_SRC + r"""
+__forceinline__ __device__ void axe_flag_take(int* flag, int index, long long timeout_ns,
+    unsigned n0, unsigned n1, unsigned n2, unsigned n3) {
+  axe_wait_at_least(flag, 1, AXE_KIND, index, timeout_ns, n0, n1, n2, n3);
   asm volatile("st.relaxed.gpu.global.b32 [%0], 0;" :: "l"(flag) : "memory");
 }
 """.replace("AXE_KIND", f"{_report.FLAG}u")
