@@ -134,6 +134,30 @@ def reps_for(tokens, reps):
     return reps if tokens <= 1024 else max(10, reps // 2)
 
 
+def fastest_configs(stages, dtype):
+    """``{T: configuration}``: for each token count of a ``benchmarks/moe_stages.py`` result in
+    ``dtype``, the configuration (not a variant: those are experiments) whose whole layer was
+    fastest among the rows that passed their correctness check."""
+    best = {}
+    if stages.get("dtype") != dtype:
+        return best
+    for row in stages["rows"]:
+        if row.get("variant") in CONFIGS and "layer_ms" in row:
+            t = row["T"]
+            if t not in best or row["layer_ms"] < best[t][1]:
+                best[t] = (row["variant"], row["layer_ms"])
+    return {t: cfg for t, (cfg, _) in best.items()}
+
+
+def pick_config(args, tokens, fastest):
+    """axe's configuration for ``tokens``: the fastest measured one where ``--configs-from`` gave it,
+    else ``--config`` (``auto``: :func:`kernels.moe_host.config_for`)."""
+    if tokens in fastest:
+        return fastest[tokens]
+    from kernels import moe_host
+    return moe_host.config_for(tokens) if args.config == "auto" else args.config
+
+
 def measure(torch, name, fn, ref, row, errors, reps, graph=True):
     """Check ``fn()`` against ``ref`` eagerly, time it eagerly; capture it into a CUDA graph, check
     a replay's output (the output buffer poisoned with NaN first), time the replays.  Results go
@@ -266,7 +290,7 @@ def run_tokens(torch, tokens, ctx, result):
     row["experts_hit"] = hit = int(torch.unique(ids).numel())
     row.update(moe_bounds.counted(tokens, hit, moe.TOPK, moe.HIDDEN, moe.INTER, x.element_size()))
     row.update(moe_bounds.bound_ms(row, ctx["bw"], ctx["peak"]))
-    cfg = moe.config_for(tokens) if args.config == "auto" else args.config
+    cfg = pick_config(args, tokens, ctx.get("fastest", {}))
     if cfg in ctx["axe"]:
         layer = moe.Layer(ctx["axe"][cfg], tokens, cfg, args.dtype)
         row["axe_config"] = cfg
@@ -304,6 +328,9 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=50)
     ap.add_argument("--config", default="auto", choices=("auto",) + tuple(CONFIGS),
                     help="axe's tile configuration (auto: kernels/moe_host.py's config_for(T))")
+    ap.add_argument("--configs-from", default=None, metavar="STAGES.json",
+                    help="per T, the configuration whose whole layer was fastest in a benchmarks/moe_stages.py "
+                         "result (correct rows only; other T fall back to --config)")
     ap.add_argument("--out", default=None, help="JSON path (default $OUT/moe-DATE.json)")
     ap.add_argument("--md", default=None, help="markdown table path (default: the JSON path with .md)")
     args = ap.parse_args(argv)
@@ -328,6 +355,9 @@ def main(argv=None):
         except Exception as err:    # noqa: BLE001
             result["errors"][f"axe {cfg}"] = f"{type(err).__name__}: {err}"
     ctx = dict(args=args, gen=g, dt=dt, w1=w1, w2=w2, bw=bw, peak=peak, axe=axe, sglang=sglang, peers=peers)
+    if args.configs_from:
+        with open(args.configs_from) as f:
+            ctx["fastest"] = result["configs_from"] = fastest_configs(json.load(f), args.dtype)
     out = args.out or os.path.join(os.environ.get("OUT", ROOT), f"moe-{result['date']}.json")
     md = args.md or os.path.splitext(out)[0] + ".md"
     for tokens in args.tokens:

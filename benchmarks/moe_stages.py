@@ -54,7 +54,7 @@ def graph_time(torch, fn, reps):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--artifacts", default=os.path.join(ROOT, ".carry", "moe"))
-    ap.add_argument("--tokens", nargs="*", type=int, default=[1, 8, 32, 128, 512, 1024, 4096])
+    ap.add_argument("--tokens", nargs="*", type=int, default=list(moe.TOKENS))
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--out", default=None)

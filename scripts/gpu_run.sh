@@ -41,7 +41,8 @@ fi
 if [[ $what == moe ]]; then
   run moe_checks.log timeout 300 python3 tests/gpu/run_all.py --only $(ls .carry/artifacts | grep '^moe_')
   run moe_stages.log timeout 300 python3 benchmarks/moe_stages.py --out "$OUT/moe-stages.json"
-  run moe.log timeout 400 python3 benchmarks/moe.py --out "$OUT/moe.json" ${MOE_ARGS:-}
+  # per T the fastest configuration of the stage timings above, side by side with the peers
+  run moe.log timeout 400 python3 benchmarks/moe.py --configs-from "$OUT/moe-stages.json" --out "$OUT/moe.json" ${MOE_ARGS:-}
 fi
 if [[ $what == sanitize ]]; then
   run sanitize.log python3 tests/gpu/sanitize.py --out "$OUT" --limit ${SAN_LIMIT:-520} ${SAN_TOOLS:+--tools $SAN_TOOLS} ${SAN_ARGS:-}

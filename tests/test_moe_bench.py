@@ -307,3 +307,23 @@ def test_stage_variants_belong_to_their_configuration(tmp_path):
     assert sorted(variants(str(tmp_path), "bfloat16", "small_pad16")) == ["small_pad16", "small_pad16_bk128"]
     assert sorted(variants(str(tmp_path), "bfloat16", "small_gather")) == ["small_gather"]
     assert variants(str(tmp_path), "bfloat16", "small_fused") == {"small_fused": ()}
+
+
+def test_configs_from_stage_timings():
+    """--configs-from picks, per T, the configuration whose whole layer was fastest in a stage-timing
+    result: correct rows only (a failed row has no layer time), variants left out, another dtype
+    ignored; T it does not cover fall back to --config."""
+    from types import SimpleNamespace
+
+    from benchmarks.moe import fastest_configs, pick_config
+    stages = {"dtype": "bfloat16", "rows": [
+        {"T": 1, "variant": "small", "layer_ms": 0.038}, {"T": 1, "variant": "tiny_gather", "layer_ms": 0.029},
+        {"T": 1, "variant": "small_fused", "err": 1.0},                      # failed: no layer time
+        {"T": 128, "variant": "small_pad16", "layer_ms": 0.31}, {"T": 128, "variant": "large", "layer_ms": 0.40},
+        {"T": 128, "variant": "small_pad16_bk128", "layer_ms": 0.20}]}      # a variant: not a configuration
+    assert fastest_configs(stages, "bfloat16") == {1: "tiny_gather", 128: "small_pad16"}
+    assert fastest_configs(stages, "float16") == {}
+    args = SimpleNamespace(config="auto")
+    fast = fastest_configs(stages, "bfloat16")
+    assert [pick_config(args, t, fast) for t in (1, 128, 4096)] == ["tiny_gather", "small_pad16", "large"]
+    assert pick_config(SimpleNamespace(config="small_fused"), 7, fast) == "small_fused"
