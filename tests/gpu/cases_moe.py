@@ -140,12 +140,14 @@ _LAYER_CHECKED = {}     # (dtype, configuration) -> its summary, or the exceptio
 
 def check_layer(kernel, torch):
     """The whole layer of every configuration this artifact belongs to (a GEMM: its own; the
-    permute and the combine: all), each (dtype, configuration) run once per process and its
-    outcome reported for every artifact of it."""
+    permute and the combine: all but the fused ones), each (dtype, configuration) run once per
+    process and its outcome reported for every artifact of it."""
     moe = _moe()
     name = kernel.launch["name"]
     dtype = "bfloat16" if "bfloat16" in name else "float16"
-    configs = [c for c in moe.CONFIGS if name.endswith(c)] or list(moe.CONFIGS)
+    # the permute and the combine: every configuration but the fused ones (whose own artifacts check
+    # them, in a process of their own)
+    configs = [c for c in moe.CONFIGS if name.endswith(c)] or [c for c, kw in moe.CONFIGS.items() if not kw.get("fused")]
     done = []
     for config in configs:
         key = (dtype, config)
