@@ -10,7 +10,8 @@ e4m3 with one per 128×128 block, quantized from random normal data the DeepSeek
 dequantized operands (‖C − ref‖/‖ref‖ < 1e-2, the tolerance argued in
 ``tests/gpu/cases_gemm_fp8.py``) before it is timed; a wrong one is timed and marked.  axe runs
 the tile widths 128 and 256 (and 192 where :func:`built_for` says), alone and as CTA
-pairs sharing B (``cluster=2``), and reports the fastest correct one.  Timing:
+pairs sharing B (``cluster=2``), and 256 with stream-K (``stream_k=True``) where the last wave is
+partial enough to matter, and reports the fastest correct one.  Timing:
 ``triton.testing.do_bench`` median.  Every peer and shape is guarded: a failure is recorded with
 its exact error and the run goes on.  The JSON (``$OUT`` or ``benchmarks/results/``) is rewritten
 after every shape, so a run cut short still leaves its rows.
@@ -38,7 +39,7 @@ Peers, as found in the sources:
 - Triton: :func:`triton_block_fp8` below, autotuned over 6 configurations.
 
 Usage (GPU machine): ``python3 benchmarks/gemm_fp8.py [--artifacts DIR] [--wheels DIR (default .carry/gemm_fp8/wheels)] [--only mlp|deepseek]
-[--variants bn128 bn256 bn128_c2 bn256_c2 bn192 bn192_c2] [--peers cublas deepgemm triton] [--budget SECONDS] [--json PATH]``.
+[--variants bn128 bn256 bn128_c2 bn256_c2 bn192 bn192_c2 bn256_sk] [--peers cublas deepgemm triton] [--budget SECONDS] [--json PATH]``.
 """
 
 import argparse
@@ -61,10 +62,14 @@ M_MLP, M_DS = 8192, 4096
 #: DeepSeek-V3's (N, K) pairs as DeepGEMM's tests enumerate them (fused q_a+kv_a 2112x7168, q_b
 #: 24576x1536, kv_b 32768x512, o 7168x16384, shared-expert 4096x7168, 7168x2048)
 DEEPSEEK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048)]
-#: axe builds per shape, ``(bn, cluster)``: the tile widths, alone and as CTA pairs sharing B by
-#: TMA multicast (bn = 192 only where :func:`built_for` says); the fastest correct one is reported
-VARIANTS = ((128, 1), (256, 1), (128, 2), (256, 2), (192, 1), (192, 2))
+#: axe builds per shape, ``(bn, cluster, stream_k)``: the tile widths, alone and as CTA pairs sharing
+#: B by TMA multicast, and bn = 256 with stream-K (bn = 192 and stream-K only where :func:`built_for`
+#: says); the fastest correct one is reported
+VARIANTS = ((128, 1, False), (256, 1, False), (128, 2, False), (256, 2, False), (192, 1, False), (192, 2, False),
+            (256, 1, True))
 SMS = 132
+#: stream-K is built where more than this share of the last wave's tile slots would idle
+SK_IDLE = 0.02
 
 
 def counted_columns(m, n, bn, sms=SMS):
@@ -74,11 +79,19 @@ def counted_columns(m, n, bn, sms=SMS):
     return -(-tiles // sms) * bn
 
 
-def built_for(m, n, bn, cluster):
-    """Whether the benchmark builds and times variant (bn, cluster) for an m×n output: 128 and 256
-    always; 192 (SB staged per 64 columns) where its counted work is within 3% of bn = 256's, as a
-    CTA pair (the faster form of 256 on large shapes), and alone too where it saves 5% or more
-    (N = 2112: 576 vs 768 columns) — the carried artifacts stay under 30 MiB."""
+def built_for(m, n, bn, cluster, stream_k=False):
+    """Whether the benchmark builds and times variant (bn, cluster, stream_k) for an m×n output: 128
+    and 256 always; 192 (SB staged per 64 columns) where its counted work is within 3% of bn = 256's,
+    as a CTA pair (the faster form of 256 on large shapes), and alone too where it saves 5% or more
+    (N = 2112: 576 vs 768 columns); stream-K (bn = 256 alone: the kernel's only stream-K forms are
+    unclustered, and bn = 128 was 10–20% slower than the best variant on every shape, more than
+    stream-K can win back) where the tiles fill at least one wave and more than :data:`SK_IDLE` of
+    the wave-quantized tile slots would idle, which stream-K can win back — so the carried
+    artifacts stay small (stream-K's are the largest: ~0.5 MiB of source and PTX each)."""
+    if stream_k:
+        tiles = -(-m // 128) * -(-n // bn)
+        idle = 1 - tiles / (-(-tiles // SMS) * SMS)       # of the tile slots of ⌈tiles / SMS⌉ waves
+        return bn == 256 and cluster == 1 and tiles >= SMS and idle > SK_IDLE
     if bn != 192:
         return True
     ratio = counted_columns(m, n, 192) / counted_columns(m, n, 256)
@@ -98,12 +111,12 @@ def shapes():
             + [("deepseek", "DeepSeek-V3", f"{n}x{k}", M_DS, n, k) for n, k in DEEPSEEK])
 
 
-def variant_name(bn, cluster):
-    return f"bn{bn}" + (f"_c{cluster}" if cluster > 1 else "")
+def variant_name(bn, cluster, stream_k=False):
+    return f"bn{bn}" + (f"_c{cluster}" if cluster > 1 else "") + ("_sk" if stream_k else "")
 
 
-def artifact_name(m, n, k, bn, cluster=1):
-    return f"gemm_fp8_{m}x{n}x{k}_{variant_name(bn, cluster)}"
+def artifact_name(m, n, k, bn, cluster=1, stream_k=False):
+    return f"gemm_fp8_{m}x{n}x{k}_{variant_name(bn, cluster, stream_k)}"
 
 
 def error_line(err):
@@ -291,12 +304,12 @@ def run_shape(shape, artifacts, peers, tri, cub, dg, variants=VARIANTS):
     W, SB = quantize_blocks(torch.randn(n, k, device=DEVICE))
     ref = reference(A, W, SA, SB)["C"]
     C = torch.empty(m, n, device=DEVICE, dtype=torch.bfloat16)
-    for bn, cluster in variants:
-        if not built_for(m, n, bn, cluster):
+    for v in variants:
+        if not built_for(m, n, *v):
             continue
-        tag = f"axe_{variant_name(bn, cluster)}"
+        tag = f"axe_{variant_name(*v)}"
         try:
-            kern = rt.load(os.path.join(artifacts, artifact_name(m, n, k, bn, cluster)))
+            kern = rt.load(os.path.join(artifacts, artifact_name(m, n, k, *v)))
         except Exception as e:  # noqa: BLE001
             row["errors"][tag] = error_line(e)
             continue

@@ -51,6 +51,16 @@ k-block in about 0.7 µs (8.4 MFLOP at ~12 TFLOP/s per SM), 9 TB/s from L2 over 
 brings that to 32.5 KiB, 6 TB/s.  With an odd number of block-rows the last pair's second CTA
 computes a block-row past M (its loads read zeros) and stores nothing.
 
+``stream_k=True`` (bn 128 or 256, no clusters) is :mod:`kernels.gemm`'s stream-K: the last whole wave
+of tiles and the partial one are split evenly over all CTAs in k-blocks (:class:`StreamK`, whose
+bounds are :func:`kernels.gemm.stream_k_bound`'s), so no CTA idles in a partial last wave.  A tile
+is then computed in at most two pieces, each a range of whole 128-wide k-blocks: per-k-block
+promotion makes a piece's accumulator the promoted fp32 sum over its k-blocks (scales applied),
+so the CTA holding a tile's last k-blocks writes it to a scratch workspace and sets a flag
+(``Ax.cuda.flag_set``), and the CTA holding the first k-blocks waits for the flag
+(``Ax.cuda.flag_take``, bounded, call-free), adds the workspace into its accumulator while casting
+and stores the tile.  The CTA's pieces run after its whole-tile waves, in the same pipeline.
+
 Shapes need not be multiples of the tile: TMA zero-fills loads past M, N or K and clips stores.
 K may be a single k-block (K = 128: SA's tensor map then has an extent-1 dimension, which gets the
 packed stride the driver accepts, :func:`axe.runtime.tensormap.packed_strides`); a tensor smaller
@@ -67,7 +77,7 @@ from axe.lang.block_scale import scale_accumulate
 from axe.layout import S, Swizzle, SwizzledLayout
 from axe.schedules.emit import guard
 from kernels.fp8_blocks import reference, scale_shapes  # noqa: F401  (torch-only: the GPU side imports it)
-from kernels.gemm import swizzled
+from kernels.gemm import stream_k_bound, swizzled
 
 FP8 = "float8_e4m3fn"
 BM, BK, SMS, GROUP = 128, 128, 132, 16
@@ -85,10 +95,54 @@ def fp8_tile(rows, cols=BK):
     return SwizzledLayout(S[(rows, cols)], Swizzle(3, 4, 3))
 
 
-def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=1):
+class StreamK:
+    """The stream-K split of ``tiles`` tiles of ``k_iters`` k-blocks over ``ctas`` persistent CTAs
+    (kernels/gemm.py's design): the first ``dp_waves`` whole waves go tile by tile (CTA p takes
+    tiles p, p + ctas, ...); the remaining ``units`` k-blocks (the tiles from ``dp_tiles`` on, in
+    linear order) are split into one contiguous range per CTA, ``[bound(p), bound(p + 1))``.
+    With ``tiles >= ctas`` and ``k_iters >= 4`` every tile falls into at most two CTAs' ranges and
+    every piece holds at least two k-blocks (:func:`kernels.gemm.stream_k_bound`).  The methods take
+    Python ints (the CPU model) or TIR expressions (the kernel, with ``T.if_then_else``, ``T.max``
+    and ``T.min``), so both walk the same split."""
+
+    def __init__(self, tiles, k_iters, ctas):
+        if k_iters < 4 or tiles < ctas:
+            raise ValueError(f"gemm_fp8: stream_k needs at least 4 k-blocks (K >= {4 * BK}) and at least one tile "
+                             f"per CTA ({ctas}), got {k_iters} k-blocks and {tiles} tiles")
+        self.k_iters, self.ctas = k_iters, ctas
+        self.dp_waves = tiles // ctas - 1                   # whole waves of tiles before the split
+        self.dp_tiles = self.dp_waves * ctas
+        self.units = (tiles - self.dp_tiles) * k_iters      # the last whole wave and the partial one
+
+    def bound(self, p, select=lambda c, a, b: a if c else b):
+        """The first stream-K k-block (counted from tile ``dp_tiles``'s first) of CTA ``p``."""
+        return stream_k_bound(p, self.units, self.ctas, self.k_iters, select)
+
+    def tiles(self, b0, b1):
+        """``(first, stop)``: the stream-K tiles (counted from ``dp_tiles``) that the range
+        ``[b0, b1)`` of k-blocks touches."""
+        return b0 // self.k_iters, (b1 - 1) // self.k_iters + 1
+
+    def piece(self, t, b0, b1, lo=max, hi=min):
+        """``(k0, k1)``: the k-blocks of stream-K tile ``t`` inside ``[b0, b1)``, ``lo`` and ``hi``
+        the maximum and minimum.  ``k1 < k_iters``: the tile's head, whose CTA waits for the rest;
+        ``k0 > 0``: its tail, whose CTA hands its partial over; both: the tile is whole."""
+        at = t * self.k_iters
+        return lo(b0, at) - at, hi(b1, at + self.k_iters) - at
+
+    def pieces(self, p):
+        """CTA ``p``'s stream-K pieces ``[(linear tile, k0, k1)]`` in the order the kernel runs
+        them (the CPU model of its loops)."""
+        b0, b1 = self.bound(p), self.bound(p + 1)
+        return [(self.dp_tiles + t, *self.piece(t, b0, b1)) for t in range(*self.tiles(b0, b1))]
+
+
+def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=1, stream_k=False):
     """The block-scaled FP8 GEMM kernel for static sizes; ``bn``: tile columns (128, 192 or 256);
     ``cluster=2``: CTA pairs on vertically neighbouring tiles, each loading half of the B tile with
-    a TMA multicast to both (B's L2 traffic per CTA halved, as in kernels/gemm.py)."""
+    a TMA multicast to both (B's L2 traffic per CTA halved, as in kernels/gemm.py); ``stream_k``:
+    split the last waves' tiles over all CTAs in k-blocks (bn 128 or 256, no clusters; see the
+    module docstring)."""
     if bn not in STAGES:
         raise ValueError(f"gemm_fp8: bn must be one of {sorted(STAGES)}, got {bn!r}")
     if cluster not in (1, 2) or sms % cluster:
@@ -98,6 +152,9 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
                          "(a TMA box larger than its whole tensor is not built: no GPU case covers it)")
     if N % 8 or K % 16:
         raise ValueError(f"gemm_fp8: N={N} must be a multiple of 8 and K={K} of 16 (TMA: 16-byte row pitches)")
+    if stream_k and (bn % PART or cluster != 1):
+        raise ValueError(f"gemm_fp8: stream_k is built for bn 128 or 256 without clusters, got bn={bn}, "
+                         f"cluster={cluster}")
     stages = stages or STAGES[bn]
     sa_shape, sb_shape = scale_shapes(M, N, K)
     n_blocks = sb_shape[0]                      # rows of SB: 128-column blocks of N
@@ -117,6 +174,8 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
     a_at, b_at = 0, stages * BM * BK            # byte offsets of the slots in the fp8 pool
     # the last tile's second half lies past N when the 128-column blocks are odd in number
     ragged_half = halves > 1 and n_blocks % halves != 0
+    sk = StreamK(sched.tiles, k_iters, sms) if stream_k else None
+    ws_rows = sms * 2 * HALF if stream_k else 1     # stream-K partials: one 64-row block per CTA and warpgroup
 
     def factory():
         acc_layout = _d_fragment(bn)
@@ -160,7 +219,7 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
                     half()
             pipe.release(i, pred=leader)
 
-        cta = {}        # the CTA's rank in its cluster, set at launch; the staged SB buffer
+        cta = {}        # the CTA's rank in its cluster, set at launch; the staged SB buffer; stream-K's workspace
 
         def alloc_sbg():
             """``staged``: the shared buffer of SB per column group, rows (warpgroup, slot parity)."""
@@ -187,23 +246,75 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
             Ax.copy(Ax.view(pool, fp8_tile(b_part), (b_part, BK), base=b_at + s * (bn * BK) + cta["rank"] * (b_part * BK)),
                     B[r0:r0 + b_part, ks], barrier=pipe.full, stage=s, multicast=(1 << cluster) - 1)
 
-        def store(cbuf, C, acc, out, wg, leader, m_blk, n_blk):
+        def store(cbuf, C, acc, out, wg, leader, m_blk, n_blk, partial=None, part=None, add_if=None):
             """Cast the tile and store it ``store_n`` columns at a time: stmatrix into the warpgroup's
-            swizzled buffer, one thread's TMA store (rows and columns past C are clipped)."""
-            Ax.cast(out, acc)
+            swizzled buffer, one thread's TMA store (rows and columns past C are clipped).
+            ``partial``: stream-K's fp32 sum of the tile's other k-blocks (global, 64 × bn), added
+            where ``add_if`` holds, chunk by chunk before each chunk is cast: loaded into the partial
+            accumulator ``part`` (free once the main loop is done; a chunk's shape), then added into
+            acc — a whole 64×256 partial read at once beside acc and out spilled."""
+            add = None
+            if partial is None:
+                Ax.cast(out, acc)
+            else:
+                def add(c, buf):
+                    cols = slice(c * store_n, (c + 1) * store_n)
+                    with guard(add_if):
+                        Ax.copy(part, partial[:, cols])
+                        Ax.elementwise(acc[:, cols], lambda a, q: a + q, acc[:, cols], part)
+                    Ax.cast(out[:, cols], acc[:, cols])
             row = m_blk * BM + wg * HALF
             cw = Ax.view(cbuf, swizzled(HALF, store_n), (HALF, store_n), base=wg * (HALF * PART))
 
             def tma_store(c, buf):
                 n0 = n_blk * bn + c * store_n
                 Ax.copy(C[row:row + HALF, n0:n0 + store_n], buf, fence=False, wait=False)
-            Ax.cuda.staged_store(out, store_n, lambda c: cw, tma_store, 1 + wg, leader)
+            Ax.cuda.staged_store(out, store_n, lambda c: cw, tma_store, 1 + wg, leader, before=add)
+
+        def load(pool, pipe, A, B, SA, sa, i, s, m_blk, n_blk, kb):
+            """Producer: iteration i loads k-block kb of tile (m_blk, n_blk) — A, B and A's row
+            scales — into its slot s."""
+            pipe.acquire(i)
+            Ax.copy(Ax.view(pool, fp8_tile(BM), (BM, BK), base=a_at + s * (BM * BK)),
+                    A[m_blk * BM:(m_blk + 1) * BM, kb * BK:(kb + 1) * BK], barrier=pipe.full, stage=s)
+            load_b(pool, pipe, B, s, n_blk, kb)
+            Ax.copy(sa[s:s + 1, :], SA[kb:kb + 1, m_blk * BM:(m_blk + 1) * BM], barrier=pipe.full, stage=s)
+
+        def declare_workspace(W_, F_):
+            """Stream-K: the scratch partials ``cta["W"]`` (fp32, a 64-row block per CTA and
+            warpgroup) and their flags ``cta["F"]``; without stream-K nothing (the parameters then
+            leave the signature)."""
+            if stream_k:
+                cta["W"], cta["F"] = Ax.param(W_, scratch=True), Ax.param(F_, scratch=True)
+
+        def sk_bounds(cid):
+            """This CTA's stream-K range of k-blocks, as TIR."""
+            return sk.bound(cid, T.if_then_else), sk.bound(cid + 1, T.if_then_else)
+
+        def sk_finish(cbuf, C, acc, part, out, cid, wg, leader, m_blk, n_blk, k0, k1):
+            """After stream-K piece [k0, k1) of a tile: a tail (the CTA's first piece, k0 > 0) goes to
+            workspace block ``cid·2 + wg``, published by a flag; a head (the CTA's last piece,
+            k1 < k_iters) waits for CTA ``cid + 1``'s flag and adds that block; a head or a whole
+            tile is then stored (one store site for both: each site's hoisted epilogue addresses
+            cost consumer registers)."""
+            W, F = cta["W"], cta["F"]
+            nxt = (cid + 1) * 2 + wg
+            with IRB.If(k0 > 0):
+                with IRB.Then():
+                    me = cid * 2 + wg
+                    Ax.copy(W[me * HALF:(me + 1) * HALF, :], acc)
+                    Ax.cuda.flag_set(F, me, leader, 1 + wg, 128)
+                with IRB.Else():
+                    with guard(k1 < k_iters):
+                        Ax.cuda.flag_take(F, nxt, leader, 1 + wg, 128)
+                    store(cbuf, C, acc, out, wg, leader, m_blk, n_blk, W[nxt * HALF:(nxt + 1) * HALF, :], part, k1 < k_iters)
 
         @T.prim_func
         def gemm_fp8_kernel(A_: T.Buffer((M, K), FP8), B_: T.Buffer((N, K), FP8), SA_: T.Buffer(sa_shape, "float32"),
                             SB_: T.Buffer(sb_shape, "float32"), C_: T.Buffer((M, N), "bfloat16"),
                             A_map: T.handle("tensormap"), B_map: T.handle("tensormap"),
-                            SA_map: T.handle("tensormap"), C_map: T.handle("tensormap")):
+                            SA_map: T.handle("tensormap"), C_map: T.handle("tensormap"),
+                            W_: T.Buffer((ws_rows, bn), "float32"), F_: T.Buffer((2 * sms,), "int32")):
             Ax.cuda.min_blocks_per_sm(1)
             cid, tx = launch()
             A = Ax.param(A_, tensormap=A_map)
@@ -211,6 +322,7 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
             SA = Ax.param(SA_, tensormap=SA_map)
             SB = Ax.param(SB_)
             C = Ax.param(C_, tensormap=C_map)
+            declare_workspace(W_, F_)
             pool = Ax.cuda.dynamic_shared(stages * (BM + bn) * BK, FP8)
             sa = Ax.shared((stages, BM), "float32", name="sa")          # the A tile's row scales, per slot
             alloc_sbg()
@@ -219,17 +331,19 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
             pipe = Ax.cuda.pipeline(stages, producers=3, consumers=2, cluster=cluster)
             with Ax.cuda.role(0, 1, regs=PRODUCER_REGS):
                 with Ax.warps(0, 1):
-                    for it in T.serial(sched.count(cid)):
+                    for it in T.serial(sk.dp_waves if stream_k else sched.count(cid)):
                         m_blk, n_blk = sched.coords(sched.tile(cid, it), cta.get("rank", 0))
                         for kb in T.serial(k_iters):
                             i = it * k_iters + kb
                             s = pipe.slot(i)
-                            pipe.acquire(i)
-                            Ax.copy(Ax.view(pool, fp8_tile(BM), (BM, BK), base=a_at + s * (BM * BK)),
-                                    A[m_blk * BM:(m_blk + 1) * BM, kb * BK:(kb + 1) * BK], barrier=pipe.full, stage=s)
-                            load_b(pool, pipe, B, s, n_blk, kb)
-                            Ax.copy(sa[s:s + 1, :], SA[kb:kb + 1, m_blk * BM:(m_blk + 1) * BM],
-                                    barrier=pipe.full, stage=s)
+                            load(pool, pipe, A, B, SA, sa, i, s, m_blk, n_blk, kb)
+                    if stream_k:    # this CTA's stream-K k-blocks u, continuing the iteration count
+                        b0, b1 = sk_bounds(cid)
+                        for u in T.serial(b0, b1):
+                            m_blk, n_blk = sched.coords(sk.dp_tiles + u // k_iters)
+                            i = sk.dp_waves * k_iters + u - b0
+                            s = pipe.slot(i)
+                            load(pool, pipe, A, B, SA, sa, i, s, m_blk, n_blk, u % k_iters)
             with Ax.cuda.role(1, 3, regs=CONSUMER_REGS, each=True):
                 wg = Ax.cuda.warpgroup_index()
                 leader = tx % 128 == 0
@@ -237,7 +351,7 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
                 part = Ax.registers((HALF, part_n), "float32", part_layout, name="part")
                 out = Ax.registers((HALF, bn), "bfloat16", acc_layout, name="out")
 
-                for j in T.serial(sched.count(cid)):
+                for j in T.serial(sk.dp_waves if stream_k else sched.count(cid)):
                     m_blk, n_blk = sched.coords(sched.tile(cid, j), cta.get("rank", 0))
                     k_block(pool, sa, SB, pipe, acc, part, wg, leader, j * k_iters, 0, n_blk, True)
                     for kb in T.serial(1, k_iters):
@@ -247,14 +361,26 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
                             store(cbuf, C, acc, out, wg, leader, m_blk, n_blk)
                     else:
                         store(cbuf, C, acc, out, wg, leader, m_blk, n_blk)
+                if stream_k:    # this CTA's stream-K pieces: at most three, at most one head and one tail
+                    b0, b1 = sk_bounds(cid)
+                    t0, t1 = sk.tiles(b0, b1)
+                    for t in T.serial(t0, t1):
+                        k0, k1 = sk.piece(t, b0, b1, T.max, T.min)
+                        m_blk, n_blk = sched.coords(sk.dp_tiles + t)
+                        base = sk.dp_waves * k_iters + t * k_iters - b0    # the iteration of k-block 0
+                        k_block(pool, sa, SB, pipe, acc, part, wg, leader, base + k0, k0, n_blk, True)
+                        for kb in T.serial(k0 + 1, k1):
+                            k_block(pool, sa, SB, pipe, acc, part, wg, leader, base + kb, kb, n_blk, False)
+                        sk_finish(cbuf, C, acc, part, out, cid, wg, leader, m_blk, n_blk, k0, k1)
                 Ax.cuda.tma_store_wait(0, pred=leader)
             if cluster > 1:
                 Ax.cuda.cluster_sync()      # no CTA leaves while its peer may still arrive on its barriers
-        return gemm_fp8_kernel
+        # without stream-K the workspace and flags leave the call signature
+        return gemm_fp8_kernel if stream_k else Ax.without_params(gemm_fp8_kernel, ("W_", "F_"))
 
     return Ax.Kernel(name or f"gemm_fp8_{M}x{N}x{K}", factory, reference=reference, outputs=("C",),
                      meta={"M": M, "N": N, "K": K, "bn": bn, "stages": stages, "grid": (sms,), "threads": THREADS,
-                           "cluster": cluster})
+                           "cluster": cluster, "stream_k": stream_k})
 
 
 def _d_fragment(n):

@@ -2,7 +2,10 @@
 (not a multiple of 128, nor of 4: SA's rows are padded), an odd number of 128-column blocks (the
 ``bn = 256`` tile's last half lies past N), two k-blocks, a ragged last k-block, DeepSeek-V3
 projection sizes, CTA pairs sharing B through TMA multicast (``cluster=2``, with an odd number of
-block-rows) and ``bn = 192`` (weight scales staged per 64 columns; a tile past N; odd k-blocks).
+block-rows), ``bn = 192`` (weight scales staged per 64 columns; a tile past N; odd k-blocks) and
+stream-K (``stream_k=True`` on 132 CTAs, both tile widths: tiles filling 1.5 waves, all split, and
+2.3 waves, one whole wave first; a tile's two pieces meet through the workspace and a flag, and
+the three launches of a check reuse the flags, which each launch must leave zero).
 
 Each check quantizes fresh random fp32 operands the way DeepSeek-V3 does (activations per row and
 128 columns, weights per 128×128 block, scale = amax / 448; :mod:`kernels.fp8_blocks`), poisons C
@@ -24,7 +27,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-#: name -> (M, N, K, bn, cluster)
+#: name -> (M, N, K, bn, cluster); the names in :data:`STREAM_K` are built with ``stream_k=True``
 SHAPES = {
     "square": (1024, 1024, 1024, 128, 1),
     "square256": (1024, 1024, 1024, 256, 1),
@@ -45,7 +48,15 @@ SHAPES = {
                                                  # 11 k-blocks: the staging parity alternates by tile
     "b192_ds": (4096, 2112, 7168, 192, 1),       # DeepSeek-V3 fused q_a + kv_a projection
     "c2_b192": (777, 2112, 1536, 192, 2),        # CTA pairs, 7 block-rows
+    # stream-K on 132 CTAs: the last whole wave and the partial one split over all CTAs in k-blocks
+    "sk_b128_w15": (1000, 3144, 1408, 128, 1),   # 8 x 25 = 200 tiles (1.52 waves, all split), 11 k-blocks
+    "sk_b128_w23": (2000, 2392, 1008, 128, 1),   # 16 x 19 = 304 tiles (2.30 waves), K ragged: 8 k-blocks, the last 112 wide
+    "sk_b256_w15": (1000, 6200, 1536, 256, 1),   # 8 x 25 = 200 tiles, 49 column blocks: the last tiles' second half past N
+    "sk_b256_w23": (2047, 4760, 2048, 256, 1),   # 16 x 19 = 304 tiles, M % 4 != 0 (SA rows padded)
+    "sk_k4": (1536, 2176, 512, 128, 1),          # 12 x 17 = 204 tiles of 4 k-blocks: the shortest K stream-K takes
+    "sk_ds_o": (4096, 7168, 16384, 256, 1),      # DeepSeek-V3 o-projection: 896 tiles (6.8 waves), 128 k-blocks
 }
+STREAM_K = {s for s in SHAPES if s.startswith("sk_")}
 TOL = 1e-2
 
 
@@ -58,7 +69,7 @@ def _builder(shape):
         sys.path.insert(0, ROOT)
         from kernels import gemm_fp8
         M, N, K, bn, cluster = SHAPES[shape]
-        return gemm_fp8.build(M, N, K, bn, name=case_name(shape), cluster=cluster)
+        return gemm_fp8.build(M, N, K, bn, name=case_name(shape), cluster=cluster, stream_k=shape in STREAM_K)
     return build
 
 
