@@ -238,6 +238,25 @@ def reference(A, B, b_major="row"):
     return {"C": A.float() @ (B if b_major == "row" else B.t()).float()}
 
 
+def sk_publish(W, F, slot, acc, leader, wg):
+    """Stream-K, the CTA with a tile's last k-iterations: its warpgroup ``wg`` writes its partial
+    accumulator to workspace row block ``slot`` (HALF rows of fp32) and publishes it with flag
+    ``slot`` (the warpgroup's 128 threads meet at named barrier ``1 + wg``)."""
+    Ax.copy(W[slot * HALF:(slot + 1) * HALF, :], acc)
+    Ax.cuda.flag_set(F, slot, leader, 1 + wg, 128)
+
+
+def sk_take(W, F, slot, leader, wg, pred=None):
+    """Stream-K, the CTA with a tile's first k-iterations: wait (bounded) for flag ``slot`` where
+    ``pred`` holds (default always) and return the workspace block to add to the accumulator."""
+    if pred is None:
+        Ax.cuda.flag_take(F, slot, leader, 1 + wg, 128)
+    else:
+        with guard(pred):
+            Ax.cuda.flag_take(F, slot, leader, 1 + wg, 128)
+    return W[slot * HALF:(slot + 1) * HALF, :]
+
+
 def stream_k_bound(p, units, ctas, k_iters, select=lambda c, a, b: a if c else b):
     """The first stream-K k-iteration of CTA ``p``: ``units`` k-iterations (whole tiles of
     ``k_iters``) split evenly over ``ctas`` CTAs, each boundary moved off a tile's second and last
@@ -614,15 +633,12 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, stages=None, sms=SM
         from tvm.script.ir_builder import tirx as IRB
         with IRB.If(k1 < k_iters):
             with IRB.Then():
-                nxt = (cid + 1) * 2 + wg
-                Ax.cuda.flag_take(F, nxt, leader, 1 + wg, 128)
-                epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk, partial=W[nxt * HALF:(nxt + 1) * HALF, :])
+                partial = sk_take(W, F, (cid + 1) * 2 + wg, leader, wg)
+                epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk, partial=partial)
             with IRB.Else():
                 with IRB.If(k0 > 0):
                     with IRB.Then():
-                        me = cid * 2 + wg
-                        Ax.copy(W[me * HALF:(me + 1) * HALF, :], acc)
-                        Ax.cuda.flag_set(F, me, leader, 1 + wg, 128)
+                        sk_publish(W, F, cid * 2 + wg, acc, leader, wg)
                     with IRB.Else():
                         epilogue_tile(acc, out, pool, C, wg, leader, m_blk, n_blk)
 

@@ -77,7 +77,7 @@ from axe.lang.block_scale import scale_accumulate
 from axe.layout import S, Swizzle, SwizzledLayout
 from axe.schedules.emit import guard
 from kernels.fp8_blocks import reference, scale_shapes  # noqa: F401  (torch-only: the GPU side imports it)
-from kernels.gemm import stream_k_bound, swizzled
+from kernels.gemm import sk_publish, sk_take, stream_k_bound, swizzled
 
 FP8 = "float8_e4m3fn"
 BM, BK, SMS, GROUP = 128, 128, 132, 16
@@ -298,16 +298,12 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
             tile is then stored (one store site for both: each site's hoisted epilogue addresses
             cost consumer registers)."""
             W, F = cta["W"], cta["F"]
-            nxt = (cid + 1) * 2 + wg
             with IRB.If(k0 > 0):
                 with IRB.Then():
-                    me = cid * 2 + wg
-                    Ax.copy(W[me * HALF:(me + 1) * HALF, :], acc)
-                    Ax.cuda.flag_set(F, me, leader, 1 + wg, 128)
+                    sk_publish(W, F, cid * 2 + wg, acc, leader, wg)
                 with IRB.Else():
-                    with guard(k1 < k_iters):
-                        Ax.cuda.flag_take(F, nxt, leader, 1 + wg, 128)
-                    store(cbuf, C, acc, out, wg, leader, m_blk, n_blk, W[nxt * HALF:(nxt + 1) * HALF, :], part, k1 < k_iters)
+                    partial = sk_take(W, F, (cid + 1) * 2 + wg, leader, wg, pred=k1 < k_iters)
+                    store(cbuf, C, acc, out, wg, leader, m_blk, n_blk, partial, part, k1 < k_iters)
 
         @T.prim_func
         def gemm_fp8_kernel(A_: T.Buffer((M, K), FP8), B_: T.Buffer((N, K), FP8), SA_: T.Buffer(sa_shape, "float32"),
