@@ -46,6 +46,13 @@ launches and set-up of the layer's kernels overlap their predecessors' tails.
 Tiles: ``bm`` = 64 (one consumer warpgroup) for small T, where the layer is bound by streaming
 the active experts' weights (each 2048×1536 + 768×2048, 9.4 MB in bf16) and small m-tiles waste
 the least tensor work; ``bm`` = 128 (two consumers) and ``bn`` = 256 beyond.
+
+The configurations of :data:`kernels.moe_host.CONFIGS` vary this layer: ``pad`` (segments padded
+to 16 rows, tiles reaching into the next experts' rows and storing only their own:
+:func:`axe.schedules.grouped.tiles`), ``gather_rows`` (GEMM 1 gathers x's rows itself, no
+permute kernel), ``bn1`` (GEMM 1's own tile width) and ``fused`` (:func:`make_experts`: both
+GEMMs in one persistent launch, GEMM 2's tiles pipelined behind GEMM 1's).  The grouped GEMM's
+pieces (:class:`GroupedGemm`, :class:`Ring`) serve both kernels.
 """
 
 from tvm.script import tirx as T

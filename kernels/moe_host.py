@@ -64,9 +64,11 @@ def artifact_names(dtype, config):
 
 
 class Layer:
-    """The MoE layer on loaded artifacts (``kernels``: role -> callable axe.runtime kernel) for
-    ``tokens`` tokens: buffers sized once by :func:`axe.schedules.grouped.capacity`, then
-    :meth:`experts` (the peers' contract: ids and weights in) or :meth:`__call__` (logits in)."""
+    """The MoE layer on loaded artifacts (``kernels``: role -> callable axe.runtime kernel, as
+    :func:`artifact_names` names them for ``config``) for ``tokens`` tokens: buffers sized once by
+    :func:`rows_and_tiles`, then :meth:`experts` (the peers' contract: ids and weights in) or
+    :meth:`__call__` (logits in).  Its launches (:meth:`steps`) follow the configuration: no permute
+    where GEMM 1 gathers, one ``experts`` launch where the GEMMs are fused."""
 
     def __init__(self, kernels, tokens, config, dtype, device="cuda"):
         import torch
