@@ -19,9 +19,10 @@ os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
 
 
 #: the streaming-rate questions the stage timings left open (benchmarks/results/moe-stages-*):
-#: 256-byte runs of each weight row per stage (bk=128), the operands' L2 promotion, both together
+#: 256- and 512-byte runs of each weight row per stage (bk=128, bk=256), the operands' L2
+#: promotion, both together
 EXPERIMENTS = ("small_pad16:bk=128", "small_pad16:l2p=256", "small_pad16:bk=128,l2p=256",
-               "small_gather:bk=128", "large_pad16:l2p=256")
+               "small_pad16:bk=256,stages=2", "small_gather:bk=128", "large_pad16:l2p=256")
 
 
 def main(argv=None):

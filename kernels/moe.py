@@ -357,6 +357,8 @@ class GroupedGemm:
             raise ValueError(f"moe_gemm: n_out={self.n_out} must be a multiple of {self.half} and k={k} of {bk}")
         self.consumers = bm // 64
         self.n_tiles, self.k_iters = self.n_out // self.half, k // bk
+        if self.k_iters < 2:        # the mainloop's first and last k-blocks are distinct iterations
+            raise ValueError(f"moe_gemm: k={k} is a single k-block of bk={bk}; use bk <= {k // 2}")
         self.chunk = min(self.half, 128)          # output columns per store chunk (one 16 KiB buffer)
         # the staging buffer: 64-column swizzled blocks, or (a chunk of 48: bn = 96) plain rows, which
         # TMA stores unswizzled and stmatrix writes at a 16-byte-aligned pitch

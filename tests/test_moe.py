@@ -368,6 +368,8 @@ def test_fused_schedule_never_deadlocks():
 
 def test_gemm_refuses_bad_configs():
     from kernels import moe
+    with pytest.raises(ValueError, match="single k-block"):
+        moe.make_grouped_gemm(2048, 768, bm=64, bn=128, bk=768, stages=1)
     with pytest.raises(ValueError, match="pad=24 must be a multiple of 16 that divides bm=64"):
         moe.make_grouped_gemm(1536, 2048, bm=64, pad=24)
     with pytest.raises(ValueError, match="bm must be 64 or 128"):
