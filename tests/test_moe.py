@@ -88,6 +88,54 @@ def test_tiles_match_brute_force(seed, block, tile):
         assert [r for _, r, _ in got] == [tile * i for i in range(len(got))]
 
 
+@pytest.mark.parametrize("tokens,pad,tile,seed", [(1, 16, 64, 0), (37, 16, 64, 1), (300, 16, 128, 2), (300, 64, 64, 3)])
+def test_overlapping_tiles_dataflow(tokens, pad, tile, seed):
+    """The layer's data flow with tiles taller than the padding, in numpy (small sizes): the
+    permuted rows (padding zero, rows past the padded total stale = NaN), each tile computing
+    ``tile`` rows from its start with its expert's weights and storing only its own rows (h and y
+    poisoned with NaN elsewhere), the combine reading y through ``pos`` — equals the per-expert
+    reference, so no row a token needs is left to another tile or to padding."""
+    rng = np.random.default_rng(seed)
+    experts, topk, hid, inter = 8, 2, 16, 8
+    x = rng.standard_normal((tokens, hid))
+    w1 = rng.standard_normal((experts, 2 * inter, hid))
+    w2 = rng.standard_normal((experts, hid, inter))
+    ids = np.stack([rng.choice(experts, topk, replace=False) for _ in range(tokens)])
+    wts = rng.random((tokens, topk))
+    counts = np.bincount(ids.ravel(), minlength=experts)
+    offsets, total = segments(counts, pad)
+    P = capacity(tokens * topk, experts, pad)
+    rows = np.full(P + tile, -1)
+    pos = np.zeros((tokens, topk), int)
+    fill = list(offsets)
+    for t in range(tokens):
+        for k in range(topk):
+            e = ids[t, k]
+            rows[fill[e]], pos[t, k] = t, fill[e]
+            fill[e] += 1
+    xp = np.full((P + tile, hid), np.nan)        # the permute writes rows [0, total): x or zeros
+    xp[:total] = np.where(rows[:total, None] >= 0, x[np.maximum(rows[:total], 0)], 0.0)
+    h, y = np.full((P, inter), np.nan), np.full((P, hid), np.nan)
+
+    def silu(v):
+        return v / (1 + np.exp(-v))
+
+    for e, r0, own in tiles(counts, pad, tile):
+        a = xp[r0:r0 + tile]                     # reaches past the segment: other experts' rows
+        g = a @ w1[e].T
+        h[r0:r0 + own] = (silu(g[:, :inter]) * g[:, inter:])[:own]
+    for e, r0, own in tiles(counts, pad, tile):
+        hh = np.concatenate([h, np.full((tile, inter), np.nan)])[r0:r0 + tile]
+        y[r0:r0 + own] = (hh @ w2[e].T)[:own]
+    out = (y[pos] * wts[:, :, None]).sum(1)
+    ref = np.zeros((tokens, hid))
+    for t in range(tokens):
+        for k in range(topk):
+            g = w1[ids[t, k]] @ x[t]
+            ref[t] += wts[t, k] * (w2[ids[t, k]] @ (silu(g[:inter]) * g[inter:]))
+    assert not np.isnan(out).any() and np.allclose(out, ref, atol=1e-9)
+
+
 def test_capacity_bounds_every_routing():
     """No split of ``rows`` rows over ``groups`` groups pads past the capacity (every split,
     enumerated), and the spread worst case (one row per group, the rest on one) stays within it."""
