@@ -20,7 +20,8 @@ CONFIGS = {"small": {"bm": 64, "bn": 128}, "large": {"bm": 128, "bn": 256},
            "tiny_gather": {"bm": 64, "bn": 128, "bn1": 96, "pad": 16, "gather_rows": True},
            # both GEMMs in one launch, GEMM 2's tiles pipelined behind GEMM 1's (kernels.moe.make_experts)
            "small_fused": {"bm": 64, "bn": 128, "pad": 16, "gather_rows": True, "fused": True},
-           "large_fused": {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True, "fused": True}}
+           "large_fused": {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True, "fused": True},
+           "tiny_fused": {"bm": 64, "bn": 128, "bn1": 96, "pad": 16, "gather_rows": True, "fused": True}}
 #: token counts up to this use the small configuration: measured on an H200 under CUDA graphs
 #: (benchmarks/results/moe-config-2026-11-23-h200.json), small/large layer time 0.80 at T=8, 0.87 at
 #: T=32, 0.88 at T=128..512, 1.01 at T=1024, 1.15 at T=2048 — with every expert hit and few tokens

@@ -319,7 +319,7 @@ def test_gathering_gemm_counts_every_producer_thread():
     assert [a["name"] for a in art.launch["args"]][:4] == ["A_", "B_", "C_", "S_"]
 
 
-@pytest.mark.parametrize("config", ["small", "small_pad16", "large_gather", "tiny_gather", "large_fused"])
+@pytest.mark.parametrize("config", ["small", "small_pad16", "large_gather", "tiny_gather", "large_fused", "tiny_fused"])
 def test_layer_arguments_bind(config):
     """Every launch of ``Layer.experts`` (kernels/moe_host.py) against its artifact's signature:
     argument count, dtypes, shapes and shape symbols as the runtime checks them
