@@ -61,6 +61,7 @@ import axe.lang as Ax
 from axe.lang.gather import gather
 from axe.layout import S
 from axe.schedules.emit import guard
+from kernels.gemm import swizzled, unbake_rows
 from kernels.moe_host import CONFIGS, DTYPES, E, HIDDEN, INTER, TOPK, align_name, gemm_keywords
 
 BK, SMS, GROUP = 64, 132, 16
@@ -366,7 +367,7 @@ class GroupedGemm:
         # arrivals per slot: one per TMA copy (expect_tx), or one per producer thread for the gather
         self.copies = (2 if act else 1) + (32 * GATHER_WARPS if gather_rows else 1)
         self.acc_layout, self.out_layout = d_fragment(bn, "tx"), d_fragment(self.half, "tx")
-        self.ring = None                          # set by Ring.place
+        self.ring = None                          # the Ring this GEMM's tiles live in (it sets this)
 
     def a_operands(self, A_, S_, A_map):
         """``(A, sorted_ids)`` as the kernel's parameters: A's rows through TMA (``A_map``), or
@@ -378,7 +379,6 @@ class GroupedGemm:
         return Ax.param(_rows(A_, 2, self.k), name="x"), Ax.param(_rows(S_, self.bm), name="sorted_ids")
 
     def tile(self, pool, at, shape, lead=()):
-        from kernels.gemm import swizzled
         return Ax.view(pool, swizzled(*shape, lead), tuple(lead) + tuple(shape), base=at)
 
     def load(self, pool, pipe, A, B, SRT, i, r0, n_blk, e, kb, one=None):
@@ -386,7 +386,6 @@ class GroupedGemm:
         column block n_blk, expert e (``gather_rows``: rows ``SRT[r0:r0 + bm]`` of A); then the
         plain arrivals a ring shared with another GEMM expects of this one (:meth:`Ring.arrivals`;
         ``one``: the predicate of the producer thread that adds the odd ones)."""
-        from kernels.gemm import swizzled
         bm, bn, bk, half, ring = self.bm, self.bn, self.bk, self.half, self.ring
         s = pipe.slot(i)
         pipe.acquire(i)
@@ -407,13 +406,11 @@ class GroupedGemm:
             Ax.copy(self.tile(pool, at, (bn, bk), (1,)), B[e:e + 1, n_blk * bn:(n_blk + 1) * bn, k0:k0 + bk],
                     barrier=pipe.full, stage=s)
         per_thread, extra = ring.arrivals(self)
-        if per_thread or extra:
-            from tvm.script import tirx as T
-            if per_thread:      # every producer thread, as the other GEMM's gathering threads do
-                T.evaluate(T.ptx.mbarrier.arrive.shared.b64(pipe.full.ptr(s), T.uint32(1)))
-            if extra:
-                with guard(one):
-                    T.evaluate(T.ptx.mbarrier.arrive.shared.b64(pipe.full.ptr(s), T.uint32(extra)))
+        if per_thread:      # every producer thread, as the other GEMM's gathering threads do
+            T.evaluate(T.ptx.mbarrier.arrive.shared.b64(pipe.full.ptr(s), T.uint32(1)))
+        if extra:
+            with guard(one):
+                T.evaluate(T.ptx.mbarrier.arrive.shared.b64(pipe.full.ptr(s), T.uint32(extra)))
 
     def mma(self, pool, pipe, acc, wg, i, accumulate, leader):
         """Consumer: wait for iteration i's slot, wgmma this warpgroup's 64 rows, release it."""
@@ -443,7 +440,6 @@ class GroupedGemm:
         this warpgroup's buffer (each chunk waits until the previous store has read it); with
         ``overlap`` only the tile's ``own`` rows go out, in boxes of ``STORE_ROWS`` (segments are
         padded to a multiple of it, so the last box ends inside the segment)."""
-        from tvm.script import tirx as T
         chunk, half, dtype = self.chunk, self.half, self.dtype
         if self.act:
             Ax.elementwise(out, lambda g, u: T.cast(g / (T.float32(1) + T.exp(-g)) * u, dtype),
@@ -468,18 +464,16 @@ class GroupedGemm:
     def stage(self, rows):
         """The layout of ``rows`` rows of a warpgroup's staging buffer (``rows < 64``: a row range of
         it, whose column blocks stay 64 rows apart)."""
-        from kernels.gemm import swizzled
         return swizzled(rows, self.chunk, panel=64 * 64) if self.swizzled_stage else S[(rows, self.chunk)]
 
 
 class Ring:
     """The shared-memory plan of a kernel running one or more :class:`GroupedGemm`: ``stages``
     pipeline slots, each an A tile and a B tile as large as the largest GEMM's, then one staging
-    buffer per consumer warpgroup as large as the largest chunk; :meth:`place` hands each GEMM its
-    offsets."""
+    buffer per consumer warpgroup as large as the largest chunk.  Each GEMM reads its offsets from
+    the ring (``g.ring``), which the ring sets."""
 
     def __init__(self, gemms, stages):
-        self.gemms, self.stages = gemms, stages
         self.a_slot = max(g.bm * g.bk for g in gemms)
         self.b_slot = max(g.bn * g.bk for g in gemms)
         self.c_slot = max(64 * g.chunk for g in gemms)
@@ -528,7 +522,6 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
     kernel and its padded copy of x disappear (``sorted_ids`` holds -1 for ``bm`` rows past the
     padded ones, so a tile reaching past the last segment reads padding); without it
     ``sorted_ids`` is unused."""
-    from kernels.gemm import unbake_rows
     _check_dtype(dtype, "moe_gemm")
     g = GroupedGemm(n, k, dtype, bm, bn, bk, act, pad, gather_rows)
     ring = Ring([g], stages)
@@ -556,7 +549,7 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
             trows = T.match_buffer(trows_, (MT, 2), "int32")
             Ax.cuda.min_blocks_per_sm(1)
             Ax.cuda.programmatic_launch()
-            bx, tx = Ax.launch([T.min(sms, MT * n_tiles)], 128 * (1 + g.consumers))
+            bx, tx = Ax.launch([T.min(sms, MT * n_tiles)], threads)
             A, SRT = g.a_operands(A_, S_, A_map)
             B = Ax.param(B_, tensormap=B_map)
             C = Ax.param(_rows(C_, bm, n_out), tensormap=C_map, name="C")
@@ -617,7 +610,6 @@ def make_experts(dtype="bfloat16", bm=64, bn=128, bn1=None, stages=4, pad=16, ga
     counts).  No CTA waits on a GEMM 1 tile that is not ahead of it in some CTA's order, so the
     wait always ends.  Both GEMMs share one pipeline ring (:class:`Ring`): its slots fit the larger
     tiles, and the GEMM whose loads arrive fewer times on a slot's barrier adds plain arrivals."""
-    from kernels.gemm import unbake_rows
     _check_dtype(dtype, "moe_experts")
     g1 = GroupedGemm(2 * INTER, HIDDEN, dtype, bm, bn1 or bn, BK, "silu_mul", pad, gather_rows)
     g2 = GroupedGemm(HIDDEN, INTER, dtype, bm, bn, BK, None, pad, False)
@@ -664,12 +656,13 @@ def make_experts(dtype="bfloat16", bm=64, bn=128, bn1=None, stages=4, pad=16, ga
             Ax.cuda.grid_wait()     # set-up above overlaps the previous kernel; its outputs are read below
             grid = T.min(sms, MT * (n1 + n2))
             tiles1 = meta[0] * n1
+            count = (meta[0] * (n1 + n2) - bx + grid - 1) // grid    # this CTA's tiles of both GEMMs
             first = (tiles1 - bx + grid - 1) // grid        # this CTA's GEMM 1 tiles come first
             sched1 = Ax.TileSchedule(meta[0], n1, grid, GROUP)
             sched2 = Ax.TileSchedule(meta[0], n2, grid, GROUP)
             with Ax.cuda.role(0, 1, regs=producer_regs):
                 with Ax.warps(0, GATHER_WARPS if gather_rows else 1):
-                    for it in T.serial((meta[0] * (n1 + n2) - bx + grid - 1) // grid):
+                    for it in T.serial(count):
                         if it < first:
                             m_blk, n_blk = sched1.coords(bx + it * grid)
                             for kb in T.serial(k1):
@@ -690,7 +683,7 @@ def make_experts(dtype="bfloat16", bm=64, bn=128, bn1=None, stages=4, pad=16, ga
                 acc2 = acc1 if shared_acc else Ax.registers((64, bn), "float32", g2.acc_layout, name="acc2")
                 out1 = Ax.registers((64, g1.half), dtype, g1.out_layout, name="out")
                 out2 = Ax.registers((64, g2.half), dtype, g2.out_layout, name="out2")
-                for it in T.serial((meta[0] * (n1 + n2) - bx + grid - 1) // grid):
+                for it in T.serial(count):
                     if it < first:
                         m_blk, n_blk = sched1.coords(bx + it * grid)
                         g1.mainloop(pool, pipe, acc1, wg, it * k1, leader)

@@ -592,21 +592,21 @@ def launch_config(d, launch, bound, stream):
     cfg.sharedMemBytes = bound.dynamic_smem
     cfg.hStream = d.CUstream(stream)
     attrs = []
+
+    def attribute(name):
+        """A new launch attribute ``CU_LAUNCH_ATTRIBUTE_<name>`` in ``attrs``; its value to fill."""
+        a = d.CUlaunchAttribute()
+        a.id = getattr(d.CUlaunchAttributeID, "CU_LAUNCH_ATTRIBUTE_" + name)
+        attrs.append(a)
+        return a.value
+
     if bound.cluster:
-        attr = d.CUlaunchAttribute()
-        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
-        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = bound.cluster
-        attrs.append(attr)
+        v = attribute("CLUSTER_DIMENSION")
+        v.clusterDim.x, v.clusterDim.y, v.clusterDim.z = bound.cluster
     if programmatic:    # the kernel waits for its predecessor itself (griddepcontrol.wait)
-        attr = d.CUlaunchAttribute()
-        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
-        attr.value.programmaticStreamSerializationAllowed = 1
-        attrs.append(attr)
+        attribute("PROGRAMMATIC_STREAM_SERIALIZATION").programmaticStreamSerializationAllowed = 1
     if launch.get("cooperative"):
-        attr = d.CUlaunchAttribute()
-        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_COOPERATIVE
-        attr.value.cooperative = 1
-        attrs.append(attr)
+        attribute("COOPERATIVE").cooperative = 1
     cfg.attrs = attrs
     cfg.numAttrs = len(attrs)
     return cfg

@@ -35,7 +35,7 @@ def segments(counts, block: int):
 
 def tile_groups(counts, block: int):
     """The group of every m-tile of the padded matrix, in order (empty groups have no tile)."""
-    return [g for g, c in enumerate(counts) for _ in range(-(-int(c) // block))]
+    return [g for g, _, _ in tiles(counts, block, block)]
 
 
 def capacity(rows: int, groups: int, block: int) -> int:

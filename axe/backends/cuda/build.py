@@ -147,7 +147,7 @@ def build(
 
     grid, block, cluster = [1, 1, 1], [1, 1, 1], None
     dyn = 0
-    cooperative = programmatic = False
+    cooperative = False
     vi = 0
     for tag in tags:
         if tag == "tirx.use_dyn_shared_memory":
@@ -155,10 +155,8 @@ def build(
             vi += 1
         elif tag == "tirx.use_cooperative_launch":
             cooperative = True
-        elif tag == PDL_ATTR:
-            programmatic = True
         elif tag.startswith(("tirx.",)):
-            continue  # launch flags without a value (required block dimension)
+            continue  # launch flags without a value (PDL: read off the PrimFunc below; required block dimension)
         else:
             rank, _, axis = tag.partition(".")
             dim = "xyz".index(axis)
@@ -191,8 +189,8 @@ def build(
         extra += ["-rdc=true", f"-I{nvshmem_include(fname)}", "-include", "nvshmem.h", "-include", "nvshmemx.h"]
         link = [nvshmem_device_library(fname)]
     # Ax.cuda.programmatic_launch() marks the PrimFunc; the launch must then wait in the kernel
-    programmatic = programmatic or bool(func.attrs is not None and PDL_ATTR in func.attrs)
-    if programmatic and "griddepcontrol_wait" not in cuda_source and "griddepcontrol.wait" not in cuda_source:
+    programmatic = bool(func.attrs is not None and PDL_ATTR in func.attrs)
+    if programmatic and "griddepcontrol_wait" not in cuda_source:
         raise BuildError(f"build({fname}): the kernel declares Ax.cuda.programmatic_launch() but never waits "
                          "(Ax.cuda.grid_wait()): launched before its predecessor ends, it would read that "
                          "kernel's output before it is written")
