@@ -22,7 +22,7 @@ from axe.schedules.emit import guard
 
 from .. import report as _report
 from ..sync import CTA_WAIT_TIMEOUT_NS
-from .flags import WAIT_AT_LEAST_SRC
+from .flags import WAIT_AT_LEAST_SRC, word_ptr
 
 __all__ = ["count_done", "wait_count"]
 
@@ -45,19 +45,12 @@ __forceinline__ __device__ void axe_wait_count(int* c, int* seen, int want, int 
 """.replace("AXE_KIND", f"{_report.FLAG}u")
 
 
-def _ptr(counts, index):
-    from tvm.script import tirx as T
-    if counts.mem != "global" or counts.dtype != "int32":
-        raise ValueError(f"counters: {counts.describe()} is not a global int32 tensor")
-    return T.address_of(counts.flat()[index])
-
-
 def count_done(counts, index, pred):
     """The thread where ``pred`` holds adds 1 to ``counts[index]`` with release semantics at GPU
     scope (call it after ``Ax.cuda.bulk_wait``, so the stores it announces are written)."""
     from tvm.script import tirx as T
     with guard(pred):
-        T.evaluate(T.cuda.func_call("axe_count_done", _ptr(counts, index), source_code=_DONE_SRC))
+        T.evaluate(T.cuda.func_call("axe_count_done", word_ptr(counts, index, "counters"), source_code=_DONE_SRC))
 
 
 def wait_count(counts, index, want, seen_at, readers: int, pred, timeout_ns: int = CTA_WAIT_TIMEOUT_NS):
@@ -69,6 +62,7 @@ def wait_count(counts, index, want, seen_at, readers: int, pred, timeout_ns: int
     from tvm.script import tirx as T
     name = counts.name or "counts"
     with guard(pred):
-        T.evaluate(T.cuda.func_call("axe_wait_count", _ptr(counts, index), _ptr(counts, seen_at + index), want,
-                                    readers, index, T.int64(timeout_ns), *(T.uint32(w) for w in _report.name_words(name)),
+        T.evaluate(T.cuda.func_call("axe_wait_count", word_ptr(counts, index, "counters"),
+                                    word_ptr(counts, seen_at + index, "counters"), want, readers, index,
+                                    T.int64(timeout_ns), *(T.uint32(w) for w in _report.name_words(name)),
                                     source_code=_WAIT_SRC))

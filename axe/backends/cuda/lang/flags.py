@@ -75,11 +75,13 @@ def fence_gpu():
     T.evaluate(T.cuda.func_call("axe_fence_gpu", source_code=_FENCE_SRC))
 
 
-def _flag_ptr(flags, index):
+def word_ptr(words, index, what="flags"):
+    """The address of ``words[index]`` (flat), for a global int32 tensor of flags or counts;
+    ``what`` names the construct in the error for any other tensor."""
     from tvm.script import tirx as T
-    if flags.mem != "global" or flags.dtype != "int32":
-        raise ValueError(f"flags: {flags.describe()} is not a global int32 tensor")
-    return T.address_of(flags.flat()[index])
+    if words.mem != "global" or words.dtype != "int32":
+        raise ValueError(f"{what}: {words.describe()} is not a global int32 tensor")
+    return T.address_of(words.flat()[index])
 
 
 def _flag_name(flags):
@@ -96,7 +98,7 @@ def flag_set(flags, index, pred, barrier: int, threads: int):
     fence_gpu()
     named_barrier(barrier, threads)
     with guard(pred):
-        T.evaluate(T.cuda.func_call("axe_flag_set", _flag_ptr(flags, index), source_code=_SET_SRC))
+        T.evaluate(T.cuda.func_call("axe_flag_set", word_ptr(flags, index), source_code=_SET_SRC))
 
 
 def flag_take(flags, index, pred, barrier: int, threads: int, timeout_ns: int = CTA_WAIT_TIMEOUT_NS):
@@ -109,7 +111,7 @@ def flag_take(flags, index, pred, barrier: int, threads: int, timeout_ns: int = 
     from tvm.script import tirx as T
     from .hopper import named_barrier
     with guard(pred):
-        T.evaluate(T.cuda.func_call("axe_flag_take", _flag_ptr(flags, index), index, T.int64(timeout_ns),
+        T.evaluate(T.cuda.func_call("axe_flag_take", word_ptr(flags, index), index, T.int64(timeout_ns),
                                     *(T.uint32(w) for w in _report.name_words(_flag_name(flags))),
                                     source_code=_TAKE_SRC))
     named_barrier(barrier, threads)
@@ -127,7 +129,7 @@ def counter_publish(flags, index, value):
     """One thread stores ``value`` into ``flags[index]`` with release semantics at GPU scope: what
     it wrote (and completed) before is visible to a thread that reads the value with acquire."""
     from tvm.script import tirx as T
-    T.evaluate(T.cuda.func_call("axe_counter_publish", _flag_ptr(flags, index), value, source_code=_PUBLISH_SRC))
+    T.evaluate(T.cuda.func_call("axe_counter_publish", word_ptr(flags, index), value, source_code=_PUBLISH_SRC))
 
 
 def counter_wait(flags, index, value):
@@ -135,4 +137,4 @@ def counter_wait(flags, index, value):
     mesh's timeout like every wait of a distributed kernel (a failure is recorded and reported)."""
     from axe.schedules.context import current_context
     from ..peer import wait_value
-    wait_value(current_context().mesh, _flag_ptr(flags, index), value, index)
+    wait_value(current_context().mesh, word_ptr(flags, index), value, index)
