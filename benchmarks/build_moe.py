@@ -86,7 +86,7 @@ def build_kernels(args):
 
 
 def variant_builds(spec, dtypes):
-    """``{name: kernel}`` for ``spec`` = ``CFG:key=val,...`` (values are ints): configuration CFG of
+    """``{name: (kernel, l2p)}`` for ``spec`` = ``CFG:key=val,...`` (values are ints): configuration CFG of
     :data:`kernels.moe_host.CONFIGS` with the keywords of :func:`kernels.moe.make_grouped_gemm`
     changed, both grouped GEMMs, every dtype.  ``l2p=64|128|256`` is not a kernel keyword: it sets
     the L2 promotion of the operand tensor maps (``A_map``, ``B_map``) in the artifact's
@@ -100,11 +100,9 @@ def variant_builds(spec, dtypes):
     if "pad" in changes:        # the layer's align artifact pads for its configuration
         raise SystemExit(f"--variant {spec!r}: pad changes the permutation; add a configuration to "
                          "kernels/moe_host.py CONFIGS instead")
+    tag = "_".join([cfg] + [f"{k}{v}" for k, v in changes.items()])
     l2p = int(changes.pop("l2p", 0))
     kw1, kw2 = (dict(kw, **{k: int(v) for k, v in changes.items()}) for kw in gemm_keywords(cfg))
-    if l2p:
-        changes["l2p"] = l2p
-    tag = "_".join([cfg] + [f"{k}{v}" for k, v in changes.items()])
     out = {}
     for dtype in dtypes:
         for role, make, kw in (("gemm1", moe.make_gemm1, kw1), ("gemm2", moe.make_gemm2, kw2)):

@@ -88,7 +88,7 @@ def main(argv=None):
         hit = int(torch.unique(ids).numel())
         per1, per2 = 2 * mh.INTER * mh.HIDDEN * x.element_size(), mh.HIDDEN * mh.INTER * x.element_size()
         for cfg in mh.CONFIGS:
-            base = {r: n for r, n in mh.artifact_names(args.dtype, cfg).items()}
+            base = mh.artifact_names(args.dtype, cfg)
             for tag, gemms in variants(args.artifacts, args.dtype, cfg).items():
                 row = {"T": tokens, "experts_hit": hit, "variant": tag}
                 try:
@@ -106,12 +106,13 @@ def main(argv=None):
                                                            args.reps)
                     finally:
                         os.environ.pop("AXE_PROGRAMMATIC_LAUNCH")
-                    for stage, fn in layer.steps(x, w1, w2, ids, weights).items():
+                    steps = layer.steps(x, w1, w2, ids, weights)
+                    for stage, fn in steps.items():
                         row[f"{stage}_ms"] = graph_time(torch, fn, args.reps)
                     for step, nbytes in (("gemm1", per1), ("gemm2", per2), ("experts", per1 + per2)):
                         if f"{step}_ms" in row:
                             row[f"{step}_weight_TBps"] = hit * nbytes / row[f"{step}_ms"] * 1e-9
-                    row["stages_sum_ms"] = sum(row[f"{s}_ms"] for s in layer.steps(x, w1, w2, ids, weights))
+                    row["stages_sum_ms"] = sum(row[f"{s}_ms"] for s in steps)
                 except Exception as e:      # noqa: BLE001 - recorded; the other variants still run
                     result["errors"][f"{tag} T={tokens}"] = f"{type(e).__name__}: {e}"
                     traceback.print_exc()
