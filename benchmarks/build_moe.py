@@ -18,11 +18,12 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
 
 
-#: the streaming-rate questions the stage timings left open (benchmarks/results/moe-stages-*):
-#: 256- and 512-byte runs of each weight row per stage (bk=128, bk=256), the operands' L2
-#: promotion, both together
-EXPERIMENTS = ("small_pad16:bk=128", "small_pad16:l2p=256", "small_pad16:bk=128,l2p=256",
-               "small_pad16:bk=256,stages=2", "small_gather:bk=128", "large_pad16:l2p=256")
+#: the streaming-rate questions the stage timings left open (benchmarks/results/moe-stages-*).
+#: Answered on an H200 (moe-stages-2026-11-23b-h200.json): 256-byte runs of each weight row
+#: (bk=128) help at every T, L2 promotion does not.  Open: two CTAs per SM (one streams while the
+#: other stores), 256-byte runs in the 128-row and the 48+48-row tiles
+EXPERIMENTS = ("small_gather:bk=128", "small_gather:ctas_per_sm=2,stages=3",
+               "large_gather:bk=128,stages=2", "tiny_gather:bk=128")
 
 
 def main(argv=None):

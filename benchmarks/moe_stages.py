@@ -57,6 +57,8 @@ def main(argv=None):
     ap.add_argument("--tokens", nargs="*", type=int, default=list(moe.TOKENS))
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--variants", nargs="*", default=None,
+                    help="time only these tags (a configuration's name or a built variant's, e.g. small_gather_bk128)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     import torch
@@ -90,6 +92,8 @@ def main(argv=None):
         for cfg in mh.CONFIGS:
             base = mh.artifact_names(args.dtype, cfg)
             for tag, gemms in variants(args.artifacts, args.dtype, cfg).items():
+                if args.variants is not None and tag not in args.variants:
+                    continue
                 row = {"T": tokens, "experts_hit": hit, "variant": tag}
                 try:
                     roles = dict(base, **dict(zip(("gemm1", "gemm2"), gemms)))

@@ -386,16 +386,26 @@ class GroupedGemm:
         column block n_blk, expert e (``gather_rows``: rows ``SRT[r0:r0 + bm]`` of A); then the
         plain arrivals a ring shared with another GEMM expects of this one (:meth:`Ring.arrivals`;
         ``one``: the predicate of the producer thread that adds the odd ones)."""
-        bm, bn, bk, half, ring = self.bm, self.bn, self.bk, self.half, self.ring
-        s = pipe.slot(i)
         pipe.acquire(i)
-        k0 = kb * bk
-        a = self.tile(pool, ring.a_at + s * ring.a_slot, (bm, bk))
+        self.load_a(pool, pipe, A, SRT, i, r0, kb)
+        self.load_b(pool, pipe, B, i, n_blk, e, kb)
+        self.arrive(pipe, i, one)
+
+    def load_a(self, pool, pipe, A, SRT, i, r0, kb):
+        """The A part of :meth:`load` (its slot acquired)."""
+        bm, bk = self.bm, self.bk
+        s, k0 = pipe.slot(i), kb * bk
+        a = self.tile(pool, self.ring.a_at + s * self.ring.a_slot, (bm, bk))
         if self.gather_rows:
             gather(a, A[:, k0:k0 + bk], Ax.view(SRT, S[bm], (bm,), base=r0), barrier=pipe.full, stage=s)
         else:
             Ax.copy(a, A[r0:r0 + bm, k0:k0 + bk], barrier=pipe.full, stage=s)
-        at = ring.b_at + s * ring.b_slot
+
+    def load_b(self, pool, pipe, B, i, n_blk, e, kb):
+        """The B part of :meth:`load` (its slot acquired): the weights, which depend on no other tile."""
+        bn, bk, half = self.bn, self.bk, self.half
+        s, k0 = pipe.slot(i), kb * bk
+        at = self.ring.b_at + s * self.ring.b_slot
         if self.act:    # gate rows then the matching up rows (rows [h·bn/2, (h+1)·bn/2) of every column
             # block of the (bn, bk) tile): accumulator columns c and c + bn/2 pair up
             for h in range(2):
@@ -405,7 +415,13 @@ class GroupedGemm:
         else:
             Ax.copy(self.tile(pool, at, (bn, bk), (1,)), B[e:e + 1, n_blk * bn:(n_blk + 1) * bn, k0:k0 + bk],
                     barrier=pipe.full, stage=s)
-        per_thread, extra = ring.arrivals(self)
+
+    def arrive(self, pipe, i, one):
+        """The plain arrivals a ring shared with another GEMM expects of this one's loads of
+        iteration i (:meth:`Ring.arrivals`), after them: a slot's phase cannot complete before
+        every copy has announced its bytes."""
+        s = pipe.slot(i)
+        per_thread, extra = self.ring.arrivals(self)
         if per_thread:      # every producer thread, as the other GEMM's gathering threads do
             T.evaluate(T.ptx.mbarrier.arrive.shared.b64(pipe.full.ptr(s), T.uint32(1)))
         if extra:
@@ -499,7 +515,7 @@ class Ring:
 
 
 def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None, experts=E, sms=SMS, name=None,
-                      bk=BK, pad=None, gather_rows=False):
+                      bk=BK, pad=None, gather_rows=False, ctas_per_sm=1):
     """A grouped GEMM over the padded, expert-grouped rows: for every m-tile ``m`` of the
     ``meta[0]`` tiles, the ``bm`` rows from ``r = tile_rows[m, 0]``:
     ``C[r : r + own] = act(A[r : r + own] · B[tile_expert[m]]ᵀ)``, ``own = tile_rows[m, 1]``.
@@ -516,6 +532,10 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
     (:func:`axe.schedules.grouped.tiles`), so padding costs up to ``pad - 1`` rows per expert in
     every buffer the layer moves instead of ``bm - 1``.
 
+    ``ctas_per_sm``: persistent CTAs resident on each SM (``__launch_bounds__(threads, ctas_per_sm)``,
+    no ``setmaxnreg``): with 2, one CTA's loads go on while the other runs its epilogue, at the
+    price of half the shared memory each (``stages`` must fit it).
+
     ``gather_rows``: A is the unpermuted ``x`` (T, k) and the producer warpgroup gathers each tile's
     rows itself (``A[r] = x[sorted_ids[r]]``, zeros where ``sorted_ids[r] < 0``) with ``cp.async``
     into the swizzled stage, arriving on the stage's barrier once per thread — the permutation
@@ -526,7 +546,9 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
     g = GroupedGemm(n, k, dtype, bm, bn, bk, act, pad, gather_rows)
     ring = Ring([g], stages)
     threads = 128 * (1 + g.consumers)
-    producer_regs, consumer_regs = _role_registers(gather_rows, g.consumers)
+    # setmaxnreg moves registers between the roles of one CTA per SM; with more, each keeps its share
+    producer_regs, consumer_regs = _role_registers(gather_rows, g.consumers) if ctas_per_sm == 1 else (None, None)
+    ctas = sms * ctas_per_sm
     kname = name or f"moe_gemm_{act or 'plain'}_{dtype}_bm{bm}_bn{bn}_{n}x{k}"
     n_out, n_tiles, k_iters = g.n_out, g.n_tiles, g.k_iters
 
@@ -547,9 +569,9 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
             C_ = T.match_buffer(c_, (P, n_out), dtype, align=16)
             tiles = T.match_buffer(tiles_, (MT,), "int32")
             trows = T.match_buffer(trows_, (MT, 2), "int32")
-            Ax.cuda.min_blocks_per_sm(1)
+            Ax.cuda.min_blocks_per_sm(ctas_per_sm)
             Ax.cuda.programmatic_launch()
-            bx, tx = Ax.launch([T.min(sms, MT * n_tiles)], threads)
+            bx, tx = Ax.launch([T.min(ctas, MT * n_tiles)], threads)
             A, SRT = g.a_operands(A_, S_, A_map)
             B = Ax.param(B_, tensormap=B_map)
             C = Ax.param(_rows(C_, bm, n_out), tensormap=C_map, name="C")
@@ -557,7 +579,7 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
             pipe = Ax.cuda.pipeline(stages, producers=ring.copies, consumers=g.consumers)
             Ax.cuda.grid_wait()     # set-up above overlaps the previous kernel; its outputs are read below
             # the m-extent is the permutation's tile count, read on the device
-            sched = Ax.TileSchedule(meta[0], n_tiles, sms, GROUP)
+            sched = Ax.TileSchedule(meta[0], n_tiles, ctas, GROUP)
             with Ax.cuda.role(0, 1, regs=producer_regs):
                 with Ax.warps(0, GATHER_WARPS if gather_rows else 1):
                     for it in T.serial(sched.count(bx)):
@@ -590,7 +612,7 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
 
 
 def make_experts(dtype="bfloat16", bm=64, bn=128, bn1=None, stages=4, pad=16, gather_rows=False, experts=E,
-                 sms=SMS, name=None):
+                 sms=SMS, name=None, bk=BK):
     """Both grouped GEMMs in one persistent launch, GEMM 2 pipelined behind GEMM 1 tile by tile
     (the finer-grained pipeline): ``h = SiLU(A·gateᵀ)·(A·upᵀ)`` then ``y = h · w2[e]ᵀ`` for every
     m-tile, where a GEMM 2 tile of m-tile ``m`` starts as soon as the GEMM 1 tiles of ``m`` have
@@ -609,15 +631,22 @@ def make_experts(dtype="bfloat16", bm=64, bn=128, bn1=None, stages=4, pad=16, ga
     its TMA loads of h (``Ax.cuda.wait_count``: bounded; the last of m's GEMM 2 tiles resets the
     counts).  No CTA waits on a GEMM 1 tile that is not ahead of it in some CTA's order, so the
     wait always ends.  Both GEMMs share one pipeline ring (:class:`Ring`): its slots fit the larger
-    tiles, and the GEMM whose loads arrive fewer times on a slot's barrier adds plain arrivals."""
+    tiles, and the GEMM whose loads arrive fewer times on a slot's barrier adds plain arrivals.
+
+    Neither side idles on the protocol: a GEMM 2 tile's producer issues the weight loads of its
+    first ``stages`` k-blocks before it waits for h, and a consumer counts a GEMM 1 tile after the
+    next tile's k-loop (by then its stores are long written) — at once only for its last GEMM 1
+    tile, which a GEMM 2 tile of its own CTA may be waiting for.  ``bk``: K elements per stage,
+    both GEMMs."""
     _check_dtype(dtype, "moe_experts")
-    g1 = GroupedGemm(2 * INTER, HIDDEN, dtype, bm, bn1 or bn, BK, "silu_mul", pad, gather_rows)
-    g2 = GroupedGemm(HIDDEN, INTER, dtype, bm, bn, BK, None, pad, False)
+    g1 = GroupedGemm(2 * INTER, HIDDEN, dtype, bm, bn1 or bn, bk, "silu_mul", pad, gather_rows)
+    g2 = GroupedGemm(HIDDEN, INTER, dtype, bm, bn, bk, None, pad, False)
     ring = Ring([g1, g2], stages)
     consumers = g1.consumers
     threads = 128 * (1 + consumers)
     producer_regs, consumer_regs = _role_registers(gather_rows, consumers)
     n1, n2, k1, k2 = g1.n_tiles, g2.n_tiles, g1.k_iters, g2.k_iters
+    ahead = min(stages, k2)                 # GEMM 2 weight loads issued before the wait for h
     shared_acc = g1.bn == g2.bn             # one accumulator serves both GEMMs' tiles
     kname = name or f"moe_experts_{dtype}_bm{bm}_bn{g1.bn}x{bn}" + ("_gather" if gather_rows else "")
 
@@ -670,11 +699,19 @@ def make_experts(dtype="bfloat16", bm=64, bn=128, bn1=None, stages=4, pad=16, ga
                                         kb, one=tx == 0)
                         else:
                             m2, n2_blk = sched2.coords(bx + it * grid - tiles1)
+                            base2 = first * k1 + (it - first) * k2
+                            # the weights need no other tile: the first slots' loads go out now
+                            for kb in range(ahead):
+                                pipe.acquire(base2 + kb)
+                                g2.load_b(pool, pipe, W2, base2 + kb, n2_blk, tiles[m2], kb)
                             # h's rows of m-tile m2 are all written: GEMM 1's n1 tiles x warpgroups
                             Ax.cuda.wait_count(ready, m2, n1 * consumers, MT, n2, tx == 0)
-                            for kb in T.serial(k2):
-                                g2.load(pool, pipe, HA, W2, SRT, first * k1 + (it - first) * k2 + kb, trows[m2, 0],
-                                        n2_blk, tiles[m2], kb, one=tx == 0)
+                            for kb in range(ahead):
+                                g2.load_a(pool, pipe, HA, SRT, base2 + kb, trows[m2, 0], kb)
+                                g2.arrive(pipe, base2 + kb, tx == 0)
+                            for kb in T.serial(ahead, k2):
+                                g2.load(pool, pipe, HA, W2, SRT, base2 + kb, trows[m2, 0], n2_blk, tiles[m2], kb,
+                                        one=tx == 0)
                 Ax.cuda.launch_dependents()
             with Ax.cuda.role(1, 1 + consumers, regs=consumer_regs, each=True):
                 wg = Ax.cuda.warpgroup_index()
@@ -683,13 +720,19 @@ def make_experts(dtype="bfloat16", bm=64, bn=128, bn1=None, stages=4, pad=16, ga
                 acc2 = acc1 if shared_acc else Ax.registers((64, bn), "float32", g2.acc_layout, name="acc2")
                 out1 = Ax.registers((64, g1.half), dtype, g1.out_layout, name="out")
                 out2 = Ax.registers((64, g2.half), dtype, g2.out_layout, name="out2")
+                stored = T.alloc_buffer((1,), "int32", scope="local")     # the m-tile of the last h tile stored
                 for it in T.serial(count):
                     if it < first:
                         m_blk, n_blk = sched1.coords(bx + it * grid)
                         g1.mainloop(pool, pipe, acc1, wg, it * k1, leader)
+                        if it > 0:      # the previous h tile's stores had this k-loop's time to land
+                            Ax.cuda.bulk_wait(0, pred=leader)       # written, not only read
+                            Ax.cuda.count_done(ready, stored[0], leader)
                         g1.epilogue(acc1, out1, pool, H, wg, leader, trows[m_blk, 0], trows[m_blk, 1], n_blk)
-                        Ax.cuda.bulk_wait(0, pred=leader)           # h's rows written, not only read
-                        Ax.cuda.count_done(ready, m_blk, leader)
+                        stored[0] = m_blk
+                        if it == first - 1:     # a GEMM 2 tile of this CTA may wait for it: no later k-loop
+                            Ax.cuda.bulk_wait(0, pred=leader)
+                            Ax.cuda.count_done(ready, m_blk, leader)
                     else:
                         m2, n2_blk = sched2.coords(bx + it * grid - tiles1)
                         g2.mainloop(pool, pipe, acc2, wg, first * k1 + (it - first) * k2, leader)

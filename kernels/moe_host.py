@@ -13,15 +13,17 @@ DTYPES = ("bfloat16", "float16")
 #: ``*_gather`` ones also let GEMM 1 gather x's rows itself (``gather_rows``: no permute kernel)
 CONFIGS = {"small": {"bm": 64, "bn": 128}, "large": {"bm": 128, "bn": 256},
            "small_pad16": {"bm": 64, "bn": 128, "pad": 16}, "large_pad16": {"bm": 128, "bn": 256, "pad": 16},
-           "small_gather": {"bm": 64, "bn": 128, "pad": 16, "gather_rows": True},
+           # bk=128: each stage reads 256-byte runs of every weight row; 1-5% faster than 128-byte
+           # runs at every T on an H200 (benchmarks/results/moe-stages-exp-2026-11-23-h200.json)
+           "small_gather": {"bm": 64, "bn": 128, "pad": 16, "gather_rows": True, "bk": 128},
            "large_gather": {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True},
            # a few tokens (T <= 8): GEMM 1 in 48 + 48-row tiles, 16 per expert, so 8 experts fill 128
            # SMs with 384 KiB of weights each where 64 + 64-row tiles leave 36 SMs idle and stream 512
-           "tiny_gather": {"bm": 64, "bn": 128, "bn1": 96, "pad": 16, "gather_rows": True},
+           "tiny_gather": {"bm": 64, "bn": 128, "bn1": 96, "pad": 16, "gather_rows": True, "bk": 128},
            # both GEMMs in one launch, GEMM 2's tiles pipelined behind GEMM 1's (kernels.moe.make_experts)
-           "small_fused": {"bm": 64, "bn": 128, "pad": 16, "gather_rows": True, "fused": True},
+           "small_fused": {"bm": 64, "bn": 128, "pad": 16, "gather_rows": True, "fused": True, "bk": 128},
            "large_fused": {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True, "fused": True},
-           "tiny_fused": {"bm": 64, "bn": 128, "bn1": 96, "pad": 16, "gather_rows": True, "fused": True}}
+           "tiny_fused": {"bm": 64, "bn": 128, "bn1": 96, "pad": 16, "gather_rows": True, "fused": True, "bk": 128}}
 #: token counts up to this use the small configuration: measured on an H200 under CUDA graphs
 #: (benchmarks/results/moe-config-2026-11-23-h200.json), small/large layer time 0.80 at T=8, 0.87 at
 #: T=32, 0.88 at T=128..512, 1.01 at T=1024, 1.15 at T=2048 — with every expert hit and few tokens

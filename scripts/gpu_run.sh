@@ -10,6 +10,12 @@
 #                                         variant (benchmarks/moe_stages.py), then benchmarks/moe.py with the peers
 #                                         (build first: scripts/gpu_build.py --only <the moe_* names>,
 #                                          benchmarks/build_moe.py --experiments; carry .carry and .whl)
+#   bash scripts/gpu_run.sh fp8           FP8: its GPU checks and the runtime's wait-timeout cases, then
+#                                         benchmarks/gemm_fp8.py with the peers (FP8_ARGS: more arguments)
+#                                         (build first: scripts/gpu_build.py --only <gemm_fp8_* and *_timeout names>,
+#                                          benchmarks/build_gemm_fp8.py; carry .carry and .whl)
+#   bash scripts/gpu_run.sh moe-profile   ncu (clocks left alone) of axe's grouped GEMMs (PROF_VARIANT, default
+#                                         small_gather_bk128) and SGLang's fused_moe_kernel at PROF_T tokens (32)
 #   bash scripts/gpu_run.sh sanitize      one-GPU checks under compute-sanitizer (4 tools side by side; table)
 #   bash scripts/gpu_run.sh sanitize-dist multi-GPU checks under compute-sanitizer (SAN_TOOLS picks the tools)
 # Device tool: command "bash scripts/gpu_run.sh dist", carry [".carry", ".whl"].
@@ -45,6 +51,19 @@ if [[ $what == moe ]]; then
   run moe_stages.log timeout 300 python3 benchmarks/moe_stages.py --out "$OUT/moe-stages.json"
   # per T the fastest configuration of the stage timings above, side by side with the peers
   run moe.log timeout 400 python3 benchmarks/moe.py --configs-from "$OUT/moe-stages.json" --out "$OUT/moe.json" ${MOE_ARGS:-}
+fi
+if [[ $what == fp8 ]]; then
+  run fp8_checks.log timeout 300 python3 tests/gpu/run_all.py --only $(ls .carry/artifacts | grep -E '^gemm_fp8_|_timeout$')
+  run gemm_fp8.log timeout ${FP8_TIMEOUT:-400} python3 benchmarks/gemm_fp8.py --peers cublas triton --json "$OUT/gemm_fp8.json" ${FP8_ARGS:-}
+fi
+if [[ $what == moe-profile ]]; then
+  NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats"
+  # --clock-control none: the GPU's clocks are not ours to lock
+  run ncu_axe.log timeout 200 "$NCU" --clock-control none -k regex:moe_gemm -c 2 $sections python3 benchmarks/moe_stages.py \
+    --tokens ${PROF_T:-32} --variants ${PROF_VARIANT:-small_gather_bk128} --reps 1 --out /tmp/prof-stages.json
+  run ncu_sglang.log timeout 200 "$NCU" --clock-control none -k regex:fused_moe_kernel -c 2 $sections python3 benchmarks/moe.py \
+    --tokens ${PROF_T:-32} --config small_gather --reps 1 --out /tmp/prof-moe.json
 fi
 if [[ $what == sanitize ]]; then
   run sanitize.log python3 tests/gpu/sanitize.py --out "$OUT" --limit ${SAN_LIMIT:-520} ${SAN_TOOLS:+--tools $SAN_TOOLS} ${SAN_ARGS:-}

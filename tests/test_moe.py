@@ -367,23 +367,31 @@ def test_fused_experts_signal_protocol(kw, want, readers):
     """The fused kernel's readiness protocol, read off its CUDA: a consumer announces an h tile only
     after its TMA stores are written (``cp.async.bulk.wait_group 0``, not ``.read``), the producer
     of a GEMM 2 tile waits for GEMM 1's n1 tiles x consumer warpgroups (``want``) before its first
-    load of h, and the count is retired by the m-tile's n2 GEMM 2 tiles (``readers``)."""
+    load of h, and the count is retired by the m-tile's n2 GEMM 2 tiles (``readers``).  Neither
+    side idles on it: the GEMM 2 producer's first weight loads go out before its wait, and a
+    consumer counts an h tile in two places — after the next tile's k-loop, and at once for its
+    last GEMM 1 tile — each behind a full wait for its stores."""
     from kernels import moe
     src = Ax.compile_kernel(moe.make_experts("bfloat16", pad=16, **kw), "sm_90a").cuda_source
     body = src[src.rindex("__global__"):]
-    done = body.index("axe_count_done((")
-    assert body.rindex("cp_async_bulk_wait_group_async_bulk_wait_group_0()", 0, done) > body.rindex("wgmma", 0, done)
+    dones = [m.start() for m in re.finditer(r"axe_count_done\(\(", body)]
+    assert len(dones) == 2, dones
+    for done in dones:
+        assert body.rindex("cp_async_bulk_wait_group_async_bulk_wait_group_0()", 0, done) > body.rindex("wgmma", 0, done)
     wait = re.search(r"axe_wait_count\(\(&\(R__ptr\[(\w+)\[0\]\]\)\), \(&\(R__ptr\[\(MT \+ (\w+)\[0\]\)\]\)\), "
                      r"(\d+), (\d+),", body)
     assert wait and wait.group(1) == wait.group(2) and (int(wait.group(3)), int(wait.group(4))) == (want, readers)
-    assert wait.start() < body.index("&(HA_map)")        # the producer waits, then issues its first load of h
+    # weights first, then the wait, then the first load of h
+    assert body.index("&(W2_map)") < wait.start() < body.index("&(HA_map)")
 
 
 def test_fused_schedule_never_deadlocks():
     """The persistent order of the fused kernel (each CTA: its GEMM 1 tiles, then its GEMM 2 tiles,
     round robin over both ranges) simulated step by step with a CTA blocking on a GEMM 2 tile until
-    every GEMM 1 tile of its m-tile is done: every schedule finishes, and the kernel's closed forms
-    (tiles per CTA, GEMM 1 tiles first, the pipeline iteration base) match the enumeration."""
+    every GEMM 1 tile of its m-tile is counted — a GEMM 1 tile counted only when the CTA finishes
+    its next tile, the CTA's last GEMM 1 tile at once, as the kernel does: every schedule
+    finishes, and the kernel's closed forms (tiles per CTA, GEMM 1 tiles first, the pipeline
+    iteration base) match the enumeration."""
     rng = np.random.default_rng(3)
     for _ in range(40):
         m_tiles, n1, n2 = int(rng.integers(1, 40)), int(rng.choice([12, 16, 6])), int(rng.choice([16, 8]))
@@ -405,10 +413,12 @@ def test_fused_schedule_never_deadlocks():
                 if pos[bx] == len(order):
                     continue
                 t = order[pos[bx]]
-                if t < tiles1:
-                    done1[t // n1] += 1          # the kernel's m-tile of a GEMM 1 tile (grouped order aside)
-                elif done1[(t - tiles1) // n2] < n1:
+                if t >= tiles1 and done1[(t - tiles1) // n2] < n1:
                     continue                     # blocked on its m-tile's h
+                if pos[bx] > 0 and order[pos[bx] - 1] < tiles1 and t < tiles1:
+                    done1[order[pos[bx] - 1] // n1] += 1    # the previous h tile, counted after this k-loop
+                if t < tiles1 and (pos[bx] + 1 == len(order) or order[pos[bx] + 1] >= tiles1):
+                    done1[t // n1] += 1          # the CTA's last GEMM 1 tile: at once
                 pos[bx] += 1
                 moved = True
             assert moved, "deadlock"
@@ -426,3 +436,15 @@ def test_gemm_refuses_bad_configs():
         moe.make_grouped_gemm(1536, 2048, bm=128, bn=256, stages=5)
     with pytest.raises(ValueError, match="dtype must be one of"):
         moe.make_route("float32")
+
+
+def test_two_ctas_per_sm_must_fit_the_sm():
+    """``ctas_per_sm=2``: ``__launch_bounds__(256, 2)`` and no ``setmaxnreg`` (it moves registers
+    between the roles of one CTA per SM); two CTAs whose shared memory does not fit one SM are
+    refused at build time (the launch bound alone would let them run one at a time, silently)."""
+    from axe.backends.cuda.build import BuildError
+    from kernels import moe
+    src = Ax.compile_kernel(moe.make_gemm2("bfloat16", bm=64, bn=128, stages=3, ctas_per_sm=2), "sm_90a").cuda_source
+    assert "__launch_bounds__(256, 2)" in src and "setmaxnreg" not in src
+    with pytest.raises(BuildError, match=r"min_blocks_per_sm\(2\) needs 2 x \d+ bytes of shared memory"):
+        Ax.compile_kernel(moe.make_gemm2("bfloat16", bm=64, bn=128, bk=128, stages=3, ctas_per_sm=2), "sm_90a")

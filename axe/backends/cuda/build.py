@@ -34,6 +34,8 @@ from .lang.grid_dependency import PDL_ATTR
 
 #: shared memory one CTA may use on sm_90/sm_100 (227 KiB)
 MAX_SMEM_PER_CTA = 232448
+#: shared memory of one SM on sm_90/sm_100 (228 KiB), of which the driver reserves 1 KiB per resident CTA
+SMEM_PER_SM, SMEM_RESERVED_PER_CTA = 233472, 1024
 
 _NVCC_FLAGS = [
     "-O3",
@@ -201,6 +203,14 @@ def build(
             f"build({fname}): {dyn} bytes dynamic + {resources.get('static_smem', 0)} bytes static "
             f"shared memory exceed the {MAX_SMEM_PER_CTA} bytes one CTA may use"
         )
+    blocks = int(func.attrs["tirx.launch_bounds_min_blocks_per_sm"]) if (
+        func.attrs is not None and "tirx.launch_bounds_min_blocks_per_sm" in func.attrs) else 1
+    per_cta = (dyn if isinstance(dyn, int) else 0) + resources.get("static_smem", 0) + SMEM_RESERVED_PER_CTA
+    if blocks > 1 and blocks * per_cta > SMEM_PER_SM:
+        # __launch_bounds__ only bounds registers: the CTAs would silently run one at a time
+        raise BuildError(
+            f"build({fname}): min_blocks_per_sm({blocks}) needs {blocks} x {per_cta} bytes of shared memory "
+            f"(dynamic + static + {SMEM_RESERVED_PER_CTA} reserved per CTA), more than the {SMEM_PER_SM} of one SM")
     if isinstance(block[0], int) and _prod(block) > 1024:
         raise BuildError(f"build({fname}): block {block} has more than 1024 threads")
 
