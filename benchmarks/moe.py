@@ -14,7 +14,9 @@ Columns, each the median over ``--reps``:
 - *eager*: one call between two CUDA events, host launch overhead included (what a Python
   caller sees; :func:`benchmarks.cuda_timing.eager_ms`);
 - *graph*: the whole layer captured once per T into a CUDA graph and replayed back to back (GPU
-  time without host overhead, as serving stacks run decode; :func:`cuda_timing.graph_ms`);
+  time without host overhead, as serving stacks run decode; :func:`cuda_timing.graph_ms`); with
+  ``--rounds R`` the median of R rounds timed round robin over the implementations (each round's
+  figure in the JSON as ``*_graph_rounds``);
 - *bound*: ``max(bytes / copy bandwidth, flops / mm throughput)`` with the bytes and flops
   counted in :mod:`benchmarks.moe_bounds` and both rates measured in this run; *fraction* is
   bound / axe's graph time.
@@ -182,9 +184,25 @@ def measure(torch, name, fn, ref, row, errors, reps, graph=True):
         if not err <= TOL:
             raise AssertionError(f"graph replay: rel. error {err:.2e} against the fp32 reference")
         row[f"{name}_graph"] = cuda_timing.graph_ms(torch, g, reps)
+        return g
     except Exception as e:          # noqa: BLE001
         errors[f"{tag} graph"] = f"{type(e).__name__}: {e}"
         traceback.print_exc()
+
+
+def interleaved_rounds(torch, graphs, row, reps, rounds):
+    """Time every captured graph ``rounds`` more times, round robin (axe, peer, axe, peer, ...), so
+    that a drift of the GPU's clock or temperature falls on every side alike; ``row[name +
+    "_graph"]`` becomes the median over all rounds (the first included) and ``_graph_rounds``
+    keeps each round's figure: a difference smaller than their spread is noise."""
+    for name in graphs:
+        row[f"{name}_graph_rounds"] = [row[f"{name}_graph"]]
+    for _ in range(rounds):
+        for name, g in graphs.items():
+            row[f"{name}_graph_rounds"].append(cuda_timing.graph_ms(torch, g, reps))
+    for name in graphs:
+        times = sorted(row[f"{name}_graph_rounds"])
+        row[f"{name}_graph"] = times[len(times) // 2]
 
 
 def time_only(torch, name, fn, row, errors, reps):
@@ -291,17 +309,18 @@ def run_tokens(torch, tokens, ctx, result):
     row.update(moe_bounds.counted(tokens, hit, moe.TOPK, moe.HIDDEN, moe.INTER, x.element_size()))
     row.update(moe_bounds.bound_ms(row, ctx["bw"], ctx["peak"]))
     cfg = pick_config(args, tokens, ctx.get("fastest", {}))
+    graphs = {}
     if cfg in ctx["axe"]:
         layer = moe.Layer(ctx["axe"][cfg], tokens, cfg, args.dtype)
         row["axe_config"] = cfg
-        measure(torch, "axe", lambda: layer.experts(x, w1, w2, ids, weights), ref, row, errors, reps)
+        graphs["axe"] = measure(torch, "axe", lambda: layer.experts(x, w1, w2, ids, weights), ref, row, errors, reps)
         time_only(torch, "axe_route", lambda: layer.route(logits), row, errors, reps)
     if ctx["sglang"] is not None:
         try:
             from benchmarks import moe_sglang
             peer = moe_sglang.Peer(ctx["sglang"], x, w1, w2, ids, weights)
             row["sglang_ran"] = peer.describe()
-            measure(torch, "sglang", peer, ref, row, errors, reps)
+            graphs["sglang"] = measure(torch, "sglang", peer, ref, row, errors, reps)
             time_only(torch, "sglang_align", peer.align, row, errors, reps)
             if not peer.small:      # the substitute align left out: a lower bound on SGLang's own layer
                 measure(torch, "sglang_experts", peer.experts, ref, row, errors, reps)
@@ -309,7 +328,9 @@ def run_tokens(torch, tokens, ctx, result):
             errors[f"sglang T={tokens}"] = f"{type(e).__name__}: {e}"
             traceback.print_exc()
     for name, fn in ctx["peers"].items():
-        measure(torch, name, (lambda f: lambda: f(x, w1, w2, ids, weights))(fn), ref, row, errors, reps)
+        graphs[name] = measure(torch, name, (lambda f: lambda: f(x, w1, w2, ids, weights))(fn), ref, row, errors, reps)
+    if args.rounds > 1:
+        interleaved_rounds(torch, {k: g for k, g in graphs.items() if g is not None}, row, reps, args.rounds - 1)
     measure(torch, "torch", lambda: torch_plain(torch, x, w1, w2, ids.long(), weights), ref, row, errors,
             min(reps, 10), graph=False)
     summarize(row, PEERS)
@@ -326,6 +347,8 @@ def main(argv=None):
     ap.add_argument("--tokens", nargs="*", type=int, default=list(TOKENS))
     ap.add_argument("--dtype", default="bfloat16", choices=("bfloat16", "float16"))
     ap.add_argument("--reps", type=int, default=50)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="graph timings in this many interleaved rounds per T (median reported, every round kept)")
     ap.add_argument("--config", default="auto", choices=("auto",) + tuple(CONFIGS),
                     help="axe's tile configuration (auto: kernels/moe_host.py's config_for(T))")
     ap.add_argument("--configs-from", default=None, metavar="STAGES.json",

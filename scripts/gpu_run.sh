@@ -14,8 +14,9 @@
 #                                         benchmarks/gemm_fp8.py with the peers (FP8_ARGS: more arguments)
 #                                         (build first: scripts/gpu_build.py --only <gemm_fp8_* and *_timeout names>,
 #                                          benchmarks/build_gemm_fp8.py; carry .carry and .whl)
-#   bash scripts/gpu_run.sh moe-profile   ncu (clocks left alone) of axe's grouped GEMMs (PROF_VARIANT, default
-#                                         small_gather_bk128) and SGLang's fused_moe_kernel at PROF_T tokens (32)
+#   bash scripts/gpu_run.sh moe-profile   ncu (clocks left alone) of axe's grouped GEMMs (PROF_VARIANT: the tags,
+#                                         default small_gather; PROF_KERNELS: a regex, default moe_gemm; PROF_COUNT)
+#                                         and SGLang's fused_moe_kernel (PROF_SGLANG=0: not) at PROF_T tokens (32)
 #   bash scripts/gpu_run.sh sanitize      one-GPU checks under compute-sanitizer (4 tools side by side; table)
 #   bash scripts/gpu_run.sh sanitize-dist multi-GPU checks under compute-sanitizer (SAN_TOOLS picks the tools)
 # Device tool: command "bash scripts/gpu_run.sh dist", carry [".carry", ".whl"].
@@ -60,9 +61,10 @@ if [[ $what == moe-profile ]]; then
   NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   sections="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats --section SchedulerStats"
   # --clock-control none: the GPU's clocks are not ours to lock
-  run ncu_axe.log timeout 200 "$NCU" --clock-control none -k regex:moe_gemm -c 2 $sections python3 benchmarks/moe_stages.py \
-    --tokens ${PROF_T:-32} --variants ${PROF_VARIANT:-small_gather_bk128} --reps 1 --out /tmp/prof-stages.json
-  run ncu_sglang.log timeout 200 "$NCU" --clock-control none -k regex:fused_moe_kernel -c 2 $sections python3 benchmarks/moe.py \
+  run ncu_axe.log timeout 200 "$NCU" --clock-control none -k regex:"${PROF_KERNELS:-moe_gemm}" -c ${PROF_COUNT:-2} $sections \
+    ${PROF_NCU_ARGS:-} python3 benchmarks/moe_stages.py --tokens ${PROF_T:-32} --variants ${PROF_VARIANT:-small_gather} \
+    --reps 1 --out /tmp/prof-stages.json
+  [[ ${PROF_SGLANG:-1} == 1 ]] && run ncu_sglang.log timeout 200 "$NCU" --clock-control none -k regex:fused_moe_kernel -c 2 $sections python3 benchmarks/moe.py \
     --tokens ${PROF_T:-32} --config small_gather --reps 1 --out /tmp/prof-moe.json
 fi
 if [[ $what == sanitize ]]; then

@@ -843,3 +843,11 @@ def test_benchmark_control_flow_on_cpu(tmp_path, monkeypatch):
         assert {"axe_bn256", "axe_bn128_c2", "axe_bn256_c2"} <= set(r["errors"])
         assert "deepgemm" in r["errors"] and "triton" in r["errors"]
         assert "cublas" in r["errors"] or r["correct"].get("cublas")
+    # --rounds: axe's chosen variant and the peers timed again round robin, the figure their median
+    timed.clear()
+    out2 = tmp_path / "r2.json"
+    assert bench.main(["--json", str(out2), "--wheels", str(tmp_path), "--artifacts", str(tmp_path),
+                       "--rounds", "3"]) == 0
+    first = json.loads(out2.read_text())["figures"][0]
+    assert first["ms_rounds"]["axe"] == [0.5, 0.5, 0.5] and first["ms"]["axe"] == 0.5
+    assert set(first["ms_rounds"]) == {"axe"} | {p for p in ("cublas", "triton") if first["correct"].get(p)}
