@@ -18,12 +18,12 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
 
 
-#: the streaming-rate questions the stage timings left open (benchmarks/results/moe-stages-*).
-#: Answered on an H200 (moe-stages-2026-11-23b-h200.json): 256-byte runs of each weight row
-#: (bk=128) help at every T, L2 promotion does not.  Open: two CTAs per SM (one streams while the
-#: other stores), 256-byte runs in the 128-row and the 48+48-row tiles
-EXPERIMENTS = ("small_gather:bk=128", "small_gather:ctas_per_sm=2,stages=3",
-               "large_gather:bk=128,stages=2", "tiny_gather:bk=128")
+#: the questions the stage timings left open (benchmarks/results/moe-stages-*).  Answered on an
+#: H200 (moe-stages-2026-11-23b-h200.json, moe-stages-exp-2026-11-23-h200.json): 256-byte runs
+#: of each weight row (bk=128) help the 64-row tiles at every T, L2 promotion does not, two CTAs
+#: per SM do not.  Open: GEMM 2 loading its first weights while GEMM 1 finishes (the default),
+#: against waiting for GEMM 1 first
+EXPERIMENTS = ("small_gather:early_weights=0", "tiny_gather:early_weights=0", "large_gather:early_weights=0")
 
 
 def main(argv=None):

@@ -515,7 +515,7 @@ class Ring:
 
 
 def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None, experts=E, sms=SMS, name=None,
-                      bk=BK, pad=None, gather_rows=False, ctas_per_sm=1):
+                      bk=BK, pad=None, gather_rows=False, ctas_per_sm=1, early_weights=False):
     """A grouped GEMM over the padded, expert-grouped rows: for every m-tile ``m`` of the
     ``meta[0]`` tiles, the ``bm`` rows from ``r = tile_rows[m, 0]``:
     ``C[r : r + own] = act(A[r : r + own] · B[tile_expert[m]]ᵀ)``, ``own = tile_rows[m, 1]``.
@@ -536,6 +536,13 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
     no ``setmaxnreg``): with 2, one CTA's loads go on while the other runs its epilogue, at the
     price of half the shared memory each (``stages`` must fit it).
 
+    ``early_weights``: the producer issues the weight (B) loads of its first tile's first
+    ``stages`` k-blocks before it waits for the previous kernel (programmatic launch), so they
+    overlap that kernel's last tiles, and the rest after.  Only where the tile tables (``meta``,
+    ``tile_expert``) come from a kernel that completed before the previous one started (GEMM 2
+    behind GEMM 1: the alignment ran before GEMM 1 passed its own wait, and this kernel launches
+    only after that); A is read after the wait.
+
     ``gather_rows``: A is the unpermuted ``x`` (T, k) and the producer warpgroup gathers each tile's
     rows itself (``A[r] = x[sorted_ids[r]]``, zeros where ``sorted_ids[r] < 0``) with ``cp.async``
     into the swizzled stage, arriving on the stage's barrier once per thread — the permutation
@@ -551,6 +558,8 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
     ctas = sms * ctas_per_sm
     kname = name or f"moe_gemm_{act or 'plain'}_{dtype}_bm{bm}_bn{bn}_{n}x{k}"
     n_out, n_tiles, k_iters = g.n_out, g.n_tiles, g.k_iters
+    ahead = min(stages, k_iters)        # early_weights: the k-blocks loaded before the wait
+    early_weights = bool(early_weights)   # a Python flag for the script (variants pass 0/1)
 
     def factory():
         from axe.schedules.context import current_context
@@ -577,18 +586,34 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
             C = Ax.param(_rows(C_, bm, n_out), tensormap=C_map, name="C")
             pool = Ax.cuda.dynamic_shared(ring.elems, dtype)
             pipe = Ax.cuda.pipeline(stages, producers=ring.copies, consumers=g.consumers)
-            Ax.cuda.grid_wait()     # set-up above overlaps the previous kernel; its outputs are read below
             # the m-extent is the permutation's tile count, read on the device
             sched = Ax.TileSchedule(meta[0], n_tiles, ctas, GROUP)
             with Ax.cuda.role(0, 1, regs=producer_regs):
                 with Ax.warps(0, GATHER_WARPS if gather_rows else 1):
-                    for it in T.serial(sched.count(bx)):
+                    if early_weights:
+                        if sched.count(bx) > 0:
+                            # the first tile's weights while the previous kernel still runs
+                            m0, n0 = sched.coords(sched.tile(bx, 0))
+                            for kb in range(ahead):
+                                pipe.acquire(kb)
+                                g.load_b(pool, pipe, B, kb, n0, tiles[m0], kb)
+                    Ax.cuda.grid_wait()     # the previous kernel's outputs are read below
+                    if early_weights:
+                        if sched.count(bx) > 0:
+                            m0, n0 = sched.coords(sched.tile(bx, 0))
+                            for kb in range(ahead):
+                                g.load_a(pool, pipe, A, SRT, kb, trows[m0, 0], kb)
+                                g.arrive(pipe, kb, None)
+                            for kb in T.serial(ahead, k_iters):
+                                g.load(pool, pipe, A, B, SRT, kb, trows[m0, 0], n0, tiles[m0], kb)
+                    for it in T.serial(1 if early_weights else 0, sched.count(bx)):
                         m_blk, n_blk = sched.coords(sched.tile(bx, it))
                         for kb in T.serial(k_iters):
                             g.load(pool, pipe, A, B, SRT, it * k_iters + kb, trows[m_blk, 0], n_blk, tiles[m_blk], kb)
                 # every load is issued: the next kernel may launch while the last tiles finish
                 Ax.cuda.launch_dependents()
             with Ax.cuda.role(1, 1 + g.consumers, regs=consumer_regs, each=True):
+                Ax.cuda.grid_wait()     # (it reads only what the producer's loads bring, after its wait)
                 wg = Ax.cuda.warpgroup_index()
                 leader = tx % 128 == 0
                 acc = Ax.registers((64, bn), "float32", g.acc_layout, name="acc")

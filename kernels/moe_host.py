@@ -51,10 +51,13 @@ def rows_and_tiles(tokens, config):
 
 def gemm_keywords(config):
     """``(GEMM 1's, GEMM 2's)`` :func:`kernels.moe.make_grouped_gemm` keywords for ``config``:
-    ``bn1`` (default ``bn``) is GEMM 1's tile width; GEMM 2 never gathers.  (A ``fused``
-    configuration builds :func:`kernels.moe.make_experts` from ``CONFIGS[config]`` itself.)"""
+    ``bn1`` (default ``bn``) is GEMM 1's tile width; GEMM 2 never gathers, and loads its first
+    weights while GEMM 1 finishes (``early_weights``: the alignment it reads ran before GEMM 1).
+    (A ``fused`` configuration builds :func:`kernels.moe.make_experts` from ``CONFIGS[config]``
+    itself.)"""
     kw = {k: v for k, v in CONFIGS[config].items() if k not in ("bn1", "fused")}
-    return dict(kw, bn=CONFIGS[config].get("bn1", kw["bn"])), {k: v for k, v in kw.items() if k != "gather_rows"}
+    return (dict(kw, bn=CONFIGS[config].get("bn1", kw["bn"])),
+            dict({k: v for k, v in kw.items() if k != "gather_rows"}, early_weights=True))
 
 
 def artifact_names(dtype, config):

@@ -448,3 +448,20 @@ def test_two_ctas_per_sm_must_fit_the_sm():
     assert "__launch_bounds__(256, 2)" in src and "setmaxnreg" not in src
     with pytest.raises(BuildError, match=r"min_blocks_per_sm\(2\) needs 2 x \d+ bytes of shared memory"):
         Ax.compile_kernel(moe.make_gemm2("bfloat16", bm=64, bn=128, bk=128, stages=3, ctas_per_sm=2), "sm_90a")
+
+
+def test_gemm2_loads_weights_before_it_waits():
+    """``early_weights`` (GEMM 2 in every unfused configuration): the producer's first TMA loads
+    of B (3-d, the expert's weights) precede ``griddepcontrol.wait`` and the loads of A (h, 2-d,
+    GEMM 1's output) follow it; without it no load precedes the wait."""
+    from kernels import moe, moe_host
+    kw2 = moe_host.gemm_keywords("small_gather")[1]
+    assert kw2["early_weights"] is True
+    body = lambda art: art.cuda_source[art.cuda_source.rindex("__global__"):]      # noqa: E731
+    src = body(Ax.compile_kernel(moe.make_gemm2("bfloat16", **kw2), "sm_90a"))
+    wait = src.index("griddepcontrol_wait()")
+    loads = [(m.start(), m.group(1)) for m in re.finditer(r"tensor_g2s\w*?_(2d|3d)_", src)]
+    assert {d for at, d in loads if at < wait} == {"3d"} and len([1 for at, _ in loads if at < wait]) == 2
+    assert min(at for at, d in loads if d == "2d") > wait
+    plain = body(Ax.compile_kernel(moe.make_gemm2("bfloat16", **dict(kw2, early_weights=False)), "sm_90a"))
+    assert min(m.start() for m in re.finditer(r"tensor_g2s", plain)) > plain.index("griddepcontrol_wait()")
