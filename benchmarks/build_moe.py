@@ -21,9 +21,10 @@ os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
 #: the questions the stage timings left open (benchmarks/results/moe-stages-*).  Answered on an
 #: H200 (moe-stages-2026-11-23b-h200.json, moe-stages-exp-2026-11-23-h200.json): 256-byte runs
 #: of each weight row (bk=128) help the 64-row tiles at every T, L2 promotion does not, two CTAs
-#: per SM do not.  Open: GEMM 2 loading its first weights while GEMM 1 finishes (the default),
-#: against waiting for GEMM 1 first
-EXPERIMENTS = ("small_gather:early_weights=0", "tiny_gather:early_weights=0", "large_gather:early_weights=0")
+#: per SM do not; GEMM 2 loading its first weights while GEMM 1 finishes does not measurably
+#: (moe-stages-2026-11-23d-h200.json).  Open: GEMM 1 prefetching its guess of its first weights
+#: while the routing runs (the default), against not
+EXPERIMENTS = ("small_gather:prefetch_guess=0", "large_gather:prefetch_guess=0")
 
 
 def main(argv=None):

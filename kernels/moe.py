@@ -74,6 +74,8 @@ ALIGN_TOKENS = 4         # tokens per align thread per batch (their 32 ids loade
 PERMUTE_ROWS = 16        # rows gathered per permute CTA (256 threads: 16 chunks of 16 bytes each)
 STORE_ROWS = 16          # rows per epilogue store box where tiles overlap the next segment
 COMBINE_THREADS = 256
+PREFETCH_KBLOCKS = 6     # prefetch_guess: k-blocks of the first tile's weights (~25 MB over 132 CTAs at bk=128)
+PREFETCH_MIN_TOKENS = 128   # below this some experts likely get no token and the guess goes wrong
 
 
 def _check_dtype(dtype, what):
@@ -180,6 +182,8 @@ def make_align(bm, pad=None, experts=E, topk=TOPK):
             trows = T.match_buffer(trows_, (MT, 2), "int32")
             Ax.cuda.programmatic_launch()
             bx, tx = Ax.launch(1, nt)
+            # GEMM 1 may launch now and prefetch while this runs (it waits for all of it anyway)
+            Ax.cuda.launch_dependents()
             Ax.cuda.grid_wait()
             cnt = T.alloc_buffer((experts,), "int32", scope="shared")
             cur = T.alloc_buffer((experts,), "int32", scope="shared")
@@ -254,7 +258,6 @@ def make_align(bm, pad=None, experts=E, topk=TOPK):
                             p = T.cuda.atomic_add(T.address_of(cur[ev[u * topk + k]]), 1)
                             srt[p] = tok
                             pos[tok, k] = p
-            Ax.cuda.launch_dependents()
         return moe_align
     return moe_align
 
@@ -416,6 +419,16 @@ class GroupedGemm:
             Ax.copy(self.tile(pool, at, (bn, bk), (1,)), B[e:e + 1, n_blk * bn:(n_blk + 1) * bn, k0:k0 + bk],
                     barrier=pipe.full, stage=s)
 
+    def prefetch_b(self, B_, e, n_blk, row, kblocks):
+        """L2 prefetch of the first ``kblocks`` k-blocks of row ``row`` (< bn) of the B tile at
+        column block ``n_blk`` of expert ``e`` (gate rows, then up rows, as :meth:`load_b` lays
+        them out); nothing for ``row >= bn``."""
+        half = self.half
+        w = (T.if_then_else(row < half, n_blk * half + row, self.n // 2 + n_blk * half + row - half) if self.act
+             else n_blk * self.bn + row)
+        nbytes = min(kblocks, self.k_iters) * self.bk * 2     # bf16 and fp16 (_check_dtype)
+        Ax.cuda.prefetch_l2(B_, (e, w, 0), nbytes, pred=row < self.bn)
+
     def arrive(self, pipe, i, one):
         """The plain arrivals a ring shared with another GEMM expects of this one's loads of
         iteration i (:meth:`Ring.arrivals`), after them: a slot's phase cannot complete before
@@ -515,7 +528,7 @@ class Ring:
 
 
 def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None, experts=E, sms=SMS, name=None,
-                      bk=BK, pad=None, gather_rows=False, ctas_per_sm=1, early_weights=False):
+                      bk=BK, pad=None, gather_rows=False, ctas_per_sm=1, early_weights=False, prefetch_guess=False):
     """A grouped GEMM over the padded, expert-grouped rows: for every m-tile ``m`` of the
     ``meta[0]`` tiles, the ``bm`` rows from ``r = tile_rows[m, 0]``:
     ``C[r : r + own] = act(A[r : r + own] · B[tile_expert[m]]ᵀ)``, ``own = tile_rows[m, 1]``.
@@ -543,6 +556,13 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
     behind GEMM 1: the alignment ran before GEMM 1 passed its own wait, and this kernel launches
     only after that); A is read after the wait.
 
+    ``prefetch_guess`` (with ``gather_rows``): before it waits for the alignment, the producer
+    prefetches into L2 the first ``PREFETCH_KBLOCKS`` k-blocks of the weight rows its first tile
+    would read if every expert got tokens and fits one m-tile (m-tile e = expert e) — the routing
+    is not known yet, so it is a guess, made only for ``PREFETCH_MIN_TOKENS <= T <= experts·bm /
+    (2·topk)`` where it is almost always right; wrong, it costs only bandwidth that is idle while
+    the routing and alignment run.
+
     ``gather_rows``: A is the unpermuted ``x`` (T, k) and the producer warpgroup gathers each tile's
     rows itself (``A[r] = x[sorted_ids[r]]``, zeros where ``sorted_ids[r] < 0``) with ``cp.async``
     into the swizzled stage, arriving on the stage's barrier once per thread — the permutation
@@ -560,6 +580,11 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
     n_out, n_tiles, k_iters = g.n_out, g.n_tiles, g.k_iters
     ahead = min(stages, k_iters)        # early_weights: the k-blocks loaded before the wait
     early_weights = bool(early_weights)   # a Python flag for the script (variants pass 0/1)
+    prefetch_guess = bool(prefetch_guess)
+    if prefetch_guess and not gather_rows:
+        raise ValueError("moe_gemm: prefetch_guess needs gather_rows (A = x: its rows are the token count)")
+    guess_tokens = (PREFETCH_MIN_TOKENS, experts * bm // (2 * TOPK))
+    producers = 32 * (GATHER_WARPS if gather_rows else 1)
 
     def factory():
         from axe.schedules.context import current_context
@@ -590,6 +615,12 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
             sched = Ax.TileSchedule(meta[0], n_tiles, ctas, GROUP)
             with Ax.cuda.role(0, 1, regs=producer_regs):
                 with Ax.warps(0, GATHER_WARPS if gather_rows else 1):
+                    if prefetch_guess:
+                        if RA >= guess_tokens[0] and RA <= guess_tokens[1]:
+                            guess = Ax.TileSchedule(experts, n_tiles, ctas, GROUP)
+                            e0, n0 = guess.coords(guess.tile(bx, 0))
+                            for r in range((bn + producers - 1) // producers):
+                                g.prefetch_b(B_, e0, n0, tx + r * producers, PREFETCH_KBLOCKS)
                     if early_weights:
                         if sched.count(bx) > 0:
                             # the first tile's weights while the previous kernel still runs

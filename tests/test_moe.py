@@ -465,3 +465,24 @@ def test_gemm2_loads_weights_before_it_waits():
     assert min(at for at, d in loads if d == "2d") > wait
     plain = body(Ax.compile_kernel(moe.make_gemm2("bfloat16", **dict(kw2, early_weights=False)), "sm_90a"))
     assert min(m.start() for m in re.finditer(r"tensor_g2s", plain)) > plain.index("griddepcontrol_wait()")
+
+
+def test_gathering_gemm1_prefetches_its_guess_before_it_waits():
+    """``prefetch_guess`` (GEMM 1 of every gathering configuration): before ``griddepcontrol.wait``
+    each producer thread prefetches into L2 one weight row of the first tile that m-tile = expert
+    would give (gate rows, then up rows 768 further), ``PREFETCH_KBLOCKS`` k-blocks of it, only for
+    token counts where that guess holds; the alignment lets GEMM 1 launch at its start."""
+    from kernels import moe, moe_host
+    kw1 = moe_host.gemm_keywords("small_gather")[0]
+    assert kw1["prefetch_guess"] is True and moe_host.gemm_keywords("small_pad16")[0]["prefetch_guess"] is False
+    art = Ax.compile_kernel(moe.make_gemm1("bfloat16", **kw1), "sm_90a")
+    body = art.cuda_source[art.cuda_source.rindex("__global__"):]
+    at = body.index("axe_prefetch_l2(")
+    assert at < body.index("griddepcontrol_wait()") and "cp.async.bulk.prefetch.L2.global" in art.cuda_source
+    assert re.search(r"if \(\(128 <= RA\) && \(RA <= 512\)\)", body)
+    assert f"(uint){moe.PREFETCH_KBLOCKS * 128 * 2})" in body[at:at + 200]
+    align = Ax.compile_kernel(moe.make_align(64, 16), "sm_90a").cuda_source
+    align = align[align.rindex("__global__"):]
+    assert align.index("griddepcontrol_launch_dependents()") < align.index("griddepcontrol_wait()")
+    with pytest.raises(ValueError, match="prefetch_guess needs gather_rows"):
+        moe.make_gemm1("bfloat16", bm=64, bn=128, prefetch_guess=True)
