@@ -18,13 +18,14 @@ sys.path.insert(0, ROOT)
 os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
 
 
-#: the questions the stage timings left open (benchmarks/results/moe-stages-*).  Answered on an
-#: H200 (moe-stages-2026-11-23b-h200.json, moe-stages-exp-2026-11-23-h200.json): 256-byte runs
-#: of each weight row (bk=128) help the 64-row tiles at every T, L2 promotion does not, two CTAs
-#: per SM do not; GEMM 2 loading its first weights while GEMM 1 finishes does not measurably
-#: (moe-stages-2026-11-23d-h200.json).  Open: GEMM 1 prefetching its guess of its first weights
-#: while the routing runs (the default), against not
-EXPERIMENTS = ("small_gather:prefetch_guess=0", "large_gather:prefetch_guess=0")
+#: the questions the stage timings left open (benchmarks/results/moe-stages-*), answered on an
+#: H200: 256-byte runs of each weight row (bk=128) help the 64-row tiles at every T (now their
+#: default); L2 promotion of the operands does not help (moe-stages-2026-11-23b-h200.json), two
+#: CTAs per SM do not (moe-stages-exp-2026-11-23-h200.json), GEMM 2 issuing its first weight
+#: loads before it waits for GEMM 1 does not measurably (moe-stages-2026-11-23d-h200.json), nor
+#: does GEMM 1 prefetching its guess of its first weights into L2 during the routing
+#: (moe-stages-2026-11-23e-h200.json); the last two were removed again.  Built for re-measuring:
+EXPERIMENTS = ("small_gather:ctas_per_sm=2,stages=3",)
 
 
 def main(argv=None):

@@ -74,8 +74,6 @@ ALIGN_TOKENS = 4         # tokens per align thread per batch (their 32 ids loade
 PERMUTE_ROWS = 16        # rows gathered per permute CTA (256 threads: 16 chunks of 16 bytes each)
 STORE_ROWS = 16          # rows per epilogue store box where tiles overlap the next segment
 COMBINE_THREADS = 256
-PREFETCH_KBLOCKS = 6     # prefetch_guess: k-blocks of the first tile's weights (~25 MB over 132 CTAs at bk=128)
-PREFETCH_MIN_TOKENS = 128   # below this some experts likely get no token and the guess goes wrong
 
 
 def _check_dtype(dtype, what):
@@ -182,8 +180,6 @@ def make_align(bm, pad=None, experts=E, topk=TOPK):
             trows = T.match_buffer(trows_, (MT, 2), "int32")
             Ax.cuda.programmatic_launch()
             bx, tx = Ax.launch(1, nt)
-            # GEMM 1 may launch now and prefetch while this runs (it waits for all of it anyway)
-            Ax.cuda.launch_dependents()
             Ax.cuda.grid_wait()
             cnt = T.alloc_buffer((experts,), "int32", scope="shared")
             cur = T.alloc_buffer((experts,), "int32", scope="shared")
@@ -258,6 +254,7 @@ def make_align(bm, pad=None, experts=E, topk=TOPK):
                             p = T.cuda.atomic_add(T.address_of(cur[ev[u * topk + k]]), 1)
                             srt[p] = tok
                             pos[tok, k] = p
+            Ax.cuda.launch_dependents()
         return moe_align
     return moe_align
 
@@ -419,16 +416,6 @@ class GroupedGemm:
             Ax.copy(self.tile(pool, at, (bn, bk), (1,)), B[e:e + 1, n_blk * bn:(n_blk + 1) * bn, k0:k0 + bk],
                     barrier=pipe.full, stage=s)
 
-    def prefetch_b(self, B_, e, n_blk, row, kblocks):
-        """L2 prefetch of the first ``kblocks`` k-blocks of row ``row`` (< bn) of the B tile at
-        column block ``n_blk`` of expert ``e`` (gate rows, then up rows, as :meth:`load_b` lays
-        them out); nothing for ``row >= bn``."""
-        half = self.half
-        w = (T.if_then_else(row < half, n_blk * half + row, self.n // 2 + n_blk * half + row - half) if self.act
-             else n_blk * self.bn + row)
-        nbytes = min(kblocks, self.k_iters) * self.bk * 2     # bf16 and fp16 (_check_dtype)
-        Ax.cuda.prefetch_l2(B_, (e, w, 0), nbytes, pred=row < self.bn)
-
     def arrive(self, pipe, i, one):
         """The plain arrivals a ring shared with another GEMM expects of this one's loads of
         iteration i (:meth:`Ring.arrivals`), after them: a slot's phase cannot complete before
@@ -528,7 +515,7 @@ class Ring:
 
 
 def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None, experts=E, sms=SMS, name=None,
-                      bk=BK, pad=None, gather_rows=False, ctas_per_sm=1, early_weights=False, prefetch_guess=False):
+                      bk=BK, pad=None, gather_rows=False, ctas_per_sm=1):
     """A grouped GEMM over the padded, expert-grouped rows: for every m-tile ``m`` of the
     ``meta[0]`` tiles, the ``bm`` rows from ``r = tile_rows[m, 0]``:
     ``C[r : r + own] = act(A[r : r + own] · B[tile_expert[m]]ᵀ)``, ``own = tile_rows[m, 1]``.
@@ -549,20 +536,6 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
     no ``setmaxnreg``): with 2, one CTA's loads go on while the other runs its epilogue, at the
     price of half the shared memory each (``stages`` must fit it).
 
-    ``early_weights``: the producer issues the weight (B) loads of its first tile's first
-    ``stages`` k-blocks before it waits for the previous kernel (programmatic launch), so they
-    overlap that kernel's last tiles, and the rest after.  Only where the tile tables (``meta``,
-    ``tile_expert``) come from a kernel that completed before the previous one started (GEMM 2
-    behind GEMM 1: the alignment ran before GEMM 1 passed its own wait, and this kernel launches
-    only after that); A is read after the wait.
-
-    ``prefetch_guess`` (with ``gather_rows``): before it waits for the alignment, the producer
-    prefetches into L2 the first ``PREFETCH_KBLOCKS`` k-blocks of the weight rows its first tile
-    would read if every expert got tokens and fits one m-tile (m-tile e = expert e) — the routing
-    is not known yet, so it is a guess, made only for ``PREFETCH_MIN_TOKENS <= T <= experts·bm /
-    (2·topk)`` where it is almost always right; wrong, it costs only bandwidth that is idle while
-    the routing and alignment run.
-
     ``gather_rows``: A is the unpermuted ``x`` (T, k) and the producer warpgroup gathers each tile's
     rows itself (``A[r] = x[sorted_ids[r]]``, zeros where ``sorted_ids[r] < 0``) with ``cp.async``
     into the swizzled stage, arriving on the stage's barrier once per thread — the permutation
@@ -578,13 +551,6 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
     ctas = sms * ctas_per_sm
     kname = name or f"moe_gemm_{act or 'plain'}_{dtype}_bm{bm}_bn{bn}_{n}x{k}"
     n_out, n_tiles, k_iters = g.n_out, g.n_tiles, g.k_iters
-    ahead = min(stages, k_iters)        # early_weights: the k-blocks loaded before the wait
-    early_weights = bool(early_weights)   # a Python flag for the script (variants pass 0/1)
-    prefetch_guess = bool(prefetch_guess)
-    if prefetch_guess and not gather_rows:
-        raise ValueError("moe_gemm: prefetch_guess needs gather_rows (A = x: its rows are the token count)")
-    guess_tokens = (PREFETCH_MIN_TOKENS, experts * bm // (2 * TOPK))
-    producers = 32 * (GATHER_WARPS if gather_rows else 1)
 
     def factory():
         from axe.schedules.context import current_context
@@ -611,40 +577,18 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
             C = Ax.param(_rows(C_, bm, n_out), tensormap=C_map, name="C")
             pool = Ax.cuda.dynamic_shared(ring.elems, dtype)
             pipe = Ax.cuda.pipeline(stages, producers=ring.copies, consumers=g.consumers)
+            Ax.cuda.grid_wait()     # set-up above overlaps the previous kernel; its outputs are read below
             # the m-extent is the permutation's tile count, read on the device
             sched = Ax.TileSchedule(meta[0], n_tiles, ctas, GROUP)
             with Ax.cuda.role(0, 1, regs=producer_regs):
                 with Ax.warps(0, GATHER_WARPS if gather_rows else 1):
-                    if prefetch_guess:
-                        if RA >= guess_tokens[0] and RA <= guess_tokens[1]:
-                            guess = Ax.TileSchedule(experts, n_tiles, ctas, GROUP)
-                            e0, n0 = guess.coords(guess.tile(bx, 0))
-                            for r in range((bn + producers - 1) // producers):
-                                g.prefetch_b(B_, e0, n0, tx + r * producers, PREFETCH_KBLOCKS)
-                    if early_weights:
-                        if sched.count(bx) > 0:
-                            # the first tile's weights while the previous kernel still runs
-                            m0, n0 = sched.coords(sched.tile(bx, 0))
-                            for kb in range(ahead):
-                                pipe.acquire(kb)
-                                g.load_b(pool, pipe, B, kb, n0, tiles[m0], kb)
-                    Ax.cuda.grid_wait()     # the previous kernel's outputs are read below
-                    if early_weights:
-                        if sched.count(bx) > 0:
-                            m0, n0 = sched.coords(sched.tile(bx, 0))
-                            for kb in range(ahead):
-                                g.load_a(pool, pipe, A, SRT, kb, trows[m0, 0], kb)
-                                g.arrive(pipe, kb, None)
-                            for kb in T.serial(ahead, k_iters):
-                                g.load(pool, pipe, A, B, SRT, kb, trows[m0, 0], n0, tiles[m0], kb)
-                    for it in T.serial(1 if early_weights else 0, sched.count(bx)):
+                    for it in T.serial(sched.count(bx)):
                         m_blk, n_blk = sched.coords(sched.tile(bx, it))
                         for kb in T.serial(k_iters):
                             g.load(pool, pipe, A, B, SRT, it * k_iters + kb, trows[m_blk, 0], n_blk, tiles[m_blk], kb)
                 # every load is issued: the next kernel may launch while the last tiles finish
                 Ax.cuda.launch_dependents()
             with Ax.cuda.role(1, 1 + g.consumers, regs=consumer_regs, each=True):
-                Ax.cuda.grid_wait()     # (it reads only what the producer's loads bring, after its wait)
                 wg = Ax.cuda.warpgroup_index()
                 leader = tx % 128 == 0
                 acc = Ax.registers((64, bn), "float32", g.acc_layout, name="acc")

@@ -51,15 +51,10 @@ def rows_and_tiles(tokens, config):
 
 def gemm_keywords(config):
     """``(GEMM 1's, GEMM 2's)`` :func:`kernels.moe.make_grouped_gemm` keywords for ``config``:
-    ``bn1`` (default ``bn``) is GEMM 1's tile width, and a gathering GEMM 1 prefetches its guess of
-    its first weights while the routing runs (``prefetch_guess``); GEMM 2 never gathers, and loads
-    its first weights while GEMM 1 finishes (``early_weights``: the alignment it reads ran before
-    GEMM 1).
-    (A ``fused`` configuration builds :func:`kernels.moe.make_experts` from ``CONFIGS[config]``
-    itself.)"""
+    ``bn1`` (default ``bn``) is GEMM 1's tile width; GEMM 2 never gathers.  (A ``fused``
+    configuration builds :func:`kernels.moe.make_experts` from ``CONFIGS[config]`` itself.)"""
     kw = {k: v for k, v in CONFIGS[config].items() if k not in ("bn1", "fused")}
-    return (dict(kw, bn=CONFIGS[config].get("bn1", kw["bn"]), prefetch_guess=kw.get("gather_rows", False)),
-            dict({k: v for k, v in kw.items() if k != "gather_rows"}, early_weights=True))
+    return dict(kw, bn=CONFIGS[config].get("bn1", kw["bn"])), {k: v for k, v in kw.items() if k != "gather_rows"}
 
 
 def artifact_names(dtype, config):

@@ -3,7 +3,7 @@
 What here is CUDA's own: mbarriers and the producer/consumer :class:`~.pipeline.Pipeline` over
 them, Hopper's warpgroup roles with ``setmaxnreg``, named barriers, proxy fences and the wgmma
 wait (:mod:`.hopper`), thread-block clusters (:mod:`.cluster`), flags between CTAs of a launch
-(:mod:`.flags`), readiness counters (:mod:`.counters`), programmatic dependent launch (:mod:`.grid_dependency`), L2 prefetch (:mod:`.prefetch`), the staged epilogue store (:mod:`.staged_store`) and Blackwell's tensor memory and tcgen05 commit/fences.  The language
+(:mod:`.flags`), readiness counters (:mod:`.counters`), programmatic dependent launch (:mod:`.grid_dependency`), the staged epilogue store (:mod:`.staged_store`) and Blackwell's tensor memory and tcgen05 commit/fences.  The language
 (:mod:`axe.lang`) resolves ``Ax.cuda`` to this module on first use and checks, when a construct
 is called, that the build's target is a CUDA one (a trn1 build using ``Ax.cuda.mbarrier`` is an
 error naming both), so nothing shared imports this package.
@@ -18,7 +18,6 @@ from .hopper import (bulk_wait, dynamic_shared, elect_one, entry_registers, fenc
                      min_blocks_per_sm, named_barrier, named_barrier_arrive, role, setmaxnreg, tma_store_wait,
                      warpgroup_index, wgmma_wait)
 from .pipeline import Pipeline, pipeline
-from .prefetch import prefetch_l2
 from .staged_store import staged_store
 from ..schedules.tcgen05 import commit as tcgen05_commit, pair as cta_pair
 from ..tmem import fence_after as tcgen05_fence_after, fence_before as tcgen05_fence_before, tmem, tmem_free
@@ -29,5 +28,5 @@ __all__ = ["mbarrier", "mbarrier_wait",
            "grid_wait", "launch_dependents", "programmatic_launch",
            "bulk_wait", "dynamic_shared", "elect_one", "entry_registers", "fence_proxy_async", "fence_registers",
            "min_blocks_per_sm", "named_barrier", "named_barrier_arrive", "role", "setmaxnreg", "tma_store_wait",
-           "warpgroup_index", "wgmma_wait", "Pipeline", "pipeline", "prefetch_l2", "staged_store",
+           "warpgroup_index", "wgmma_wait", "Pipeline", "pipeline", "staged_store",
            "tcgen05_commit", "cta_pair", "tcgen05_fence_after", "tcgen05_fence_before", "tmem", "tmem_free"]
