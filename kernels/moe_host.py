@@ -24,15 +24,19 @@ CONFIGS = {"small": {"bm": 64, "bn": 128}, "large": {"bm": 128, "bn": 256},
            "small_fused": {"bm": 64, "bn": 128, "pad": 16, "gather_rows": True, "fused": True, "bk": 128},
            "large_fused": {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True, "fused": True},
            "tiny_fused": {"bm": 64, "bn": 128, "bn1": 96, "pad": 16, "gather_rows": True, "fused": True, "bk": 128}}
-#: token counts up to this use the small configuration: measured on an H200 under CUDA graphs
-#: (benchmarks/results/moe-config-2026-11-23-h200.json), small/large layer time 0.80 at T=8, 0.87 at
-#: T=32, 0.88 at T=128..512, 1.01 at T=1024, 1.15 at T=2048 — with every expert hit and few tokens
-#: each, the 128-row tiles are mostly padding and their longer epilogue holds back the weight stream
-SMALL_T = 512
+#: the default configuration by token count: (largest T, configuration), from the per-stage
+#: timings of every configuration on an H200 under CUDA graphs (benchmarks/results/
+#: moe-stages-2026-11-23{c,d,e}-h200.json, three runs that agree on the order): 48+48-row GEMM 1
+#: tiles fill the SMs for a few tokens; 64-row tiles gathering x's rows up to 512 tokens (every
+#: expert hit, few rows each: taller tiles would be padding); 128-row ones beyond; and at 4096
+#: tokens the permuted copy of x (TMA loads of A) beats the gather (cp.async of 128 rows a stage)
+CONFIG_BY_TOKENS = ((8, "tiny_gather"), (512, "small_gather"), (2048, "large_gather"))
+LARGEST = "large"
 
 
 def config_for(tokens):
-    return "small" if tokens <= SMALL_T else "large"
+    """The default configuration of :data:`CONFIGS` for ``tokens`` tokens (:data:`CONFIG_BY_TOKENS`)."""
+    return next((cfg for most, cfg in CONFIG_BY_TOKENS if tokens <= most), LARGEST)
 
 
 def align_name(bm, pad=None):

@@ -448,3 +448,16 @@ def test_two_ctas_per_sm_must_fit_the_sm():
     assert "__launch_bounds__(256, 2)" in src and "setmaxnreg" not in src
     with pytest.raises(BuildError, match=r"min_blocks_per_sm\(2\) needs 2 x \d+ bytes of shared memory"):
         Ax.compile_kernel(moe.make_gemm2("bfloat16", bm=64, bn=128, bk=128, stages=3, ctas_per_sm=2), "sm_90a")
+
+
+def test_default_configuration_by_tokens():
+    """``config_for``: every token count gets a configuration that exists and gathers or permutes
+    as its table says; the thresholds rise, and T past the last one gets the largest tiles."""
+    from kernels import moe_host
+    bounds = [most for most, _ in moe_host.CONFIG_BY_TOKENS]
+    assert bounds == sorted(bounds) and moe_host.LARGEST in moe_host.CONFIGS
+    for t in (1, 2, 8, 9, 32, 512, 513, 2048, 2049, 4096, 10 ** 6):
+        cfg = moe_host.config_for(t)
+        assert cfg in moe_host.CONFIGS
+        assert cfg == next((c for most, c in moe_host.CONFIG_BY_TOKENS if t <= most), moe_host.LARGEST)
+    assert moe_host.config_for(4096) == "large" and moe_host.config_for(32) == "small_gather"
