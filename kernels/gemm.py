@@ -269,6 +269,63 @@ def stream_k_bound(p, units, ctas, k_iters, select=lambda c, a, b: a if c else b
     return b - select(r == 1, 1, 0) + select(r == k_iters - 1, 1, 0)
 
 
+class StreamK:
+    """The stream-K split of ``tiles`` tiles of ``k_iters`` k-blocks over ``ctas`` persistent CTAs
+    (this module's design): the first ``dp_waves`` whole waves go tile by tile (CTA p takes
+    tiles p, p + ctas, ...); the remaining ``units`` k-blocks (the tiles from ``dp_tiles`` on, in
+    linear order) are split into one contiguous range per CTA, ``[bound(p), bound(p + 1))``.
+    With ``tiles >= ctas`` and ``k_iters >= 4`` every tile falls into at most two CTAs' ranges and
+    every piece holds at least two k-blocks (:func:`stream_k_bound`).  The methods take Python
+    ints (the CPU model) or TIR expressions (the kernel, with ``T.if_then_else``, ``T.max`` and
+    ``T.min``), so both walk the same split.  ``tiles`` may be known only at run time (a TIR
+    expression, ``select`` = ``T.if_then_else``): with fewer tiles than CTAs there is no split,
+    each CTA runs its one tile or none (:meth:`dp_count`)."""
+
+    def __init__(self, tiles, k_iters, ctas, select=None):
+        if k_iters < 4 or (select is None and tiles < ctas):
+            raise ValueError(f"stream_k needs at least 4 k-blocks and at least one tile per CTA ({ctas}), got "
+                             f"{k_iters} k-blocks and {tiles} tiles")
+        self.k_iters, self.ctas, self.tiles_ = k_iters, ctas, tiles
+        self.select = select
+        if select is None:      # a tile count known at build time
+            self.dp_waves = tiles // ctas - 1               # whole waves of tiles before the split
+            self.units = (tiles - self.dp_waves * ctas) * k_iters   # the last whole wave and the partial one
+        else:                   # read at run time: below one tile per CTA no split (every range empty)
+            on = tiles >= ctas
+            self.dp_waves = select(on, tiles // ctas - 1, 0)
+            self.units = select(on, (tiles - self.dp_waves * ctas) * k_iters, 0)
+        self.dp_tiles = self.dp_waves * ctas
+
+    def dp_count(self, p):
+        """How many whole tiles CTA ``p`` runs before its stream-K range: ``dp_waves``, or with a
+        run-time tile count below one per CTA, its one tile if it has one (tile ``p``)."""
+        if self.select is None:
+            return self.dp_waves
+        return self.select(self.tiles_ >= self.ctas, self.dp_waves, self.select(p < self.tiles_, 1, 0))
+
+    def bound(self, p, select=lambda c, a, b: a if c else b):
+        """The first stream-K k-block (counted from tile ``dp_tiles``'s first) of CTA ``p``."""
+        return stream_k_bound(p, self.units, self.ctas, self.k_iters, select)
+
+    def tiles(self, b0, b1):
+        """``(first, stop)``: the stream-K tiles (counted from ``dp_tiles``) that the range
+        ``[b0, b1)`` of k-blocks touches."""
+        return b0 // self.k_iters, (b1 - 1) // self.k_iters + 1
+
+    def piece(self, t, b0, b1, lo=max, hi=min):
+        """``(k0, k1)``: the k-blocks of stream-K tile ``t`` inside ``[b0, b1)``, ``lo`` and ``hi``
+        the maximum and minimum.  ``k1 < k_iters``: the tile's head, whose CTA waits for the rest;
+        ``k0 > 0``: its tail, whose CTA hands its partial over; both: the tile is whole."""
+        at = t * self.k_iters
+        return lo(b0, at) - at, hi(b1, at + self.k_iters) - at
+
+    def pieces(self, p):
+        """CTA ``p``'s stream-K pieces ``[(linear tile, k0, k1)]`` in the order the kernel runs
+        them (the CPU model of its loops)."""
+        b0, b1 = self.bound(p), self.bound(p + 1)
+        return [(self.dp_tiles + t, *self.piece(t, b0, b1)) for t in range(*self.tiles(b0, b1))]
+
+
 #: the rows of the static view a runtime-M operand (A, C) is declared through (:func:`make_dynamic`).
 #: A and C are reached only by TMA, whose coordinates are the slices' starts and whose bounds come
 #: from the tensor map encoded off the real tensor, so the view need hold just one tile's rows (its

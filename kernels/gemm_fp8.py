@@ -77,7 +77,7 @@ from axe.lang.block_scale import scale_accumulate
 from axe.layout import S, Swizzle, SwizzledLayout
 from axe.schedules.emit import guard
 from kernels.fp8_blocks import reference, scale_shapes  # noqa: F401  (torch-only: the GPU side imports it)
-from kernels.gemm import sk_publish, sk_take, stream_k_bound, swizzled
+from kernels.gemm import StreamK, sk_publish, sk_take, swizzled
 
 FP8 = "float8_e4m3fn"
 BM, BK, SMS, GROUP = 128, 128, 132, 16
@@ -93,48 +93,6 @@ def fp8_tile(rows, cols=BK):
     if cols != 128:
         raise ValueError(f"gemm_fp8: fp8 tiles are 128 elements of K wide, got {cols}")
     return SwizzledLayout(S[(rows, cols)], Swizzle(3, 4, 3))
-
-
-class StreamK:
-    """The stream-K split of ``tiles`` tiles of ``k_iters`` k-blocks over ``ctas`` persistent CTAs
-    (kernels/gemm.py's design): the first ``dp_waves`` whole waves go tile by tile (CTA p takes
-    tiles p, p + ctas, ...); the remaining ``units`` k-blocks (the tiles from ``dp_tiles`` on, in
-    linear order) are split into one contiguous range per CTA, ``[bound(p), bound(p + 1))``.
-    With ``tiles >= ctas`` and ``k_iters >= 4`` every tile falls into at most two CTAs' ranges and
-    every piece holds at least two k-blocks (:func:`kernels.gemm.stream_k_bound`).  The methods take
-    Python ints (the CPU model) or TIR expressions (the kernel, with ``T.if_then_else``, ``T.max``
-    and ``T.min``), so both walk the same split."""
-
-    def __init__(self, tiles, k_iters, ctas):
-        if k_iters < 4 or tiles < ctas:
-            raise ValueError(f"gemm_fp8: stream_k needs at least 4 k-blocks (K >= {4 * BK}) and at least one tile "
-                             f"per CTA ({ctas}), got {k_iters} k-blocks and {tiles} tiles")
-        self.k_iters, self.ctas = k_iters, ctas
-        self.dp_waves = tiles // ctas - 1                   # whole waves of tiles before the split
-        self.dp_tiles = self.dp_waves * ctas
-        self.units = (tiles - self.dp_tiles) * k_iters      # the last whole wave and the partial one
-
-    def bound(self, p, select=lambda c, a, b: a if c else b):
-        """The first stream-K k-block (counted from tile ``dp_tiles``'s first) of CTA ``p``."""
-        return stream_k_bound(p, self.units, self.ctas, self.k_iters, select)
-
-    def tiles(self, b0, b1):
-        """``(first, stop)``: the stream-K tiles (counted from ``dp_tiles``) that the range
-        ``[b0, b1)`` of k-blocks touches."""
-        return b0 // self.k_iters, (b1 - 1) // self.k_iters + 1
-
-    def piece(self, t, b0, b1, lo=max, hi=min):
-        """``(k0, k1)``: the k-blocks of stream-K tile ``t`` inside ``[b0, b1)``, ``lo`` and ``hi``
-        the maximum and minimum.  ``k1 < k_iters``: the tile's head, whose CTA waits for the rest;
-        ``k0 > 0``: its tail, whose CTA hands its partial over; both: the tile is whole."""
-        at = t * self.k_iters
-        return lo(b0, at) - at, hi(b1, at + self.k_iters) - at
-
-    def pieces(self, p):
-        """CTA ``p``'s stream-K pieces ``[(linear tile, k0, k1)]`` in the order the kernel runs
-        them (the CPU model of its loops)."""
-        b0, b1 = self.bound(p), self.bound(p + 1)
-        return [(self.dp_tiles + t, *self.piece(t, b0, b1)) for t in range(*self.tiles(b0, b1))]
 
 
 def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=1, stream_k=False):

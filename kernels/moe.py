@@ -61,7 +61,8 @@ import axe.lang as Ax
 from axe.lang.gather import gather
 from axe.layout import S
 from axe.schedules.emit import guard
-from kernels.gemm import swizzled, unbake_rows
+from axe.backends.cuda.schedules.wgmma import d_fragment
+from kernels.gemm import StreamK, sk_publish, sk_take, swizzled, unbake_rows
 from kernels.moe_host import CONFIGS, DTYPES, E, HIDDEN, INTER, TOPK, align_name, gemm_keywords
 
 BK, SMS, GROUP = 64, 132, 16
@@ -74,6 +75,7 @@ ALIGN_TOKENS = 4         # tokens per align thread per batch (their 32 ids loade
 PERMUTE_ROWS = 16        # rows gathered per permute CTA (256 threads: 16 chunks of 16 bytes each)
 STORE_ROWS = 16          # rows per epilogue store box where tiles overlap the next segment
 COMBINE_THREADS = 256
+SK_PART = 64             # stream-K: partial-sum columns added per step (a 64 × 64 fp32 register block)
 
 
 def _check_dtype(dtype, what):
@@ -451,12 +453,21 @@ class GroupedGemm:
             self.mma(pool, pipe, acc, wg, base + kb, True, leader)
         self.mma(pool, pipe, acc, wg, base + self.k_iters - 1, True, leader)
 
-    def epilogue(self, acc, out, pool, C, wg, leader, r0, own, n_blk):
+    def epilogue(self, acc, out, pool, C, wg, leader, r0, own, n_blk, partial=None, add_if=None, part=None):
         """Activation (or cast) in registers, then ``stmatrix`` + TMA store chunk by chunk through
         this warpgroup's buffer (each chunk waits until the previous store has read it); with
         ``overlap`` only the tile's ``own`` rows go out, in boxes of ``STORE_ROWS`` (segments are
-        padded to a multiple of it, so the last box ends inside the segment)."""
+        padded to a multiple of it, so the last box ends inside the segment).  ``partial``: a
+        stream-K head's fp32 sum of the tile's other k-blocks (global, 64 × bn), added into the
+        accumulator where ``add_if`` holds, ``part``'s columns at a time, before the activation."""
         chunk, half, dtype = self.chunk, self.half, self.dtype
+        if partial is not None:
+            pn = part.shape[1]
+            for c in range(self.bn // pn):
+                cols = slice(c * pn, (c + 1) * pn)
+                with guard(add_if):
+                    Ax.copy(part, partial[:, cols])
+                    Ax.elementwise(acc[:, cols], lambda a, q: a + q, acc[:, cols], part)
         if self.act:
             Ax.elementwise(out, lambda g, u: T.cast(g / (T.float32(1) + T.exp(-g)) * u, dtype),
                            acc[:, 0:half], acc[:, half:self.bn])
@@ -515,7 +526,7 @@ class Ring:
 
 
 def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None, experts=E, sms=SMS, name=None,
-                      bk=BK, pad=None, gather_rows=False, ctas_per_sm=1):
+                      bk=BK, pad=None, gather_rows=False, ctas_per_sm=1, stream_k=False):
     """A grouped GEMM over the padded, expert-grouped rows: for every m-tile ``m`` of the
     ``meta[0]`` tiles, the ``bm`` rows from ``r = tile_rows[m, 0]``:
     ``C[r : r + own] = act(A[r : r + own] · B[tile_expert[m]]ᵀ)``, ``own = tile_rows[m, 1]``.
@@ -536,6 +547,13 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
     no ``setmaxnreg``): with 2, one CTA's loads go on while the other runs its epilogue, at the
     price of half the shared memory each (``stages`` must fit it).
 
+    ``stream_k``: the tiles of the last whole round and the partial one (the count is read on the
+    device) are split over all CTAs in whole k-blocks (:class:`kernels.gemm.StreamK`), so no SM
+    streams the last tiles alone while the others idle; a tile split between two CTAs is finished
+    by the one with its first k-blocks, which adds the other's fp32 partial (scratch workspace,
+    bounded flag; ``kernels.gemm.sk_publish``/``sk_take``) before the epilogue.  Below one tile per
+    CTA nothing is split.
+
     ``gather_rows``: A is the unpermuted ``x`` (T, k) and the producer warpgroup gathers each tile's
     rows itself (``A[r] = x[sorted_ids[r]]``, zeros where ``sorted_ids[r] < 0``) with ``cp.async``
     into the swizzled stage, arriving on the stage's barrier once per thread — the permutation
@@ -544,6 +562,9 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
     ``sorted_ids`` is unused."""
     _check_dtype(dtype, "moe_gemm")
     g = GroupedGemm(n, k, dtype, bm, bn, bk, act, pad, gather_rows)
+    stream_k = bool(stream_k)       # a Python flag for the script (variants pass 0/1)
+    if stream_k and (g.k_iters < 4 or ctas_per_sm != 1):
+        raise ValueError(f"moe_gemm: stream_k needs at least 4 k-blocks (k={k}, bk={bk}) and one CTA per SM")
     ring = Ring([g], stages)
     threads = 128 * (1 + g.consumers)
     # setmaxnreg moves registers between the roles of one CTA per SM; with more, each keeps its share
@@ -554,12 +575,62 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
 
     def factory():
         from axe.schedules.context import current_context
+        from tvm.script.ir_builder import tirx as IRB
+        cta = {}
+
+        def whole_tiles(sched, bx):
+            """The tiles this CTA runs whole, one after another: all of its tiles, or with
+            ``stream_k`` those before its stream-K range."""
+            return StreamK(sched.tiles, k_iters, ctas, T.if_then_else).dp_count(bx) if stream_k else sched.count(bx)
+
+        def declare_workspace(W_, F_):
+            """Stream-K: the scratch partials (fp32, a 64-row block per CTA and warpgroup) and their
+            flags; without it nothing (the parameters then leave the signature)."""
+            if stream_k:
+                cta["W"], cta["F"] = Ax.param(W_, scratch=True), Ax.param(F_, scratch=True)
+
+        def sk_range(sched, bx):
+            """``(split, b0, b1)``: the stream-K split and this CTA's range of its k-blocks."""
+            sk = StreamK(sched.tiles, k_iters, ctas, T.if_then_else)
+            return sk, sk.bound(bx, T.if_then_else), sk.bound(bx + 1, T.if_then_else)
+
+        def sk_loads(pool, pipe, A, B, SRT, sched, bx, trows, tiles):
+            """Producer: this CTA's stream-K k-blocks, continuing its pipeline iterations."""
+            sk, b0, b1 = sk_range(sched, bx)
+            dp = sk.dp_count(bx)
+            with IRB.serial(b0, b1) as u:
+                m_blk, n_blk = sched.coords(sk.dp_tiles + u // k_iters)
+                g.load(pool, pipe, A, B, SRT, dp * k_iters + u - b0, trows[m_blk, 0], n_blk, tiles[m_blk], u % k_iters)
+
+        def sk_pieces(pool, pipe, acc, out, part, C, sched, bx, wg, leader, trows):
+            """Consumer: this CTA's stream-K pieces (at most three: a tail, whole tiles, a head).  A
+            tail (``k0 > 0``) hands its partial to the CTA before it; a head (``k1 < k_iters``)
+            waits for the next CTA's and adds it; a head or a whole tile is stored."""
+            sk, b0, b1 = sk_range(sched, bx)
+            dp = sk.dp_count(bx)
+            t0, t1 = sk.tiles(b0, b1)
+            W, F = cta["W"], cta["F"]
+            with IRB.serial(t0, t1) as t:
+                k0, k1 = sk.piece(t, b0, b1, T.max, T.min)
+                m_blk, n_blk = sched.coords(sk.dp_tiles + t)
+                base = dp * k_iters + t * k_iters - b0      # the iteration of the tile's k-block 0
+                g.mma(pool, pipe, acc, wg, base + k0, False, leader)
+                with IRB.serial(k0 + 1, k1) as kb:
+                    g.mma(pool, pipe, acc, wg, base + kb, True, leader)
+                with IRB.If(k0 > 0):
+                    with IRB.Then():
+                        sk_publish(W, F, bx * g.consumers + wg, acc, leader, wg)
+                    with IRB.Else():
+                        partial = sk_take(W, F, (bx + 1) * g.consumers + wg, leader, wg, pred=k1 < k_iters)
+                        g.epilogue(acc, out, pool, C, wg, leader, trows[m_blk, 0], trows[m_blk, 1], n_blk,
+                                   partial, k1 < k_iters, part)
 
         @T.prim_func
         # sorted_ids (srt_) is used only by gather_rows, A_map only without it: TVM drops the unused one
         def moe_gemm(a_: T.handle, B_: T.Buffer((experts, n, k), dtype), c_: T.handle, srt_: T.handle,
                      tiles_: T.handle, trows_: T.handle, meta: T.Buffer((4,), "int32"), A_map: T.handle("tensormap"),
-                     B_map: T.handle("tensormap"), C_map: T.handle("tensormap")):
+                     B_map: T.handle("tensormap"), C_map: T.handle("tensormap"),
+                     W_: T.Buffer((ctas * g.consumers * 64, bn), "float32"), F_: T.Buffer((ctas * g.consumers,), "int32")):
             P = T.int32()
             MT = T.int32()
             NS = T.int32()
@@ -575,6 +646,7 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
             A, SRT = g.a_operands(A_, S_, A_map)
             B = Ax.param(B_, tensormap=B_map)
             C = Ax.param(_rows(C_, bm, n_out), tensormap=C_map, name="C")
+            declare_workspace(W_, F_)
             pool = Ax.cuda.dynamic_shared(ring.elems, dtype)
             pipe = Ax.cuda.pipeline(stages, producers=ring.copies, consumers=g.consumers)
             Ax.cuda.grid_wait()     # set-up above overlaps the previous kernel; its outputs are read below
@@ -582,10 +654,12 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
             sched = Ax.TileSchedule(meta[0], n_tiles, ctas, GROUP)
             with Ax.cuda.role(0, 1, regs=producer_regs):
                 with Ax.warps(0, GATHER_WARPS if gather_rows else 1):
-                    for it in T.serial(sched.count(bx)):
+                    for it in T.serial(whole_tiles(sched, bx)):
                         m_blk, n_blk = sched.coords(sched.tile(bx, it))
                         for kb in T.serial(k_iters):
                             g.load(pool, pipe, A, B, SRT, it * k_iters + kb, trows[m_blk, 0], n_blk, tiles[m_blk], kb)
+                    if stream_k:
+                        sk_loads(pool, pipe, A, B, SRT, sched, bx, trows, tiles)
                 # every load is issued: the next kernel may launch while the last tiles finish
                 Ax.cuda.launch_dependents()
             with Ax.cuda.role(1, 1 + g.consumers, regs=consumer_regs, each=True):
@@ -593,7 +667,7 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
                 leader = tx % 128 == 0
                 acc = Ax.registers((64, bn), "float32", g.acc_layout, name="acc")
                 out = Ax.registers((64, g.half), dtype, g.out_layout, name="out")
-                for it in T.serial(sched.count(bx)):
+                for it in T.serial(whole_tiles(sched, bx)):
                     m_blk, n_blk = sched.coords(sched.tile(bx, it))
                     base = it * k_iters
                     # first k-block overwrites; the last one is waited for in straight-line code
@@ -602,9 +676,13 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
                         g.mma(pool, pipe, acc, wg, base + kb, True, leader)
                     g.mma(pool, pipe, acc, wg, base + k_iters - 1, True, leader)
                     g.epilogue(acc, out, pool, C, wg, leader, trows[m_blk, 0], trows[m_blk, 1], n_blk)
+                if stream_k:
+                    part = Ax.registers((64, SK_PART), "float32", d_fragment(SK_PART, "tx"), name="part")
+                    sk_pieces(pool, pipe, acc, out, part, C, sched, bx, wg, leader, trows)
                 Ax.cuda.tma_store_wait(0, pred=leader)
         unbake_rows(current_context().tensormaps, ("C_map",) if gather_rows else ("A_map", "C_map"))
-        return moe_gemm
+        # without stream-K the workspace and flags leave the call signature
+        return moe_gemm if stream_k else Ax.without_params(moe_gemm, ("W_", "F_"))
 
     return Ax.Kernel(kname, factory, outputs=("C",),
                      meta={"n": n, "k": k, "dtype": dtype, "bm": bm, "bn": bn, "pad": g.pad, "act": act,

@@ -20,6 +20,11 @@ CONFIGS = {"small": {"bm": 64, "bn": 128}, "large": {"bm": 128, "bn": 256},
            # a few tokens (T <= 8): GEMM 1 in 48 + 48-row tiles, 16 per expert, so 8 experts fill 128
            # SMs with 384 KiB of weights each where 64 + 64-row tiles leave 36 SMs idle and stream 512
            "tiny_gather": {"bm": 64, "bn": 128, "bn1": 96, "pad": 16, "gather_rows": True, "bk": 128},
+           # both GEMMs' last whole round and partial one split over all CTAs in k-blocks (stream-K):
+           # no SM streams the last tiles alone (T = 32 on an H200: GEMM 1's 1392 tiles are 10
+           # rounds of 132 and 72 more, GEMM 2's 1856 are 14 and 8 more)
+           "small_gather_sk": {"bm": 64, "bn": 128, "pad": 16, "gather_rows": True, "bk": 128, "stream_k": True},
+           "large_gather_sk": {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True, "stream_k": True},
            # both GEMMs in one launch, GEMM 2's tiles pipelined behind GEMM 1's (kernels.moe.make_experts)
            "small_fused": {"bm": 64, "bn": 128, "pad": 16, "gather_rows": True, "fused": True, "bk": 128},
            "large_fused": {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True, "fused": True},

@@ -319,7 +319,8 @@ def test_gathering_gemm_counts_every_producer_thread():
     assert [a["name"] for a in art.launch["args"]][:4] == ["A_", "B_", "C_", "S_"]
 
 
-@pytest.mark.parametrize("config", ["small", "small_pad16", "large_gather", "tiny_gather", "large_fused", "tiny_fused"])
+@pytest.mark.parametrize("config", ["small", "small_pad16", "large_gather", "tiny_gather", "large_fused", "tiny_fused",
+                                    "small_gather_sk"])
 def test_layer_arguments_bind(config):
     """Every launch of ``Layer.experts`` (kernels/moe_host.py) against its artifact's signature:
     argument count, dtypes, shapes and shape symbols as the runtime checks them
@@ -336,7 +337,10 @@ def test_layer_arguments_bind(config):
             self.role = role
 
         def __call__(self, *args):
-            bind_arguments(built[self.role], args, device_type="meta")
+            # the runtime appends the scratch arguments the caller leaves out (stream-K's workspace)
+            scratch = [torch.zeros(a["shape"], dtype=getattr(torch, a["dtype"]), device="meta")
+                       for a in built[self.role]["args"][len(args):] if a.get("scratch")]
+            bind_arguments(built[self.role], tuple(args) + tuple(scratch), device_type="meta")
             calls.append(self.role)
 
     meta = dict(device="meta")
@@ -461,3 +465,69 @@ def test_default_configuration_by_tokens():
         assert cfg in moe_host.CONFIGS
         assert cfg == next((c for most, c in moe_host.CONFIG_BY_TOKENS if t <= most), moe_host.LARGEST)
     assert moe_host.config_for(4096) == "large" and moe_host.config_for(32) == "small_gather"
+
+
+
+def _grouped_sk_walk(tiles, k, ctas):
+    """The grouped GEMM's stream-K loops on a run-time tile count, walked on the CPU with the
+    kernel's own formulas (:class:`kernels.gemm.StreamK` with a Python ``select``): CTA p's whole
+    tiles p, p + ctas, ... (``dp_count``), then its pieces.  Returns ``{tile: [(k0, k1, cta, n,
+    pieces of that CTA)]}``."""
+    from kernels.gemm import StreamK
+    sk = StreamK(tiles, k, ctas, lambda c, a, b: a if c else b)
+    out = {}
+    for p in range(ctas):
+        for it in range(sk.dp_count(p)):
+            out.setdefault(p + it * ctas, []).append((0, k, p, 0, 1))
+        mine = sk.pieces(p)
+        for n, (t, k0, k1) in enumerate(mine):
+            out.setdefault(t, []).append((k0, k1, p, n, len(mine)))
+    return sk, out
+
+
+def test_grouped_stream_k_covers_every_k_block_once():
+    """For every run-time tile count from 1 to past three rounds (small grids and 132 CTAs, 4 to 16
+    k-blocks): each (tile, k-block) is computed exactly once; below one tile per CTA nothing is
+    split; a split tile has two pieces of at least two k-blocks — the head (from k-block 0) the last
+    piece of CTA p, which waits for CTA p + 1, whose first piece is the tail: no CTA waits on a
+    piece computed after its own wait — and the run-time split equals the build-time one."""
+    from kernels.gemm import StreamK
+    for ctas in (3, 7, 132):
+        for k in (4, 6, 12, 16):
+            for tiles in sorted({1, 2, ctas - 1, ctas, ctas + 1, 2 * ctas - 1, 2 * ctas, 2 * ctas + 5,
+                                 3 * ctas + ctas // 2} - {0}):
+                sk, pieces = _grouped_sk_walk(tiles, k, ctas)
+                assert sorted(pieces) == list(range(tiles)), (tiles, k, ctas)
+                if tiles >= ctas:
+                    static = StreamK(tiles, k, ctas)
+                    assert (sk.dp_waves, sk.units) == (static.dp_waves, static.units)
+                else:
+                    assert sk.units == 0 and all(len(ps) == 1 for ps in pieces.values())
+                for t, ps in pieces.items():
+                    ps.sort()
+                    assert ps[0][0] == 0 and ps[-1][1] == k and all(a[1] == b[0] for a, b in zip(ps, ps[1:])), (t, ps)
+                    assert len(ps) <= 2 and all(k1 - k0 >= 2 for k0, k1, *_ in ps), (t, ps)
+                    if len(ps) == 2:
+                        (_, _, p0, n0, c0), (_, _, p1, n1, _) = ps
+                        assert p1 == p0 + 1 and n0 == c0 - 1 and n1 == 0, (t, ps)
+
+
+def test_grouped_stream_k_builds_with_its_handover():
+    """``stream_k=True``: the workspace and flags are scratch arguments (the runtime supplies
+    them), the consumer publishes (``axe_flag_set``) and waits bounded (``axe_flag_take``), the
+    producer has a second loop of loads (the stream-K k-blocks), no spills; without it neither
+    the arguments nor the hand-over exist."""
+    from kernels import moe, moe_host
+    kw1, kw2 = moe_host.gemm_keywords("small_gather_sk")
+    assert kw1["stream_k"] and kw2["stream_k"]
+    for make, kw in ((moe.make_gemm1, kw1), (moe.make_gemm2, kw2)):
+        art = Ax.compile_kernel(make("bfloat16", **kw), "sm_90a")
+        scratch = {a["name"]: a for a in art.launch["args"] if a.get("scratch")}
+        assert sorted(scratch) == ["F_", "W_"] and scratch["W_"]["dtype"] == "float32"
+        body = art.cuda_source[art.cuda_source.rindex("__global__"):]
+        assert "axe_flag_set(" in body and "axe_flag_take(" in body
+        assert art.launch["resources"]["spill_stores"] == 0 and art.launch["resources"]["spill_loads"] == 0
+    plain = Ax.compile_kernel(moe.make_gemm2("bfloat16", **moe_host.gemm_keywords("small_gather")[1]), "sm_90a")
+    assert not any(a.get("scratch") for a in plain.launch["args"]) and "axe_flag_take(" not in plain.cuda_source
+    with pytest.raises(ValueError, match="stream_k needs at least 4 k-blocks"):
+        moe.make_gemm2("bfloat16", bm=64, bn=128, bk=256, stream_k=True)

@@ -24,6 +24,7 @@ TOKENS = {"small": (1, 8, 32, 64, 128, 512), "large": (513, 1024, 2048, 4096)}
 # the 16-row-padded and gathering twins serve the same T
 TOKENS.update({f"{c}_{v}": t for c, t in list(TOKENS.items()) for v in ("pad16", "gather")})
 TOKENS["tiny_gather"] = (1, 2, 8, 32)
+TOKENS.update(small_gather_sk=TOKENS["small"], large_gather_sk=TOKENS["large"])
 TOKENS.update(small_fused=TOKENS["small"], large_fused=TOKENS["large"], tiny_fused=TOKENS["tiny_gather"])
 TOL = {"bfloat16": 2e-2, "float16": 5e-3}
 
