@@ -72,6 +72,9 @@ GATHER_WARPS = 4         # the producer warpgroup's four warps gather (8 chunks 
 ROUTE_WARPS = 4          # tokens per routing CTA (one warp each)
 ALIGN_THREADS = 1024     # the permutation's one CTA
 ALIGN_TOKENS = 4         # tokens per align thread per batch (their 32 ids loaded at once)
+ALIGN_SPLIT_THREADS = 512   # the split alignment (make_align_split): threads per CTA,
+ALIGN_SPLIT_TOKENS = 128    # tokens per CTA (at least),
+ALIGN_SPLIT_CTAS = 64       # and CTAs at most (co-resident: each waits for all the others' histograms)
 PERMUTE_ROWS = 16        # rows gathered per permute CTA (256 threads: 16 chunks of 16 bytes each)
 STORE_ROWS = 16          # rows per epilogue store box where tiles overlap the next segment
 COMBINE_THREADS = 256
@@ -152,6 +155,68 @@ def make_route(dtype="bfloat16", experts=E, topk=TOPK):
     return moe_route
 
 
+def _align_buffers(ids_, pos_, sorted_, tiles_, trows_, n_tok, P, MT, topk):
+    """An alignment kernel's tensors: ids and pos (T, topk), sorted_ids (P,), tile_expert (MT,),
+    tile_rows (MT, 2), int32, their extents bound at launch."""
+    from tvm.script.ir_builder import IRBuilder
+    shapes = ((ids_, (n_tok, topk), "ids"), (pos_, (n_tok, topk), "pos"), (sorted_, (P,), "srt"),
+              (tiles_, (MT,), "tiles"), (trows_, (MT, 2), "trows"))
+    return tuple(IRBuilder.name(n, T.match_buffer(h, shape, "int32")) for h, shape, n in shapes)
+
+
+def _align_scan(cnt, off, cur, toff, meta, tiles, trows, tx, bm, pad, experts, write=None):
+    """The alignment's middle, after the counts ``cnt`` (shared, per expert) and before the
+    scatter: one warp pads, tiles and scans them — lane l takes experts ``l·per ..`` — into the
+    segment starts ``off`` (and the cursors ``cur``, equal to them) and the m-tile starts
+    ``toff``, lane 31 writes ``meta`` = (m-tiles, padded rows, 0, 0); after a CTA barrier, thread
+    e writes expert e's m-tiles into ``tiles`` and ``trows`` (the law:
+    :func:`axe.schedules.grouped.tiles`).  ``write``: where meta and the tables are written
+    (default: this CTA; every CTA of a split alignment scans, one writes)."""
+    from tvm.script.ir_builder import IRBuilder
+    from tvm.script.ir_builder import tirx as IRB
+    per = experts // 32
+    part, tpart = (IRBuilder.name(n, T.alloc_buffer((32,), "int32", scope="shared")) for n in ("part", "tpart"))
+    run, trun = (IRBuilder.name(n, T.alloc_buffer((1,), "int32", scope="local")) for n in ("run", "trun"))
+    padded = lambda c: (c + pad - 1) // pad * pad     # noqa: E731
+    with IRB.If(tx < 32):
+        with IRB.Then():
+            T.buffer_store(run, 0, [0])
+            T.buffer_store(trun, 0, [0])
+            for j in range(per):
+                T.buffer_store(run, run[0] + padded(cnt[tx * per + j]), [0])
+                T.buffer_store(trun, trun[0] + (cnt[tx * per + j] + bm - 1) // bm, [0])
+            T.buffer_store(part, run[0], [tx])
+            T.buffer_store(tpart, trun[0], [tx])
+            T.evaluate(T.cuda.warp_sync())
+            T.buffer_store(run, 0, [0])
+            T.buffer_store(trun, 0, [0])
+            with IRB.serial(32) as i:
+                with IRB.If(i < tx):
+                    with IRB.Then():
+                        T.buffer_store(run, run[0] + part[i], [0])
+                        T.buffer_store(trun, trun[0] + tpart[i], [0])
+            for j in range(per):
+                T.buffer_store(off, run[0], [tx * per + j])
+                T.buffer_store(cur, run[0], [tx * per + j])
+                T.buffer_store(toff, trun[0], [tx * per + j])
+                T.buffer_store(run, run[0] + padded(cnt[tx * per + j]), [0])
+                T.buffer_store(trun, trun[0] + (cnt[tx * per + j] + bm - 1) // bm, [0])
+            with IRB.If(tx == 31):
+                with IRB.Then():
+                    T.buffer_store(off, run[0], [experts])
+                    T.buffer_store(toff, trun[0], [experts])
+                    with guard(write):
+                        for q, v in enumerate((trun[0], run[0], 0, 0)):
+                            T.buffer_store(meta, v, [q])
+    T.evaluate(T.tvm_storage_sync("shared"))
+    with IRB.If(tx < experts if write is None else T.And(tx < experts, write)):
+        with IRB.Then():
+            with IRB.serial(toff[tx], toff[tx + 1]) as t:
+                T.buffer_store(tiles, tx, [t])
+                T.buffer_store(trows, off[tx] + (t - toff[tx]) * bm, [t, 0])
+                T.buffer_store(trows, T.min(bm, cnt[tx] - (t - toff[tx]) * bm), [t, 1])
+
+
 def make_align(bm, pad=None, experts=E, topk=TOPK):
     """The permutation: ``moe_align(ids (T, topk), sorted_ids (P,), tile_expert (MT,), tile_rows
     (MT, 2), meta (4,), pos (T, topk))``: each expert's segment padded to ``pad`` rows (default
@@ -163,7 +228,6 @@ def make_align(bm, pad=None, experts=E, topk=TOPK):
     if experts % 32 or experts > ALIGN_THREADS or pad % 16 or bm % pad:
         raise ValueError(f"moe_align: experts={experts} must be a multiple of 32 up to {ALIGN_THREADS}, "
                          f"pad={pad} a multiple of 16 that divides bm={bm}")
-    per = experts // 32
     nt = ALIGN_THREADS
 
     @Ax.kernel(name=align_name(bm, pad), outputs=("sorted_ids", "tile_expert", "tile_rows", "meta", "pos"),
@@ -175,11 +239,7 @@ def make_align(bm, pad=None, experts=E, topk=TOPK):
             n_tok = T.int32()
             P = T.int32()
             MT = T.int32()
-            ids = T.match_buffer(ids_, (n_tok, topk), "int32")
-            pos = T.match_buffer(pos_, (n_tok, topk), "int32")
-            srt = T.match_buffer(sorted_, (P,), "int32")
-            tiles = T.match_buffer(tiles_, (MT,), "int32")
-            trows = T.match_buffer(trows_, (MT, 2), "int32")
+            ids, pos, srt, tiles, trows = _align_buffers(ids_, pos_, sorted_, tiles_, trows_, n_tok, P, MT, topk)
             Ax.cuda.programmatic_launch()
             bx, tx = Ax.launch(1, nt)
             Ax.cuda.grid_wait()
@@ -187,10 +247,6 @@ def make_align(bm, pad=None, experts=E, topk=TOPK):
             cur = T.alloc_buffer((experts,), "int32", scope="shared")
             off = T.alloc_buffer((experts + 1,), "int32", scope="shared")
             toff = T.alloc_buffer((experts + 1,), "int32", scope="shared")
-            part = T.alloc_buffer((32,), "int32", scope="shared")
-            tpart = T.alloc_buffer((32,), "int32", scope="shared")
-            run = T.alloc_buffer((1,), "int32", scope="local")
-            trun = T.alloc_buffer((1,), "int32", scope="local")
             ev = T.alloc_buffer((ALIGN_TOKENS * topk,), "int32", scope="local")     # a batch's expert ids
             rounds = (n_tok + nt * ALIGN_TOKENS - 1) // (nt * ALIGN_TOKENS)
             if tx < experts:
@@ -210,40 +266,7 @@ def make_align(bm, pad=None, experts=E, topk=TOPK):
             for j in T.serial((P + nt - 1 - tx) // nt):
                 srt[tx + j * nt] = -1
             T.tvm_storage_sync("shared")
-            if tx < 32:     # one warp: lane l's experts l*per .. are padded, tiled and scanned
-                run[0] = 0
-                trun[0] = 0
-                for j in T.unroll(per):
-                    run[0] = run[0] + (cnt[tx * per + j] + pad - 1) // pad * pad
-                    trun[0] = trun[0] + (cnt[tx * per + j] + bm - 1) // bm
-                part[tx] = run[0]
-                tpart[tx] = trun[0]
-                T.evaluate(T.cuda.warp_sync())
-                run[0] = 0
-                trun[0] = 0
-                for i in T.serial(32):
-                    if i < tx:
-                        run[0] = run[0] + part[i]
-                        trun[0] = trun[0] + tpart[i]
-                for j in T.unroll(per):
-                    off[tx * per + j] = run[0]
-                    cur[tx * per + j] = run[0]
-                    toff[tx * per + j] = trun[0]
-                    run[0] = run[0] + (cnt[tx * per + j] + pad - 1) // pad * pad
-                    trun[0] = trun[0] + (cnt[tx * per + j] + bm - 1) // bm
-                if tx == 31:
-                    off[experts] = run[0]
-                    toff[experts] = trun[0]
-                    meta[0] = trun[0]
-                    meta[1] = run[0]
-                    meta[2] = 0
-                    meta[3] = 0
-            T.tvm_storage_sync("shared")
-            if tx < experts:
-                for t in T.serial(toff[tx], toff[tx + 1]):
-                    tiles[t] = tx
-                    trows[t, 0] = off[tx] + (t - toff[tx]) * bm
-                    trows[t, 1] = T.min(bm, cnt[tx] - (t - toff[tx]) * bm)
+            _align_scan(cnt, off, cur, toff, meta, tiles, trows, tx, bm, pad, experts)
             for r in T.serial(rounds):     # the same batches again: each (token, k) takes a row
                 for u in T.unroll(ALIGN_TOKENS):
                     if (r * ALIGN_TOKENS + u) * nt + tx < n_tok:
@@ -256,6 +279,95 @@ def make_align(bm, pad=None, experts=E, topk=TOPK):
                             p = T.cuda.atomic_add(T.address_of(cur[ev[u * topk + k]]), 1)
                             srt[p] = tok
                             pos[tok, k] = p
+            Ax.cuda.launch_dependents()
+        return moe_align
+    return moe_align
+
+
+def make_align_split(bm, pad=None, experts=E, topk=TOPK):
+    """The permutation of :func:`make_align` (same arguments, outputs and law) on many CTAs, for
+    many tokens, where one CTA is bound by its own SM (its shared-memory atomics and scattered
+    stores).  CTA c of ``G = min(ALIGN_SPLIT_CTAS, ceil(T / ALIGN_SPLIT_TOKENS))`` takes tokens
+    ``[c·chunk, (c+1)·chunk)``, counts their experts in shared memory and writes the histogram to
+    a scratch row; once every CTA has (a bounded readiness count, ``Ax.cuda.count_done`` /
+    ``wait_count``, all CTAs co-resident), each sums every CTA's histogram (the totals) and those
+    before it (its start inside each expert's segment), runs the same scan, and scatters its own
+    tokens.  The -1 padding of a segment is written by the CTA ``e mod G``, the rows past the last
+    segment by all CTAs, so no row is written twice and nothing waits on another CTA's stores.
+    CTA 0 writes the tile tables and ``meta``."""
+    pad = pad or bm
+    if experts % 32 or experts > ALIGN_SPLIT_THREADS or pad % 16 or bm % pad:
+        raise ValueError(f"moe_align: experts={experts} must be a multiple of 32 up to {ALIGN_SPLIT_THREADS}, "
+                         f"pad={pad} a multiple of 16 that divides bm={bm}")
+    nt, gmax, tpc = ALIGN_SPLIT_THREADS, ALIGN_SPLIT_CTAS, ALIGN_SPLIT_TOKENS
+
+    @Ax.kernel(name=align_name(bm, pad, split=True), outputs=("sorted_ids", "tile_expert", "tile_rows", "meta", "pos"),
+               threads=nt, dynamic=("T", "P", "MT"))
+    def moe_align():
+        @T.prim_func
+        def moe_align(ids_: T.handle, sorted_: T.handle, tiles_: T.handle, trows_: T.handle,
+                      meta: T.Buffer((4,), "int32"), pos_: T.handle, H_: T.Buffer((gmax, experts), "int32"),
+                      R_: T.Buffer((2,), "int32")):
+            n_tok = T.int32()
+            P = T.int32()
+            MT = T.int32()
+            ids, pos, srt, tiles, trows = _align_buffers(ids_, pos_, sorted_, tiles_, trows_, n_tok, P, MT, topk)
+            scratch = Ax.param(H_, scratch=True, name="histograms")     # (read and written as H_ below)
+            ready = Ax.param(R_, scratch=True, name="histograms_written")
+            Ax.cuda.programmatic_launch()
+            bx, tx = Ax.launch([T.min(gmax, (n_tok + tpc - 1) // tpc)], nt)
+            Ax.cuda.grid_wait()
+            G = T.min(gmax, (n_tok + tpc - 1) // tpc)
+            chunk = (n_tok + G - 1) // G
+            lo = bx * chunk
+            cnt = T.alloc_buffer((experts,), "int32", scope="shared")       # this CTA's, then the totals
+            mine = T.alloc_buffer((experts,), "int32", scope="shared")      # rows before this CTA's, per expert
+            cur = T.alloc_buffer((experts,), "int32", scope="shared")
+            off = T.alloc_buffer((experts + 1,), "int32", scope="shared")
+            toff = T.alloc_buffer((experts + 1,), "int32", scope="shared")
+            acc = T.alloc_buffer((2,), "int32", scope="local")
+            if tx < experts:
+                cnt[tx] = 0
+            T.tvm_storage_sync("shared")
+            for j in T.serial((chunk * topk + nt - 1) // nt):
+                f = j * nt + tx
+                if f < chunk * topk and lo + f // topk < n_tok:
+                    T.evaluate(T.cuda.atomic_add(T.address_of(cnt[ids[lo + f // topk, f % topk]]), 1))
+            T.tvm_storage_sync("shared")
+            if tx < experts:
+                H_[bx, tx] = cnt[tx]
+            Ax.cuda.fence_gpu()         # this thread's row entry before the count that announces it
+            T.tvm_storage_sync("shared")
+            Ax.cuda.count_done(ready, 0, tx == 0)
+            Ax.cuda.wait_count(ready, 0, G, 1, G, tx == 0)      # every CTA's histogram is written
+            T.tvm_storage_sync("shared")
+            Ax.cuda.fence_gpu()
+            if tx < experts:
+                acc[0] = 0
+                acc[1] = 0
+                for c in T.serial(G):
+                    acc[0] = acc[0] + H_[c, tx]
+                    if c < bx:
+                        acc[1] = acc[1] + H_[c, tx]
+                cnt[tx] = acc[0]
+                mine[tx] = acc[1]
+            T.tvm_storage_sync("shared")
+            _align_scan(cnt, off, cur, toff, meta, tiles, trows, tx, bm, pad, experts, write=bx == 0)
+            if tx < experts:
+                cur[tx] = off[tx] + mine[tx]
+                if tx % G == bx:        # expert tx's padding rows
+                    for r in T.serial(off[tx] + cnt[tx], off[tx + 1]):
+                        srt[r] = -1
+            for j in T.serial((P - off[experts] + G * nt - 1) // (G * nt)):     # rows past the last segment
+                if off[experts] + (j * G + bx) * nt + tx < P:
+                    srt[off[experts] + (j * G + bx) * nt + tx] = -1
+            T.tvm_storage_sync("shared")
+            for j in T.serial((chunk * topk + nt - 1) // nt):
+                f = j * nt + tx
+                if f < chunk * topk and lo + f // topk < n_tok:
+                    p = T.cuda.atomic_add(T.address_of(cur[ids[lo + f // topk, f % topk]]), 1)
+                    srt[p] = lo + f // topk
+                    pos[lo + f // topk, f % topk] = p
             Ax.cuda.launch_dependents()
         return moe_align
     return moe_align
@@ -858,5 +970,6 @@ def builds(dtypes=DTYPES):
             out[f"moe_gemm1_{dtype}_{cfg}"] = make_gemm1(dtype, name=f"moe_gemm1_{dtype}_{cfg}", **kw1)
             out[f"moe_gemm2_{dtype}_{cfg}"] = make_gemm2(dtype, name=f"moe_gemm2_{dtype}_{cfg}", **kw2)
     for kw in CONFIGS.values():
-        out[align_name(kw["bm"], kw.get("pad"))] = make_align(kw["bm"], kw.get("pad"))
+        split = kw.get("split_align", False)
+        out[align_name(kw["bm"], kw.get("pad"), split)] = (make_align_split if split else make_align)(kw["bm"], kw.get("pad"))
     return out

@@ -25,6 +25,10 @@ CONFIGS = {"small": {"bm": 64, "bn": 128}, "large": {"bm": 128, "bn": 256},
            # rounds of 132 and 72 more, GEMM 2's 1856 are 14 and 8 more)
            "small_gather_sk": {"bm": 64, "bn": 128, "pad": 16, "gather_rows": True, "bk": 128, "stream_k": True},
            "large_gather_sk": {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True, "stream_k": True},
+           # the alignment on many CTAs (kernels.moe.make_align_split): one CTA took 43 µs at
+           # T = 2048 and 75 at 4096 on an H200, bound by its own SM's atomics and stores
+           "large_gather_sa": {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True, "split_align": True},
+           "large_sa": {"bm": 128, "bn": 256, "split_align": True},
            # both GEMMs in one launch, GEMM 2's tiles pipelined behind GEMM 1's (kernels.moe.make_experts)
            "small_fused": {"bm": 64, "bn": 128, "pad": 16, "gather_rows": True, "fused": True, "bk": 128},
            "large_fused": {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True, "fused": True},
@@ -44,10 +48,11 @@ def config_for(tokens):
     return next((cfg for most, cfg in CONFIG_BY_TOKENS if tokens <= most), LARGEST)
 
 
-def align_name(bm, pad=None):
-    """The align artifact's name for ``bm``-row tiles over segments padded to ``pad`` rows."""
+def align_name(bm, pad=None, split=False):
+    """The align artifact's name for ``bm``-row tiles over segments padded to ``pad`` rows
+    (``split``: the many-CTA alignment, ``kernels.moe.make_align_split``)."""
     pad = pad or bm
-    return f"moe_align_bm{bm}" + ("" if pad == bm else f"_pad{pad}")
+    return f"moe_align_bm{bm}" + ("" if pad == bm else f"_pad{pad}") + ("_split" if split else "")
 
 
 def rows_and_tiles(tokens, config):
@@ -62,7 +67,7 @@ def gemm_keywords(config):
     """``(GEMM 1's, GEMM 2's)`` :func:`kernels.moe.make_grouped_gemm` keywords for ``config``:
     ``bn1`` (default ``bn``) is GEMM 1's tile width; GEMM 2 never gathers.  (A ``fused``
     configuration builds :func:`kernels.moe.make_experts` from ``CONFIGS[config]`` itself.)"""
-    kw = {k: v for k, v in CONFIGS[config].items() if k not in ("bn1", "fused")}
+    kw = {k: v for k, v in CONFIGS[config].items() if k not in ("bn1", "fused", "split_align")}
     return dict(kw, bn=CONFIGS[config].get("bn1", kw["bn"])), {k: v for k, v in kw.items() if k != "gather_rows"}
 
 
@@ -71,7 +76,7 @@ def artifact_names(dtype, config):
     cfg = CONFIGS[config]
     gemms = ({"experts": f"moe_experts_{dtype}_{config}"} if cfg.get("fused") else
              {"gemm1": f"moe_gemm1_{dtype}_{config}", "gemm2": f"moe_gemm2_{dtype}_{config}"})
-    return {"route": f"moe_route_{dtype}", "align": align_name(cfg["bm"], cfg.get("pad")),
+    return {"route": f"moe_route_{dtype}", "align": align_name(cfg["bm"], cfg.get("pad"), cfg.get("split_align", False)),
             "permute": f"moe_permute_{dtype}", **gemms, "combine": f"moe_combine_{dtype}"}
 
 

@@ -320,7 +320,7 @@ def test_gathering_gemm_counts_every_producer_thread():
 
 
 @pytest.mark.parametrize("config", ["small", "small_pad16", "large_gather", "tiny_gather", "large_fused", "tiny_fused",
-                                    "small_gather_sk"])
+                                    "small_gather_sk", "large_gather_sa"])
 def test_layer_arguments_bind(config):
     """Every launch of ``Layer.experts`` (kernels/moe_host.py) against its artifact's signature:
     argument count, dtypes, shapes and shape symbols as the runtime checks them
@@ -531,3 +531,90 @@ def test_grouped_stream_k_builds_with_its_handover():
     assert not any(a.get("scratch") for a in plain.launch["args"]) and "axe_flag_take(" not in plain.cuda_source
     with pytest.raises(ValueError, match="stream_k needs at least 4 k-blocks"):
         moe.make_gemm2("bfloat16", bm=64, bn=128, bk=256, stream_k=True)
+
+
+def _split_align_model(ids, experts, pad, bm, P, ctas, per_cta):
+    """``kernels.moe.make_align_split`` step by step in numpy: CTA c's chunk of tokens, its
+    histogram, the totals and the rows before it, the scan, the padding owned by CTA ``e mod G``,
+    the rows past the last segment written by every CTA, each CTA's scatter in its own order.
+    Returns (srt, pos, meta, tile tables) and how often each row of srt was written."""
+    from axe.schedules.grouped import segments
+    n_tok, topk = ids.shape
+    G = min(ctas, -(-n_tok // per_cta))
+    chunk = -(-n_tok // G)
+    hist = np.zeros((G, experts), int)
+    for c in range(G):
+        for t in range(c * chunk, min(n_tok, (c + 1) * chunk)):
+            for k in range(topk):
+                hist[c, ids[t, k]] += 1
+    total = hist.sum(0)
+    off, used = segments(total, pad)
+    off = list(off) + [used]
+    srt, writes, pos = np.full(P, 12345), np.zeros(P, int), np.full((n_tok, topk), -1)
+    for c in range(G):
+        cur = [off[e] + hist[:c, e].sum() for e in range(experts)]
+        for e in range(experts):
+            if e % G == c:
+                for r in range(off[e] + total[e], off[e + 1]):
+                    srt[r] = -1
+                    writes[r] += 1
+        for r in range(used + c * 512, P, G * 512):     # the kernel's strided tail, 512 threads
+            for q in range(r, min(r + 512, P)):
+                srt[q] = -1
+                writes[q] += 1
+        for t in range(c * chunk, min(n_tok, (c + 1) * chunk)):
+            for k in range(topk):
+                p = cur[ids[t, k]]
+                cur[ids[t, k]] += 1
+                srt[p], pos[t, k] = t, p
+                writes[p] += 1
+    return srt, pos, total, used, writes, G
+
+
+@pytest.mark.parametrize("tokens,pad,bm,seed", [(1, 16, 128, 0), (127, 16, 128, 1), (300, 16, 64, 2), (2049, 16, 128, 3),
+                                               (4096, 128, 128, 4), (9000, 16, 128, 5)])
+def test_split_align_model_meets_the_law(tokens, pad, bm, seed):
+    """The split alignment's algorithm (numpy model of its CTAs) meets the alignment's contract for
+    1 to 64 CTAs: every segment holds exactly its expert's (token, k) pairs, its padding and the
+    rows past the last segment are -1, every row of the buffer is written exactly once (so no CTA
+    waits on another's stores), ``pos`` points at each pair's row, and the totals and padded rows
+    are those of :func:`axe.schedules.grouped.segments`."""
+    from axe.schedules.grouped import capacity, segments
+    from kernels import moe
+    rng = np.random.default_rng(seed)
+    experts, topk = 128, 8
+    ids = np.stack([rng.choice(experts, topk, replace=False, p=None if seed % 2 else
+                               np.r_[np.full(8, 0.05), np.full(120, 0.6 / 120)]) for _ in range(tokens)])
+    P = capacity(tokens * topk, experts, pad) + bm
+    srt, pos, total, used, writes, G = _split_align_model(ids, experts, pad, bm, P, moe.ALIGN_SPLIT_CTAS,
+                                                          moe.ALIGN_SPLIT_TOKENS)
+    assert 1 <= G <= moe.ALIGN_SPLIT_CTAS and (writes == 1).all()
+    off, want_used = segments(np.bincount(ids.ravel(), minlength=experts), pad)
+    assert used == want_used and (total == np.bincount(ids.ravel(), minlength=experts)).all()
+    for e in range(experts):
+        seg = srt[off[e]:off[e] + total[e]]
+        assert sorted(seg.tolist()) == sorted(np.nonzero(ids == e)[0].tolist())
+    assert (srt[used:] == -1).all()
+    assert all(srt[pos[t, k]] == t and ids[t, k] == next(e for e in range(experts) if off[e] <= pos[t, k] < off[e] + total[e])
+               for t in range(min(tokens, 50)) for k in range(topk))
+
+
+def test_split_align_protocol():
+    """The split alignment's CUDA: its histograms and counts are scratch arguments (the runtime
+    supplies them), each CTA fences its histogram row, one thread announces it (release) and waits
+    for all G CTAs' (bounded; the last reader resets the counts), the reads of the other rows come
+    after the wait and a fence; meta and the tile tables are written by CTA 0 alone; the grid is
+    min(ALIGN_SPLIT_CTAS, ceil(T / ALIGN_SPLIT_TOKENS))."""
+    from kernels import moe, moe_host
+    art = Ax.compile_kernel(moe.make_align_split(128, 16), "sm_90a")
+    assert art.launch["name"] == moe_host.align_name(128, 16, split=True) == "moe_align_bm128_pad16_split"
+    assert {a["name"] for a in art.launch["args"] if a.get("scratch")} == {"H_", "R_"}
+    assert art.launch["grid"][0] == f"min({moe.ALIGN_SPLIT_CTAS}, ((n_tok + {moe.ALIGN_SPLIT_TOKENS - 1}) // {moe.ALIGN_SPLIT_TOKENS}))"
+    body = art.cuda_source[art.cuda_source.rindex("__global__"):]
+    write, fence = body.index("H__ptr[((((int)blockIdx.x) * 128)"), body.index("axe_fence_gpu()")
+    done, wait = body.index("axe_count_done("), body.index("axe_wait_count(")
+    read = body.index("H__ptr[((c * 128)")
+    assert write < fence < done < wait < body.index("axe_fence_gpu()", wait) < read
+    assert re.search(r"if \(\(\(int\)blockIdx.x\) == 0\) \{\s*meta_ptr\[0\]", body)
+    assert art.launch["resources"]["spill_stores"] == 0
+    assert moe_host.artifact_names("bfloat16", "large_gather_sa")["align"] == "moe_align_bm128_pad16_split"

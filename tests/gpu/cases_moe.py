@@ -24,7 +24,8 @@ TOKENS = {"small": (1, 8, 32, 64, 128, 512), "large": (513, 1024, 2048, 4096)}
 # the 16-row-padded and gathering twins serve the same T
 TOKENS.update({f"{c}_{v}": t for c, t in list(TOKENS.items()) for v in ("pad16", "gather")})
 TOKENS["tiny_gather"] = (1, 2, 8, 32)
-TOKENS.update(small_gather_sk=TOKENS["small"], large_gather_sk=TOKENS["large"])
+TOKENS.update(small_gather_sk=TOKENS["small"], large_gather_sk=TOKENS["large"], large_gather_sa=TOKENS["large"],
+              large_sa=TOKENS["large"])
 TOKENS.update(small_fused=TOKENS["small"], large_fused=TOKENS["large"], tiny_fused=TOKENS["tiny_gather"])
 TOL = {"bfloat16": 2e-2, "float16": 5e-3}
 
@@ -104,7 +105,7 @@ def check_route(kernel, torch):
 def check_align(kernel, torch):
     import re
     from axe.schedules.grouped import capacity, segments, tile_capacity, tiles
-    bm, pad = re.fullmatch(r"moe_align_bm(\d+)(?:_pad(\d+))?", kernel.launch["name"]).groups()
+    bm, pad = re.fullmatch(r"moe_align_bm(\d+)(?:_pad(\d+))?(?:_split)?", kernel.launch["name"]).groups()
     bm = int(bm)
     pad = int(pad or bm)
     for tokens, skewed in ((1, False), (32, False), (4096, False), (4096, True), (300, True)):
