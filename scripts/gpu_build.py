@@ -4,7 +4,7 @@
 Collects ``BUILDS`` from every ``tests/gpu/cases_*.py`` (see ``tests/gpu/cases_runtime.py``),
 builds each artifact with TVM + nvcc and saves it.  ``.carry/`` is git-ignored and travels to
 the GPU machine when named in the device tool's ``carry``; ``tests/gpu/run_all.py`` runs them
-there.  Usage: ``.venv/bin/python scripts/gpu_build.py [--out DIR] [--only NAME ...]``.
+there.  Usage: ``.venv/bin/python scripts/gpu_build.py [--out DIR] [--only NAME ...] [--match REGEX]``.
 """
 
 import argparse
@@ -36,12 +36,21 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(ROOT, ".carry", "artifacts"))
     ap.add_argument("--only", nargs="*", help="artifact names to build (default: all)")
+    ap.add_argument("--match", default=None, metavar="REGEX",
+                    help="build the artifacts whose names match REGEX (re.match), e.g. 'moe_|gemm_fp8_|.*_timeout$'")
     args = ap.parse_args(argv)
+    cases = load_cases()
+    if args.match:
+        import re
+        names = [n for _, mod in cases for n in getattr(mod, "BUILDS", {})]
+        args.only = [n for n in names if re.match(args.match, n)] + (args.only or [])
+        if not args.only:
+            ap.error(f"--match {args.match!r}: no artifact name matches")
     if not args.only and os.path.isdir(args.out):
         shutil.rmtree(args.out)  # no stale artifacts from removed cases
     os.makedirs(args.out, exist_ok=True)
     from axe.progress import Progress
-    jobs = [(case_name, name, builder) for case_name, mod in load_cases()
+    jobs = [(case_name, name, builder) for case_name, mod in cases
             for name, builder in getattr(mod, "BUILDS", {}).items() if not args.only or name in args.only]
     with Progress(len(jobs), "build", stream=sys.stdout) as p:
         for case_name, name, builder in jobs:
