@@ -71,7 +71,6 @@ GATHER_REGS = 56         # a producer warp that gathers rows computes addresses 
 GATHER_WARPS = 4         # the producer warpgroup's four warps gather (8 chunks each at bm=128)
 ROUTE_WARPS = 4          # tokens per routing CTA (one warp each)
 ALIGN_THREADS = 1024     # the permutation's one CTA
-ALIGN_TOKENS = 4         # tokens per align thread per batch (their 32 ids loaded at once)
 ALIGN_SPLIT_THREADS = 512   # the split alignment (make_align_split): threads per CTA,
 ALIGN_SPLIT_TOKENS = 128    # tokens per CTA (at least),
 ALIGN_SPLIT_CTAS = 64       # and CTAs at most (co-resident: each waits for all the others' histograms)
@@ -247,38 +246,24 @@ def make_align(bm, pad=None, experts=E, topk=TOPK):
             cur = T.alloc_buffer((experts,), "int32", scope="shared")
             off = T.alloc_buffer((experts + 1,), "int32", scope="shared")
             toff = T.alloc_buffer((experts + 1,), "int32", scope="shared")
-            ev = T.alloc_buffer((ALIGN_TOKENS * topk,), "int32", scope="local")     # a batch's expert ids
-            rounds = (n_tok + nt * ALIGN_TOKENS - 1) // (nt * ALIGN_TOKENS)
+            n = n_tok * topk
             if tx < experts:
                 cnt[tx] = 0
             T.tvm_storage_sync("shared")
-            # one CTA is latency-bound: each thread loads a batch of tokens' ids (all loads in
-            # flight at once, consecutive tokens across a warp), then counts them
-            for r in T.serial(rounds):
-                for u in T.unroll(ALIGN_TOKENS):
-                    if (r * ALIGN_TOKENS + u) * nt + tx < n_tok:
-                        for k in T.unroll(topk):
-                            ev[u * topk + k] = ids[(r * ALIGN_TOKENS + u) * nt + tx, k]
-                for u in T.unroll(ALIGN_TOKENS):
-                    if (r * ALIGN_TOKENS + u) * nt + tx < n_tok:
-                        for k in T.unroll(topk):
-                            T.evaluate(T.cuda.atomic_add(T.address_of(cnt[ev[u * topk + k]]), 1))
+            # consecutive (token, k) pairs across the threads (batching 4 tokens' ids per thread
+            # instead was 1.4-1.8x slower on an H200 at T = 1024..4096: moe-stages-2026-11-23*)
+            for j in T.serial((n + nt - 1 - tx) // nt):
+                a = tx + j * nt
+                T.evaluate(T.cuda.atomic_add(T.address_of(cnt[ids[a // topk, a % topk]]), 1))
             for j in T.serial((P + nt - 1 - tx) // nt):
                 srt[tx + j * nt] = -1
             T.tvm_storage_sync("shared")
             _align_scan(cnt, off, cur, toff, meta, tiles, trows, tx, bm, pad, experts)
-            for r in T.serial(rounds):     # the same batches again: each (token, k) takes a row
-                for u in T.unroll(ALIGN_TOKENS):
-                    if (r * ALIGN_TOKENS + u) * nt + tx < n_tok:
-                        for k in T.unroll(topk):
-                            ev[u * topk + k] = ids[(r * ALIGN_TOKENS + u) * nt + tx, k]
-                for u in T.unroll(ALIGN_TOKENS):
-                    tok = (r * ALIGN_TOKENS + u) * nt + tx
-                    if tok < n_tok:
-                        for k in T.unroll(topk):
-                            p = T.cuda.atomic_add(T.address_of(cur[ev[u * topk + k]]), 1)
-                            srt[p] = tok
-                            pos[tok, k] = p
+            for j in T.serial((n + nt - 1 - tx) // nt):     # each (token, k) takes a row
+                a = tx + j * nt
+                p = T.cuda.atomic_add(T.address_of(cur[ids[a // topk, a % topk]]), 1)
+                srt[p] = a // topk
+                pos[a // topk, a % topk] = p
             Ax.cuda.launch_dependents()
         return moe_align
     return moe_align
