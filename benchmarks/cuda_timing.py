@@ -17,7 +17,7 @@ def eager_ms(torch, fn, reps, warmup=3):
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b))
-    return sorted(times)[len(times) // 2]
+    return median(times)
 
 
 def capture(torch, fn, warmup=2):
@@ -52,4 +52,20 @@ def graph_ms(torch, graph, reps, inner=10):
         b.record()
         b.synchronize()
         times.append(a.elapsed_time(b) / inner)
+    return median(times)
+
+
+def median(times):
+    """The middle of ``times`` (of an even count, the upper of the two middle values)."""
     return sorted(times)[len(times) // 2]
+
+
+def round_robin(timers, rounds):
+    """``{name: [ms, ...]}``: each timer of ``timers`` (name -> a call returning milliseconds)
+    called ``rounds`` times, round robin (a, b, a, b, ...), so that a drift of the GPU's clock or
+    temperature falls on every side alike."""
+    out = {name: [] for name in timers}
+    for _ in range(rounds):
+        for name, timer in timers.items():
+            out[name].append(timer())
+    return out

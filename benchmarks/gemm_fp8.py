@@ -299,12 +299,10 @@ def retime(fns, row, rounds):
     """Time axe's chosen variant and every correct peer again, ``rounds`` times round robin; each
     figure becomes the median of these rounds alone (``ms_rounds`` keeps them): the first timing
     chose axe's variant among several, and a minimum over noisy timings would flatter it."""
-    row["ms_rounds"] = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            row["ms_rounds"][name].append(bench(fn))
+    from cuda_timing import median, round_robin
+    row["ms_rounds"] = round_robin({name: (lambda fn: lambda: bench(fn))(fn) for name, fn in fns.items()}, rounds)
     for name, times in row["ms_rounds"].items():
-        row["ms"][name] = sorted(times)[len(times) // 2]
+        row["ms"][name] = median(times)
 
 
 def run_shape(shape, artifacts, peers, tri, cub, dg, variants=VARIANTS, rounds=0):

@@ -195,14 +195,11 @@ def interleaved_rounds(torch, graphs, row, reps, rounds):
     that a drift of the GPU's clock or temperature falls on every side alike; ``row[name +
     "_graph"]`` becomes the median over all rounds (the first included) and ``_graph_rounds``
     keeps each round's figure: a difference smaller than their spread is noise."""
-    for name in graphs:
-        row[f"{name}_graph_rounds"] = [row[f"{name}_graph"]]
-    for _ in range(rounds):
-        for name, g in graphs.items():
-            row[f"{name}_graph_rounds"].append(cuda_timing.graph_ms(torch, g, reps))
-    for name in graphs:
-        times = sorted(row[f"{name}_graph_rounds"])
-        row[f"{name}_graph"] = times[len(times) // 2]
+    more = cuda_timing.round_robin({name: (lambda g: lambda: cuda_timing.graph_ms(torch, g, reps))(g)
+                                    for name, g in graphs.items()}, rounds)
+    for name, times in more.items():
+        row[f"{name}_graph_rounds"] = [row[f"{name}_graph"]] + times
+        row[f"{name}_graph"] = cuda_timing.median(row[f"{name}_graph_rounds"])
 
 
 def time_only(torch, name, fn, row, errors, reps):

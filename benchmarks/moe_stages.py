@@ -32,10 +32,13 @@ def variants(folder, dtype, config):
     """``{tag: (gemm1 name, gemm2 name)}``: the configuration's own pair and every built variant of
     it (``moe_gemm1_DTYPE_CONFIG_*`` with its gemm2 twin); a fused configuration: ``{config: ()}``
     (its one kernel is among :func:`kernels.moe_host.artifact_names`)."""
-    from kernels.moe_host import CONFIGS
+    from kernels.moe_host import CONFIGS, artifact_names, gemm_config
     if CONFIGS[config].get("fused"):      # one kernel for both GEMMs: artifact_names has it
         return {config: ()}
-    out = {config: (f"moe_gemm1_{dtype}_{config}", f"moe_gemm2_{dtype}_{config}")}
+    names = artifact_names(dtype, config)
+    out = {config: (names["gemm1"], names["gemm2"])}
+    if gemm_config(config) != config:     # another configuration's GEMMs: their variants are that one's
+        return out
     for path in sorted(glob.glob(os.path.join(folder, f"moe_gemm1_{dtype}_{config}_*"))):
         tag = os.path.basename(path)[len(f"moe_gemm1_{dtype}_"):]
         owner = max((c for c in CONFIGS if tag.startswith(c + "_") or tag == c), key=len)

@@ -63,7 +63,7 @@ from axe.layout import S
 from axe.schedules.emit import guard
 from axe.backends.cuda.schedules.wgmma import d_fragment
 from kernels.gemm import StreamK, sk_publish, sk_take, swizzled, unbake_rows
-from kernels.moe_host import CONFIGS, DTYPES, E, HIDDEN, INTER, TOPK, align_name, gemm_keywords
+from kernels.moe_host import CONFIGS, DTYPES, E, HIDDEN, INTER, TOPK, align_name, gemm_config, gemm_keywords
 
 BK, SMS, GROUP = 64, 132, 16
 PRODUCER_REGS, CONSUMER_REGS = 40, 232
@@ -441,7 +441,6 @@ class GroupedGemm:
     :func:`make_grouped_gemm`'s (which documents them)."""
 
     def __init__(self, n, k, dtype, bm, bn, bk, act, pad, gather_rows):
-        from axe.backends.cuda.schedules.wgmma import d_fragment
         if bm not in (64, 128) or bn not in (96, 128, 256) or act not in (None, "silu_mul") or (bn == 96 and not act):
             raise ValueError(f"moe_gemm: bm must be 64 or 128, bn 128 or 256 (or 96 with silu_mul: 48 gate + 48 up "
                              f"rows), act None or 'silu_mul' (got {bm}, {bn}, {act!r})")
@@ -642,7 +641,7 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
 
     ``ctas_per_sm``: persistent CTAs resident on each SM (``__launch_bounds__(threads, ctas_per_sm)``,
     no ``setmaxnreg``): with 2, one CTA's loads go on while the other runs its epilogue, at the
-    price of half the shared memory each (``stages`` must fit it).
+    price of half the shared memory each (``stages`` must fit it; on an H200 it did not help).
 
     ``stream_k``: the tiles of the last whole round and the partial one (the count is read on the
     device) are split over all CTAs in whole k-blocks (:class:`kernels.gemm.StreamK`), so no SM
@@ -675,10 +674,14 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
         from tvm.script.ir_builder import tirx as IRB
         cta = {}
 
+        def split(sched):
+            """The stream-K split of the tile count read on the device."""
+            return StreamK(sched.tiles, k_iters, ctas, T.if_then_else)
+
         def whole_tiles(sched, bx):
             """The tiles this CTA runs whole, one after another: all of its tiles, or with
             ``stream_k`` those before its stream-K range."""
-            return StreamK(sched.tiles, k_iters, ctas, T.if_then_else).dp_count(bx) if stream_k else sched.count(bx)
+            return split(sched).dp_count(bx) if stream_k else sched.count(bx)
 
         def declare_workspace(W_, F_):
             """Stream-K: the scratch partials (fp32, a 64-row block per CTA and warpgroup) and their
@@ -687,14 +690,14 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
                 cta["W"], cta["F"] = Ax.param(W_, scratch=True), Ax.param(F_, scratch=True)
 
         def sk_range(sched, bx):
-            """``(split, b0, b1)``: the stream-K split and this CTA's range of its k-blocks."""
-            sk = StreamK(sched.tiles, k_iters, ctas, T.if_then_else)
-            return sk, sk.bound(bx, T.if_then_else), sk.bound(bx + 1, T.if_then_else)
+            """``(split, b0, b1, dp)``: the stream-K split, this CTA's range of its k-blocks and the
+            whole tiles it runs before them."""
+            sk = split(sched)
+            return sk, sk.bound(bx, T.if_then_else), sk.bound(bx + 1, T.if_then_else), sk.dp_count(bx)
 
         def sk_loads(pool, pipe, A, B, SRT, sched, bx, trows, tiles):
             """Producer: this CTA's stream-K k-blocks, continuing its pipeline iterations."""
-            sk, b0, b1 = sk_range(sched, bx)
-            dp = sk.dp_count(bx)
+            sk, b0, b1, dp = sk_range(sched, bx)
             with IRB.serial(b0, b1) as u:
                 m_blk, n_blk = sched.coords(sk.dp_tiles + u // k_iters)
                 g.load(pool, pipe, A, B, SRT, dp * k_iters + u - b0, trows[m_blk, 0], n_blk, tiles[m_blk], u % k_iters)
@@ -703,8 +706,7 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
             """Consumer: this CTA's stream-K pieces (at most three: a tail, whole tiles, a head).  A
             tail (``k0 > 0``) hands its partial to the CTA before it; a head (``k1 < k_iters``)
             waits for the next CTA's and adds it; a head or a whole tile is stored."""
-            sk, b0, b1 = sk_range(sched, bx)
-            dp = sk.dp_count(bx)
+            sk, b0, b1, dp = sk_range(sched, bx)
             t0, t1 = sk.tiles(b0, b1)
             W, F = cta["W"], cta["F"]
             with IRB.serial(t0, t1) as t:
@@ -947,6 +949,8 @@ def builds(dtypes=DTYPES):
         out[f"moe_permute_{dtype}"] = make_permute(dtype)
         out[f"moe_combine_{dtype}"] = make_combine(dtype)
         for cfg, kw in CONFIGS.items():
+            if gemm_config(cfg) != cfg:         # its GEMMs are another configuration's
+                continue
             if kw.get("fused"):
                 out[f"moe_experts_{dtype}_{cfg}"] = make_experts(
                     dtype, name=f"moe_experts_{dtype}_{cfg}", **{k: v for k, v in kw.items() if k != "fused"})

@@ -26,7 +26,8 @@ CONFIGS = {"small": {"bm": 64, "bn": 128}, "large": {"bm": 128, "bn": 256},
            "small_gather_sk": {"bm": 64, "bn": 128, "pad": 16, "gather_rows": True, "bk": 128, "stream_k": True},
            "large_gather_sk": {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True, "stream_k": True},
            # the alignment on many CTAs (kernels.moe.make_align_split): one CTA took 43 µs at
-           # T = 2048 and 75 at 4096 on an H200, bound by its own SM's atomics and stores
+           # T = 2048 and 75 at 4096 on an H200, bound by its own SM's atomics and stores; the
+           # GEMMs are their twins' (gemm_config)
            "large_gather_sa": {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True, "split_align": True},
            "large_sa": {"bm": 128, "bn": 256, "split_align": True},
            # both GEMMs in one launch, GEMM 2's tiles pipelined behind GEMM 1's (kernels.moe.make_experts)
@@ -71,11 +72,23 @@ def gemm_keywords(config):
     return dict(kw, bn=CONFIGS[config].get("bn1", kw["bn"])), {k: v for k, v in kw.items() if k != "gather_rows"}
 
 
+def gemm_config(config):
+    """The configuration whose grouped-GEMM artifacts ``config`` runs: itself, or for a
+    ``split_align`` one the configuration it differs from only by the alignment (built once)."""
+    kw = {k: v for k, v in CONFIGS[config].items() if k != "split_align"}
+    if kw == CONFIGS[config]:
+        return config
+    same = [c for c, v in CONFIGS.items() if v == kw]
+    if not same:
+        raise ValueError(f"moe: configuration {config!r} has no twin without split_align among {sorted(CONFIGS)}")
+    return same[0]
+
+
 def artifact_names(dtype, config):
     """The artifacts one layer run needs, by role (names as ``kernels.moe.builds`` gives them)."""
-    cfg = CONFIGS[config]
-    gemms = ({"experts": f"moe_experts_{dtype}_{config}"} if cfg.get("fused") else
-             {"gemm1": f"moe_gemm1_{dtype}_{config}", "gemm2": f"moe_gemm2_{dtype}_{config}"})
+    cfg, g = CONFIGS[config], gemm_config(config)
+    gemms = ({"experts": f"moe_experts_{dtype}_{g}"} if cfg.get("fused") else
+             {"gemm1": f"moe_gemm1_{dtype}_{g}", "gemm2": f"moe_gemm2_{dtype}_{g}"})
     return {"route": f"moe_route_{dtype}", "align": align_name(cfg["bm"], cfg.get("pad"), cfg.get("split_align", False)),
             "permute": f"moe_permute_{dtype}", **gemms, "combine": f"moe_combine_{dtype}"}
 
