@@ -261,6 +261,15 @@ def table(result):
     return "\n".join(lines)
 
 
+def triton_version():
+    """Triton's version where it imports (SGLang's kernels are Triton), else why not."""
+    try:
+        import triton
+        return triton.__version__
+    except ImportError as err:
+        return f"not importable: {err}"
+
+
 def load_peers(torch, args, w1, result):
     """``{name: fn(x, w1, w2, ids, weights)}`` of the peers that can run, and the SGLang module
     namespace (or None); every reason a peer cannot run goes to ``result["errors"]``."""
@@ -269,7 +278,7 @@ def load_peers(torch, args, w1, result):
     try:
         from benchmarks import moe_sglang
         source = args.sglang if args.sglang and os.path.isdir(args.sglang) else find_wheel(args.wheels, "sglang")
-        info = result["sglang"] = {"source": source, "steps": moe_sglang.STEPS}
+        info = result["sglang"] = {"source": source, "wheel": moe_sglang.wheel_of(source), "steps": moe_sglang.STEPS}
         # tvm-ffi would JIT-build a torch DLPack addon at import where torch lacks the native exchange
         # API; it then converts tensors through __dlpack__ instead (torch's own API is used if present)
         os.environ.setdefault("TVM_FFI_DISABLE_TORCH_C_DLPACK", "1")
@@ -359,7 +368,7 @@ def main(argv=None):
     from kernels import moe_host as moe
     dt = getattr(torch, args.dtype)
     result = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(), "dtype": args.dtype,
-              "torch": torch.__version__, "errors": {}, "rows": []}
+              "torch": torch.__version__, "triton": triton_version(), "errors": {}, "rows": []}
     timed = lambda fn: cuda_timing.eager_ms(torch, fn, 10)     # noqa: E731
     bw, peak = moe_bounds.copy_bandwidth(torch, timed), moe_bounds.mm_throughput(torch, timed, dt)
     result["device_rates"] = {"copy_bytes_per_s": bw, "mm_flop_per_s": peak}

@@ -82,6 +82,10 @@ STEPS = {
 }
 
 
+#: the file an extraction records its wheel's name in
+WHEEL_NOTE = "WHEEL"
+
+
 def extract(wheel, dest):
     """Unzip :data:`MEMBERS` and the tuned configs of ``wheel`` under ``dest``; returns ``dest``.
     ``wheel`` may instead be a folder that such an extraction made (``benchmarks/build_moe.py``
@@ -98,7 +102,18 @@ def extract(wheel, dest):
         if missing:
             raise FileNotFoundError(f"{os.path.basename(wheel)} lacks {missing}: not the SGLang layout this peer knows")
         z.extractall(dest, names)
+    with open(os.path.join(dest, WHEEL_NOTE), "w") as f:     # which release the files are, for the results
+        f.write(os.path.basename(wheel))
     return dest
+
+
+def wheel_of(source):
+    """The wheel file name SGLang's files came from: ``source`` itself, or the note an extraction
+    left in its folder (None for an older extraction without one)."""
+    if not os.path.isdir(source):
+        return os.path.basename(source)
+    note = os.path.join(source, WHEEL_NOTE)
+    return open(note).read().strip() if os.path.isfile(note) else None
 
 
 def _shell(name, folder, **attrs):
