@@ -281,20 +281,25 @@ class StreamK:
     expression, ``select`` = ``T.if_then_else``): with fewer tiles than CTAs there is no split,
     each CTA runs its one tile or none (:meth:`dp_count`)."""
 
-    def __init__(self, tiles, k_iters, ctas, select=None):
+    def __init__(self, tiles, k_iters, ctas, select=None, bind=lambda v: v):
         if k_iters < 4 or (select is None and tiles < ctas):
             raise ValueError(f"stream_k needs at least 4 k-blocks and at least one tile per CTA ({ctas}), got "
                              f"{k_iters} k-blocks and {tiles} tiles")
-        self.k_iters, self.ctas, self.tiles_ = k_iters, ctas, tiles
+        self.k_iters, self.ctas = k_iters, ctas
         self.select = select
         if select is None:      # a tile count known at build time
+            self.tiles_ = tiles
             self.dp_waves = tiles // ctas - 1               # whole waves of tiles before the split
             self.units = (tiles - self.dp_waves * ctas) * k_iters   # the last whole wave and the partial one
         else:                   # read at run time: below one tile per CTA no split (every range empty)
+            # ``bind`` (axe.schedules.emit.computed_once in a kernel) computes each run-time value
+            # once: substituted into every use, the nested selects grew the kernel eightfold and
+            # its loops recomputed them (the grouped GEMM's stream-K ran 1.4-2.7x slower)
+            self.tiles_ = tiles = bind(tiles)
             on = tiles >= ctas
-            self.dp_waves = select(on, tiles // ctas - 1, 0)
-            self.units = select(on, (tiles - self.dp_waves * ctas) * k_iters, 0)
-        self.dp_tiles = self.dp_waves * ctas
+            self.dp_waves = bind(select(on, tiles // ctas - 1, 0))
+            self.units = bind(select(on, (tiles - self.dp_waves * ctas) * k_iters, 0))
+        self.dp_tiles = bind(self.dp_waves * ctas)
 
     def dp_count(self, p):
         """How many whole tiles CTA ``p`` runs before its stream-K range: ``dp_waves``, or with a

@@ -60,7 +60,7 @@ from tvm.script import tirx as T
 import axe.lang as Ax
 from axe.lang.gather import gather
 from axe.layout import S
-from axe.schedules.emit import guard
+from axe.schedules.emit import computed_once, guard
 from axe.backends.cuda.schedules.wgmma import d_fragment
 from kernels.gemm import StreamK, sk_publish, sk_take, swizzled, unbake_rows
 from kernels.moe_host import CONFIGS, DTYPES, E, HIDDEN, INTER, TOPK, align_name, gemm_config, gemm_keywords
@@ -674,14 +674,18 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
         from tvm.script.ir_builder import tirx as IRB
         cta = {}
 
-        def split(sched):
-            """The stream-K split of the tile count read on the device."""
-            return StreamK(sched.tiles, k_iters, ctas, T.if_then_else)
-
-        def whole_tiles(sched, bx):
+        def whole_tiles(sched, bx, role):
             """The tiles this CTA runs whole, one after another: all of its tiles, or with
-            ``stream_k`` those before its stream-K range."""
-            return split(sched).dp_count(bx) if stream_k else sched.count(bx)
+            ``stream_k`` those before its stream-K range.  With ``stream_k`` it also names, once
+            in ``role``'s code (``IRB.Bind``), the split of the tile count read on the device and
+            this CTA's range of its k-blocks, ``cta[role] = (split, b0, b1, dp)``, for
+            :func:`sk_loads` and :func:`sk_pieces`."""
+            if not stream_k:
+                return sched.count(bx)
+            sk = StreamK(sched.tiles, k_iters, ctas, T.if_then_else, computed_once)
+            cta[role] = (sk, computed_once(sk.bound(bx, T.if_then_else)),
+                         computed_once(sk.bound(bx + 1, T.if_then_else)), computed_once(sk.dp_count(bx)))
+            return cta[role][3]
 
         def declare_workspace(W_, F_):
             """Stream-K: the scratch partials (fp32, a 64-row block per CTA and warpgroup) and their
@@ -689,24 +693,23 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
             if stream_k:
                 cta["W"], cta["F"] = Ax.param(W_, scratch=True), Ax.param(F_, scratch=True)
 
-        def sk_range(sched, bx):
-            """``(split, b0, b1, dp)``: the stream-K split, this CTA's range of its k-blocks and the
-            whole tiles it runs before them."""
-            sk = split(sched)
-            return sk, sk.bound(bx, T.if_then_else), sk.bound(bx + 1, T.if_then_else), sk.dp_count(bx)
-
-        def sk_loads(pool, pipe, A, B, SRT, sched, bx, trows, tiles):
-            """Producer: this CTA's stream-K k-blocks, continuing its pipeline iterations."""
-            sk, b0, b1, dp = sk_range(sched, bx)
-            with IRB.serial(b0, b1) as u:
-                m_blk, n_blk = sched.coords(sk.dp_tiles + u // k_iters)
-                g.load(pool, pipe, A, B, SRT, dp * k_iters + u - b0, trows[m_blk, 0], n_blk, tiles[m_blk], u % k_iters)
+        def sk_loads(pool, pipe, A, B, SRT, sched, trows, tiles):
+            """Producer: this CTA's stream-K pieces' k-blocks, continuing its pipeline iterations
+            (the tile's coordinates found once per piece)."""
+            sk, b0, b1, dp = cta["producer"]
+            t0, t1 = sk.tiles(b0, b1)
+            with IRB.serial(t0, t1) as t:
+                k0, k1 = sk.piece(t, b0, b1, T.max, T.min)
+                m_blk, n_blk = sched.coords(sk.dp_tiles + t)
+                base = dp * k_iters + t * k_iters - b0      # the iteration of the tile's k-block 0
+                with IRB.serial(k0, k1) as kb:
+                    g.load(pool, pipe, A, B, SRT, base + kb, trows[m_blk, 0], n_blk, tiles[m_blk], kb)
 
         def sk_pieces(pool, pipe, acc, out, part, C, sched, bx, wg, leader, trows):
             """Consumer: this CTA's stream-K pieces (at most three: a tail, whole tiles, a head).  A
             tail (``k0 > 0``) hands its partial to the CTA before it; a head (``k1 < k_iters``)
             waits for the next CTA's and adds it; a head or a whole tile is stored."""
-            sk, b0, b1, dp = sk_range(sched, bx)
+            sk, b0, b1, dp = cta["consumer"]
             t0, t1 = sk.tiles(b0, b1)
             W, F = cta["W"], cta["F"]
             with IRB.serial(t0, t1) as t:
@@ -753,12 +756,12 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
             sched = Ax.TileSchedule(meta[0], n_tiles, ctas, GROUP)
             with Ax.cuda.role(0, 1, regs=producer_regs):
                 with Ax.warps(0, GATHER_WARPS if gather_rows else 1):
-                    for it in T.serial(whole_tiles(sched, bx)):
+                    for it in T.serial(whole_tiles(sched, bx, "producer")):
                         m_blk, n_blk = sched.coords(sched.tile(bx, it))
                         for kb in T.serial(k_iters):
                             g.load(pool, pipe, A, B, SRT, it * k_iters + kb, trows[m_blk, 0], n_blk, tiles[m_blk], kb)
                     if stream_k:
-                        sk_loads(pool, pipe, A, B, SRT, sched, bx, trows, tiles)
+                        sk_loads(pool, pipe, A, B, SRT, sched, trows, tiles)
                 # every load is issued: the next kernel may launch while the last tiles finish
                 Ax.cuda.launch_dependents()
             with Ax.cuda.role(1, 1 + g.consumers, regs=consumer_regs, each=True):
@@ -766,7 +769,7 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
                 leader = tx % 128 == 0
                 acc = Ax.registers((64, bn), "float32", g.acc_layout, name="acc")
                 out = Ax.registers((64, g.half), dtype, g.out_layout, name="out")
-                for it in T.serial(whole_tiles(sched, bx)):
+                for it in T.serial(whole_tiles(sched, bx, "consumer")):
                     m_blk, n_blk = sched.coords(sched.tile(bx, it))
                     base = it * k_iters
                     # first k-block overwrites; the last one is waited for in straight-line code

@@ -22,7 +22,10 @@ CONFIGS = {"small": {"bm": 64, "bn": 128}, "large": {"bm": 128, "bn": 256},
            "tiny_gather": {"bm": 64, "bn": 128, "bn1": 96, "pad": 16, "gather_rows": True, "bk": 128},
            # both GEMMs' last whole round and partial one split over all CTAs in k-blocks (stream-K):
            # no SM streams the last tiles alone (T = 32 on an H200: GEMM 1's 1392 tiles are 10
-           # rounds of 132 and 72 more, GEMM 2's 1856 are 14 and 8 more)
+           # rounds of 132 and 72 more, GEMM 2's 1856 are 14 and 8 more).  Measured 2-4% slower
+           # than without at T = 32 ... 512 (moe-stages-2026-11-23{g,h}-h200.json): the weights
+           # stream at the DRAM's rate with the SMs of the last partial round alone, and the
+           # hand-over of fp32 partials costs more than the idle SMs did
            "small_gather_sk": {"bm": 64, "bn": 128, "pad": 16, "gather_rows": True, "bk": 128, "stream_k": True},
            "large_gather_sk": {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True, "stream_k": True},
            # the alignment on many CTAs (kernels.moe.make_align_split): one CTA took 43 µs at
@@ -36,12 +39,13 @@ CONFIGS = {"small": {"bm": 64, "bn": 128}, "large": {"bm": 128, "bn": 256},
            "tiny_fused": {"bm": 64, "bn": 128, "bn1": 96, "pad": 16, "gather_rows": True, "fused": True, "bk": 128}}
 #: the default configuration by token count: (largest T, configuration), from the per-stage
 #: timings of every configuration on an H200 under CUDA graphs (benchmarks/results/
-#: moe-stages-2026-11-23{c,d,e}-h200.json, three runs that agree on the order): 48+48-row GEMM 1
-#: tiles fill the SMs for a few tokens; 64-row tiles gathering x's rows up to 512 tokens (every
-#: expert hit, few rows each: taller tiles would be padding); 128-row ones beyond; and at 4096
-#: tokens the permuted copy of x (TMA loads of A) beats the gather (cp.async of 128 rows a stage)
-CONFIG_BY_TOKENS = ((8, "tiny_gather"), (512, "small_gather"), (2048, "large_gather"))
-LARGEST = "large"
+#: moe-stages-2026-11-23{c,d,e}-h200.json and moe-stages-2026-11-23{f,g,h}-h200.json, the
+#: second three with the many-CTA alignment): 48+48-row GEMM 1 tiles fill the SMs for a few
+#: tokens; 64-row tiles gathering x's rows up to 512 tokens (every expert hit, few rows each:
+#: taller tiles would be padding); 128-row ones beyond, aligned on many CTAs (at T = 2048 the
+#: layer 0.46-0.48 ms against 0.50 with one align CTA; at 4096 it ties the permuted copy of x)
+CONFIG_BY_TOKENS = ((8, "tiny_gather"), (512, "small_gather"))
+LARGEST = "large_gather_sa"
 
 
 def config_for(tokens):

@@ -110,6 +110,20 @@ def loops(extents, unroll=True):
         yield vs
 
 
+def computed_once(value, dtype="int32"):
+    """``value`` computed here, once, and read back where it is used: stored to a one-element
+    local cell whose load the simplifier cannot substitute (it does substitute a ``Bind``'s value
+    into every use, so run-time expressions built from selects nest and are recomputed in loops).
+    Python ints pass through unchanged."""
+    if isinstance(value, int):
+        return value
+    from tvm.script import tirx as T
+    from tvm.script.ir_builder import tirx as IRB
+    cell = T.alloc_buffer((1,), dtype, scope="local")
+    IRB.buffer_store(cell, value, [0])
+    return cell[0]
+
+
 @contextlib.contextmanager
 def guard(cond):
     """``if cond:`` (nothing when cond is None)."""
