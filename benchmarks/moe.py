@@ -304,11 +304,10 @@ def load_peers(torch, args, w1, result):
 def run_tokens(torch, tokens, ctx, result):
     """One row: every implementation on ``tokens`` tokens."""
     from kernels import moe_host as moe
-    args, g, dt, w1, w2 = ctx["args"], ctx["gen"], ctx["dt"], ctx["w1"], ctx["w2"]
+    args, dt, w1, w2 = ctx["args"], ctx["dt"], ctx["w1"], ctx["w2"]
     errors, reps = result["errors"], reps_for(tokens, args.reps)
     row = {"T": tokens, "reps": reps}
-    x = torch.randn(tokens, moe.HIDDEN, device=DEVICE, generator=g).to(dt)
-    logits = torch.randn(tokens, w1.shape[0], device=DEVICE, generator=g).to(dt)
+    x, logits = moe.inputs(torch, tokens, dt, DEVICE, w1.shape[0])
     ids, weights = moe.route_reference(logits)
     ref = moe.reference(x, w1, w2, ids.long(), weights)
     row["experts_hit"] = hit = int(torch.unique(ids).numel())
@@ -383,7 +382,7 @@ def main(argv=None):
             axe[cfg] = {r: rt.load(os.path.join(args.artifacts, n)) for r, n in moe.artifact_names(args.dtype, cfg).items()}
         except Exception as err:    # noqa: BLE001
             result["errors"][f"axe {cfg}"] = f"{type(err).__name__}: {err}"
-    ctx = dict(args=args, gen=g, dt=dt, w1=w1, w2=w2, bw=bw, peak=peak, axe=axe, sglang=sglang, peers=peers)
+    ctx = dict(args=args, dt=dt, w1=w1, w2=w2, bw=bw, peak=peak, axe=axe, sglang=sglang, peers=peers)
     if args.configs_from:
         with open(args.configs_from) as f:
             ctx["fastest"] = result["configs_from"] = fastest_configs(json.load(f), args.dtype)

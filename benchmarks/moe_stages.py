@@ -86,8 +86,7 @@ def main(argv=None):
 
     out = args.out or os.path.join(os.environ.get("OUT", ROOT), f"moe-stages-{result['date']}.json")
     for tokens in args.tokens:
-        x = torch.randn(tokens, mh.HIDDEN, device="cuda", generator=g).to(dt)
-        logits = torch.randn(tokens, mh.E, device="cuda", generator=g).to(dt)
+        x, logits = mh.inputs(torch, tokens, dt)
         ids, weights = mh.route_reference(logits)
         ref = mh.reference(x, w1, w2, ids.long(), weights)
         hit = int(torch.unique(ids).numel())

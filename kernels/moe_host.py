@@ -159,6 +159,15 @@ class Layer:
         return self.experts(x, w1, w2, ids, weights)
 
 
+def inputs(torch, tokens, dtype, device="cuda", experts=E):
+    """``(x, router logits)`` for ``tokens`` tokens (standard normal, in ``dtype``), drawn from a
+    generator seeded by the token count alone: a T's routing, and so its bytes and its timings,
+    do not depend on which other token counts a run measures before it."""
+    g = torch.Generator(device=device).manual_seed(1_000_003 * tokens)
+    x = torch.randn(tokens, HIDDEN, device=device, generator=g).to(dtype)
+    return x, torch.randn(tokens, experts, device=device, generator=g).to(dtype)
+
+
 def route_reference(logits, topk=TOPK):
     """torch: top-k of the softmax, renormalized to sum to 1 (fp32)."""
     import torch

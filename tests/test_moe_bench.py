@@ -328,5 +328,5 @@ def test_configs_from_stage_timings():
     assert fastest_configs(stages, "float16") == {}
     args = SimpleNamespace(config="auto")
     fast = fastest_configs(stages, "bfloat16")
-    assert [pick_config(args, t, fast) for t in (1, 128, 4096)] == ["tiny_gather", "small_pad16", "large"]
+    assert [pick_config(args, t, fast) for t in (1, 128, 4096)] == ["tiny_gather", "small_pad16", "large_gather_sa"]
     assert pick_config(SimpleNamespace(config="small_fused"), 7, fast) == "small_fused"
