@@ -372,9 +372,7 @@ def main(argv=None):
     bw, peak = moe_bounds.copy_bandwidth(torch, timed), moe_bounds.mm_throughput(torch, timed, dt)
     result["device_rates"] = {"copy_bytes_per_s": bw, "mm_flop_per_s": peak}
     print(f"copy {bw / 1e12:.2f} TB/s, mm {peak / 1e12:.0f} TFLOP/s", flush=True)
-    g = torch.Generator(device="cuda").manual_seed(0)
-    w1 = (torch.randn(moe.E, 2 * moe.INTER, moe.HIDDEN, device="cuda", generator=g) / moe.HIDDEN ** 0.5).to(dt)
-    w2 = (torch.randn(moe.E, moe.HIDDEN, moe.INTER, device="cuda", generator=g) / moe.INTER ** 0.5).to(dt)
+    w1, w2 = moe.expert_weights(torch, dt)
     peers, sglang = ({}, None) if args.no_peers else load_peers(torch, args, w1, result)
     axe = {}
     for cfg in moe.CONFIGS:

@@ -74,9 +74,7 @@ def main(argv=None):
     result = {"date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(),
               "dtype": args.dtype, "torch": torch.__version__, "device_rates": rates, "errors": {}, "rows": []}
     print({k: f"{v / 1e12:.2f} TB/s" for k, v in rates.items()}, flush=True)
-    g = torch.Generator(device="cuda").manual_seed(0)
-    w1 = (torch.randn(mh.E, 2 * mh.INTER, mh.HIDDEN, device="cuda", generator=g) / mh.HIDDEN ** 0.5).to(dt)
-    w2 = (torch.randn(mh.E, mh.HIDDEN, mh.INTER, device="cuda", generator=g) / mh.INTER ** 0.5).to(dt)
+    w1, w2 = mh.expert_weights(torch, dt)
     loaded = {}
 
     def kern(name):

@@ -293,8 +293,8 @@ class StreamK:
             self.units = (tiles - self.dp_waves * ctas) * k_iters   # the last whole wave and the partial one
         else:                   # read at run time: below one tile per CTA no split (every range empty)
             # ``bind`` (axe.schedules.emit.computed_once in a kernel) computes each run-time value
-            # once: substituted into every use, the nested selects grew the kernel eightfold and
-            # its loops recomputed them (the grouped GEMM's stream-K ran 1.4-2.7x slower)
+            # once: substituted into every use, the nested selects grew the CUDA 11-fold and its
+            # loops recomputed them (the grouped GEMM's stream-K ran 1.4-2.7x slower)
             self.tiles_ = tiles = bind(tiles)
             on = tiles >= ctas
             self.dp_waves = bind(select(on, tiles // ctas - 1, 0))

@@ -23,14 +23,14 @@ CONFIGS = {"small": {"bm": 64, "bn": 128}, "large": {"bm": 128, "bn": 256},
            # both GEMMs' last whole round and partial one split over all CTAs in k-blocks (stream-K):
            # no SM streams the last tiles alone (T = 32 on an H200: GEMM 1's 1392 tiles are 10
            # rounds of 132 and 72 more, GEMM 2's 1856 are 14 and 8 more).  Measured 2-4% slower
-           # than without at T = 32 ... 512 (moe-stages-2026-11-23{g,h}-h200.json): the weights
+           # than without at T = 32 ... 512 (moe-stages-2026-11-23{g,j}-h200.json): the weights
            # stream at the DRAM's rate with the SMs of the last partial round alone, and the
            # hand-over of fp32 partials costs more than the idle SMs did
            "small_gather_sk": {"bm": 64, "bn": 128, "pad": 16, "gather_rows": True, "bk": 128, "stream_k": True},
            "large_gather_sk": {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True, "stream_k": True},
-           # the alignment on many CTAs (kernels.moe.make_align_split): one CTA took 43 µs at
-           # T = 2048 and 75 at 4096 on an H200, bound by its own SM's atomics and stores; the
-           # GEMMs are their twins' (gemm_config)
+           # the alignment on many CTAs (kernels.moe.make_align_split): one CTA took 29 µs at
+           # T = 2048 and 54 at 4096 on an H200 (10-11 on many; moe-stages-2026-11-23f-h200.json),
+           # bound by its own SM's atomics and stores; the GEMMs are their twins' (gemm_config)
            "large_gather_sa": {"bm": 128, "bn": 256, "pad": 16, "gather_rows": True, "split_align": True},
            "large_sa": {"bm": 128, "bn": 256, "split_align": True},
            # both GEMMs in one launch, GEMM 2's tiles pipelined behind GEMM 1's (kernels.moe.make_experts)
@@ -157,6 +157,14 @@ class Layer:
     def __call__(self, x, logits, w1, w2):
         ids, weights = self.route(logits)
         return self.experts(x, w1, w2, ids, weights)
+
+
+def expert_weights(torch, dtype, device="cuda"):
+    """``(w1 (E, 2·INTER, HIDDEN), w2 (E, HIDDEN, INTER))``, normal with variance 1/fan-in, in
+    ``dtype``, from a generator seeded 0: every benchmark run streams the same weights."""
+    g = torch.Generator(device=device).manual_seed(0)
+    w1 = (torch.randn(E, 2 * INTER, HIDDEN, device=device, generator=g) / HIDDEN ** 0.5).to(dtype)
+    return w1, (torch.randn(E, HIDDEN, INTER, device=device, generator=g) / INTER ** 0.5).to(dtype)
 
 
 def inputs(torch, tokens, dtype, device="cuda", experts=E):

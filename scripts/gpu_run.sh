@@ -8,11 +8,11 @@
 #   bash scripts/gpu_run.sh all           all three
 #   bash scripts/gpu_run.sh moe           MoE: its GPU checks, the per-stage timings of every configuration and
 #                                         variant (benchmarks/moe_stages.py), then benchmarks/moe.py with the peers
-#                                         (build first: scripts/gpu_build.py --only <the moe_* names>,
-#                                          benchmarks/build_moe.py --experiments; carry .carry and .whl)
+#                                         (build first: scripts/gpu_build.py --match 'moe_',
+#                                          benchmarks/build_moe.py --wheels DIR; carry .carry and .whl)
 #   bash scripts/gpu_run.sh fp8           FP8: its GPU checks and the runtime's wait-timeout cases, then
 #                                         benchmarks/gemm_fp8.py with the peers (FP8_ARGS: more arguments)
-#                                         (build first: scripts/gpu_build.py --only <gemm_fp8_* and *_timeout names>,
+#                                         (build first: scripts/gpu_build.py --match 'gemm_fp8_|.*_timeout$',
 #                                          benchmarks/build_gemm_fp8.py; carry .carry and .whl)
 #   bash scripts/gpu_run.sh moe-profile   ncu (clocks left alone) of axe's grouped GEMMs (PROF_VARIANT: the tags,
 #                                         default small_gather; PROF_KERNELS: a regex, default moe_gemm; PROF_COUNT)
