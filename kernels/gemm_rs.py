@@ -7,9 +7,11 @@ signature is declared with DTensor placements — A and B ``Shard(1)`` (over K),
 and travels in ``launch.json``; the runtime checks every argument (torch DTensors or per-rank
 tensors) against it before launching.
 
-This is the Hopper GEMM of ``kernels/gemm.py`` (``world > 1``): the same warp-specialized TMA +
-wgmma pipeline, persistent 128×256 tiles, 4 stages.  What changes is the tile order and the
-epilogue, so the communication runs inside the kernel, tile by tile:
+This is the Hopper GEMM of ``kernels/gemm.py`` with two other parts: the same warp-specialized TMA +
+wgmma mainloop (persistent 128×256 tiles, 4 stages), the owners' order as tile scheduler
+(:mod:`kernels.parts.schedulers.owners`) and the reduce-scatter epilogue
+(:mod:`kernels.parts.epilogues.reduce_scatter`), so the communication runs inside the kernel, tile by
+tile:
 
 - the output rows are cut by owner, and each rank walks the owners in order ``r+1, r+2, …, r``
   — its own rows last (the virtual grid of ``world · ⌈(M/w)/128⌉`` block-rows is the GEMM's
@@ -33,7 +35,7 @@ build has no spills.
 
 ``rs_push="bulk"`` lets the consumers' bulk copies write the peer tiles straight into the owner's
 memory instead: simpler, but the transfer then sits on the consumers' path (every CTA finishes its
-tile at about the same time and all push at once), 1–8% slower on 6 of the 8 benchmark shapes.
+tile at about the same time and all push at once; measured in ``docs/distributed.md``).
 
 Because peers compute a rank's rows before their own, the partials arrive while the owner still
 computes other tiles, and the only work left after the last tile is its own epilogue.  The
@@ -45,7 +47,14 @@ Shapes: M and K multiples of ``world``; N and K/w multiples of 8 (TMA row pitch)
 not be multiples of the tile (TMA zero-fills and clips).
 """
 
-from kernels import gemm as _gemm
+import axe.lang as Ax
+from kernels import gemm
+from kernels.parts import CompositionError, Problem, compose
+from kernels.parts.epilogues.reduce_scatter import ReduceScatter
+from kernels.parts.epilogues.store import ChunkedStore
+from kernels.parts.schedulers.owners import OwnerOrder
+from kernels.parts.schedulers.stream_k import StreamKSchedule
+from kernels.parts.warp_specialized import THREADS, kernel
 
 __all__ = ["make", "build", "reference"]
 
@@ -56,17 +65,60 @@ def reference(A_parts, B_parts, world, b_major="col"):
     return total.chunk(world)
 
 
-def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, **kw):
-    """The fused kernel (an :class:`axe.lang.Kernel`) for global M × N × K on ``world`` GPUs."""
+def parts(problem, cfg, world, rs_comm, rs_push):
+    """``(scheduler, mainloop, epilogue)``: the owners' order, :func:`kernels.gemm.gpu_parts`'s sm_90a
+    mainloop, the reduce-scatter epilogue over its chunked store; composed, so a configuration that
+    cannot work (stream-K, CTA pairs, ping-pong) is refused naming the parts."""
+    _, main, _ = gemm.gpu_parts(problem, cfg, "wgmma")
+    k_iters, group = main.k_iters, max(cfg.group * (gemm.BM // cfg.bm) // cfg.cluster, 1)
+    if cfg.stream_k:
+        sched = StreamKSchedule(problem.M, problem.N, cfg.bm, gemm.BN, cfg.sms, group, k_iters, gemm.HALF, gemm.BN)
+    else:
+        sched = OwnerOrder(problem.M, problem.N, cfg.bm, gemm.BN, cfg.sms // cfg.cluster, group, world, stack=cfg.cluster)
+    store = ChunkedStore(main, sched, problem.dtype, cfg.epilogue or gemm.EPILOGUE["wgmma"], cfg.epilogue_bufs)
+    epi = ReduceScatter(store, sched, problem.M, problem.K, problem.N, world, problem.b_major, problem.b_shape,
+                        rs_comm, rs_push)
+    return compose(sched, main, epi)
+
+
+def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, rs_comm=True, rs_push="forward", **config):
+    """The fused kernel (an :class:`axe.lang.Kernel`) for global M × N × K on ``world`` GPUs;
+    ``config``: :class:`kernels.gemm.Config`'s keywords; ``rs_push``: ``"forward"`` or ``"bulk"``;
+    ``rs_comm=False`` / ``"nowait"``: the measurement aids (wrong results: nothing exchanged, or
+    pushed without the owners waiting)."""
     if world < 2:
         raise ValueError(f"gemm_rs: world must be at least 2, got {world} (use kernels/gemm.py on one GPU)")
+    gemm.check(M, N, K, dtype, b_major)
+    if M % world or K % world:
+        raise ValueError(f"gemm_rs: M={M} and K={K} must be multiples of world={world} (unequal shards are not supported)")
+    m, k = M // world, K // world        # each rank: its K slice of every owner's M/world rows
+    if k % 8 or k < gemm.BK:
+        raise ValueError(f"gemm_rs: the local K={k} must be a multiple of 8 and at least {gemm.BK}")
+    cfg = gemm.Config(**config)
+    problem = Problem(m, N, k, dtype, b_major, a_shape=(world, m, k))
+    try:
+        parts(problem, cfg, world, rs_comm, rs_push)
+    except CompositionError as err:
+        raise ValueError(f"gemm_rs: {err}") from None
+    sizes = gemm.gpu_sizes(gemm.BM, N, K)       # any M: the owners' rows may be fewer than a tile
+
+    def factory():
+        from axe.schedules.context import current_context
+        target = current_context().target
+        if gemm.generation(target) != "wgmma":
+            raise Ax.TargetError(f"gemm_rs on {target}: the reduce-scatter epilogue is built for sm_90a's wgmma mainloop")
+        if sizes:
+            raise Ax.TargetError(f"gemm_rs on {target}: {sizes}")
+        return kernel(problem, *parts(problem, cfg, world, rs_comm, rs_push), cfg.sms)
+
     short = "bf16" if dtype == "bfloat16" else "f16"
-    return _gemm.make(M, N, K, dtype, b_major, name=name or f"gemm_rs_{short}_w{world}", world=world, **kw)
+    return Ax.Kernel(name or f"gemm_rs_{short}_w{world}", factory, reference=gemm.reference, outputs=("C",),
+                     meta={"M": m, "N": N, "K": k, "dtype": dtype, "b_major": b_major, "grid": (cfg.sms,),
+                           "threads": THREADS, "cluster": cfg.cluster})
 
 
 def build(M, N, K, world, dtype="bfloat16", b_major="col", name=None, target="sm_90a", **kw):
     """Build :func:`make`'s kernel into an artifact."""
-    import axe.lang as Ax
     return Ax.compile_kernel(make(M, N, K, world, dtype, b_major, name, **kw), target)
 
 

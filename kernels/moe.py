@@ -62,7 +62,9 @@ from axe.lang.gather import gather
 from axe.layout import S
 from axe.schedules.emit import computed_once, guard
 from axe.backends.cuda.schedules.wgmma import d_fragment
-from kernels.gemm import StreamK, sk_publish, sk_take, swizzled, unbake_rows
+from kernels.parts.epilogues.handover import publish as sk_publish, take as sk_take
+from kernels.parts.schedulers.stream_k import StreamK
+from kernels.parts.tiles import swizzled, unbake_rows
 from kernels.moe_host import CONFIGS, DTYPES, E, HIDDEN, INTER, TOPK, align_name, gemm_config, gemm_keywords
 
 BK, SMS, GROUP = 64, 132, 16
@@ -644,10 +646,10 @@ def make_grouped_gemm(n, k, dtype="bfloat16", bm=128, bn=256, stages=4, act=None
     price of half the shared memory each (``stages`` must fit it; on an H200 it did not help).
 
     ``stream_k``: the tiles of the last whole round and the partial one (the count is read on the
-    device) are split over all CTAs in whole k-blocks (:class:`kernels.gemm.StreamK`), so no SM
+    device) are split over all CTAs in whole k-blocks (:class:`kernels.parts.schedulers.stream_k.StreamK`), so no SM
     streams the last tiles alone while the others idle; a tile split between two CTAs is finished
     by the one with its first k-blocks, which adds the other's fp32 partial (scratch workspace,
-    bounded flag; ``kernels.gemm.sk_publish``/``sk_take``) before the epilogue.  Below one tile per
+    bounded flag; ``kernels.parts.epilogues.handover``) before the epilogue.  Below one tile per
     CTA nothing is split.
 
     ``gather_rows``: A is the unpermuted ``x`` (T, k) and the producer warpgroup gathers each tile's

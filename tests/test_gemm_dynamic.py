@@ -111,7 +111,7 @@ def test_ptxas_and_instructions_match_the_static_build(target):
 
 
 @pytest.mark.parametrize("kw,named", [({"stream_k": True}, "stream_k"), ({"cluster": 2}, "cluster>1"),
-                                      ({"world": 2}, "world>1")])
+                                      ({"split_k": 4}, "split_k")])
 def test_dynamic_refusals_name_the_option(kw, named):
     with pytest.raises(ValueError, match=f"runtime M .*{re.escape(named)}"):
         gemm.make_dynamic(N, K, **kw)

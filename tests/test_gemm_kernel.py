@@ -13,6 +13,7 @@ os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
 
 import axe.lang as Ax  # noqa: E402
 from kernels import gemm  # noqa: E402
+from kernels.parts.schedulers.stream_k import stream_k_bound  # noqa: E402
 
 PROMISED = ["wgmma.mma_async.sync.aligned.m64n256k16.f32", "cp.async.bulk.tensor.2d.shared::cluster.global",
             "cp.async.bulk.tensor.2d.global.shared::cta", "mbarrier.try_wait.parity", "mbarrier.arrive.expect_tx",
@@ -166,7 +167,7 @@ def test_gemm_default_epilogue_fits_four_stages():
     """The default: 4 stages of 48 KiB and one 16 KiB buffer per warpgroup (224 KiB); the second
     64x128 chunk waits until the first chunk's store has read the buffer (wait_group.read 0)."""
     art = gemm.build(1000, 1000, 1000, b_major="col")
-    assert gemm.STAGES == 4 and gemm.EPILOGUE == 128 and gemm.IN_FLIGHT == 0
+    assert gemm.STAGES == 4 and gemm.EPILOGUE["wgmma"] == 128 and gemm.Config().in_flight == 0
     assert art.launch["dynamic_smem"] == 4 * (128 * 64 + 64 * 256) * 2 + 2 * 64 * 128 * 2
     ptx = art.ptx
     first_store = ptx.index("cp.async.bulk.tensor.2d.global.shared::cta")
@@ -230,7 +231,7 @@ def test_stream_k_split(tiles, ctas, k_iters):
     CTA p + 1's (the CTA that adds the partial sum is the one that waits for it)."""
     dp = (tiles // ctas - 1) * ctas
     units = (tiles - dp) * k_iters
-    b = [gemm.stream_k_bound(p, units, ctas, k_iters) for p in range(ctas + 1)]
+    b = [stream_k_bound(p, units, ctas, k_iters) for p in range(ctas + 1)]
     assert b[0] == 0 and b[-1] == units and all(x < y for x, y in zip(b, b[1:]))
     owners = {}
     for p in range(ctas):

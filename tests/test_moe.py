@@ -281,7 +281,7 @@ def test_gate_and_up_rows_land_in_the_wgmma_tile(bn, bk):
     (``swizzled(half, bk, panel=bn·64)`` at ``h·half·64``) must put element (r, c) exactly where the
     full tile's layout, which wgmma reads, has row ``h·half + r``, column c — brute force over the
     tile, every 64-column panel included."""
-    from kernels.gemm import swizzled
+    from kernels.parts.tiles import swizzled
     half = bn // 2
     full = swizzled(bn, bk, (1,))
     for h in range(2):
@@ -470,10 +470,10 @@ def test_default_configuration_by_tokens():
 
 def _grouped_sk_walk(tiles, k, ctas):
     """The grouped GEMM's stream-K loops on a run-time tile count, walked on the CPU with the
-    kernel's own formulas (:class:`kernels.gemm.StreamK` with a Python ``select``): CTA p's whole
+    kernel's own formulas (:class:`kernels.parts.schedulers.stream_k.StreamK` with a Python ``select``): CTA p's whole
     tiles p, p + ctas, ... (``dp_count``), then its pieces.  Returns ``{tile: [(k0, k1, cta, n,
     pieces of that CTA)]}``."""
-    from kernels.gemm import StreamK
+    from kernels.parts.schedulers.stream_k import StreamK
     sk = StreamK(tiles, k, ctas, lambda c, a, b: a if c else b)
     out = {}
     for p in range(ctas):
@@ -491,7 +491,7 @@ def test_grouped_stream_k_covers_every_k_block_once():
     split; a split tile has two pieces of at least two k-blocks — the head (from k-block 0) the last
     piece of CTA p, which waits for CTA p + 1, whose first piece is the tail: no CTA waits on a
     piece computed after its own wait — and the run-time split equals the build-time one."""
-    from kernels.gemm import StreamK
+    from kernels.parts.schedulers.stream_k import StreamK
     for ctas in (3, 7, 132):
         for k in (4, 6, 12, 16):
             for tiles in sorted({1, 2, ctas - 1, ctas, ctas + 1, 2 * ctas - 1, 2 * ctas, 2 * ctas + 5,

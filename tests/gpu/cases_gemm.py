@@ -35,15 +35,21 @@ SHAPES = {
     "sk": (2048, 4864, 520),
     "sk_a": (640, 1000, 1000),
     "sk_b": (1000, 1496, 256),
+    # split-K (few tiles): 8 tiles x 8 slices of 8 k-blocks; 8 x 3 slices of 6 (the last past K) on 8
+    # CTAs (several units per CTA); 2 x 2 slices of 4 on 1 CTA (it takes the partials it published itself)
+    "kx": (256, 1024, 4096),
+    "kx_a": (200, 1000, 1000),
+    "kx_b": (128, 512, 512),
 }
 #: (shape, dtype, B layout) cases: every shape in fp16 with both B layouts, bf16 on a subset
-CASES = [(s, "float16", b) for s in SHAPES for b in ("row", "col")] + \
+CASES = [(s, "float16", b) for s in SHAPES if not s.startswith("kx") for b in ("row", "col")] + \
         [(s, "bfloat16", b) for s in ("square", "ragged") for b in ("row", "col")]
 #: make() variants: tag -> keywords (cluster pairs; 4 stages with the 64-column chunked epilogue)
 VARIANTS = {"c2": {"cluster": 2}, "s3": {"stages": 3, "in_flight": 1, "epilogue": 256},
             "e64": {"epilogue": 64, "epilogue_bufs": 2}, "c2s3": {"cluster": 2, "stages": 3, "in_flight": 1, "epilogue": 256},
             "pp": {"schedule": "pingpong"}, "sk": {"stream_k": True},
-            "sk8": {"sms": 8, "stream_k": True}, "sk10": {"sms": 10, "stream_k": True}}
+            "sk8": {"sms": 8, "stream_k": True}, "sk10": {"sms": 10, "stream_k": True},
+            "x8": {"split_k": 8}, "x3": {"sms": 8, "split_k": 3}, "x2": {"sms": 1, "split_k": 2}}
 #: variant cases (shape, dtype, B layout, tag); ragged2 has 7 block-rows, k2 3
 CLUSTER_CASES = [(s, "float16", b, "c2") for s in ("square", "ragged", "ragged2", "k2") for b in ("row", "col")] + \
                 [(s, "bfloat16", b, "c2") for s in ("square", "ragged2") for b in ("row", "col")] + \
@@ -53,7 +59,9 @@ CLUSTER_CASES = [(s, "float16", b, "c2") for s in ("square", "ragged", "ragged2"
                 [("ragged2", "bfloat16", "col", "pp"), ("multi", "bfloat16", "row", "pp")] + \
                 [("sk_a", dt, b, "sk8") for dt in ("float16", "bfloat16") for b in ("row", "col")] + \
                 [("sk_b", "float16", b, "sk10") for b in ("row", "col")] + \
-                [("sk", dt, b, "sk") for dt in ("float16", "bfloat16") for b in ("row", "col")]
+                [("sk", dt, b, "sk") for dt in ("float16", "bfloat16") for b in ("row", "col")] + \
+                [(s, dt, b, v) for s, v in (("kx", "x8"), ("kx_a", "x3"), ("kx_b", "x2"))
+                 for dt in ("float16", "bfloat16") for b in ("row", "col")]
 #: Blackwell builds of the plain kernel (the cooperative schedule; cases as above) and of CTA pairs
 #: (``sm100c2``: cluster=2, tcgen05.mma.cta_group::2; ragged2 has 7 block-rows, k2 3)
 SM100_CASES = [(s, "float16", b, "sm100") for s in ("square", "tall", "wide", "ragged", "ragged2", "k1", "k2", "multi")

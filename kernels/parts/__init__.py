@@ -1,0 +1,63 @@
+"""The parts GEMM-shaped kernels are composed of (CUTLASS 3's collective design in axe's operators):
+a kernel is a **tile scheduler** × a **mainloop** × an **epilogue**, put together by a kernel skeleton.
+
+=====================================  ==================================================================
+``schedulers/persistent.py``           persistent data-parallel, grouped rasterization, static or run-time tile counts, CTA clusters
+``schedulers/stream_k.py``             stream-K: the last waves split over all CTAs in k-blocks
+``schedulers/split_k.py``              split-K: K cut into S slices on different CTAs, partials reduced in order
+``schedulers/owners.py``               the owners' order of a distributed (reduce-scatter) epilogue
+``mainloops/tma_wgmma.py``             TMA producer + wgmma consumers (cooperative, ping-pong), B multicast to CTA pairs
+``mainloops/tcgen05.py``               sm_100a: one MMA thread into a TMEM accumulator, CTA-pair MMAs
+``mainloops/neuron.py``                trn1: the NeuronCore block loop (PSUM accumulation)
+``mainloops/fp8_block_scaled.py``      sm_90a FP8: per-k-block wgmma into a partial, promoted with SA·SB block scales
+``epilogues/store.py``                 cast + stmatrix + TMA store in chunks
+``epilogues/static_store.py``          the store through a static buffer, stream-K finished at one store site (FP8)
+``epilogues/handover.py``              a split tile's fp32 partial handed over (stream-K, split-K)
+``epilogues/reduce_scatter.py``        push peer tiles to their owners, add the peers' partials
+``warp_specialized.py``                the persistent warp-specialized kernel skeleton (sm_90a, sm_100a)
+=====================================  ==================================================================
+
+A part states its contract in its module docstring and is tested on its own (``tests/test_parts.py``).
+:func:`compose` refuses a combination that cannot work when it is composed, naming both parts and
+the reason.
+"""
+
+
+class Problem:
+    """The GEMM a kernel computes: ``C (M×N) = A (M×K) · B`` with B stored K×N (``"row"``) or N×K
+    (``"col"``); ``M`` may be a TIR variable (a run-time row count); ``a_shape``: A as the kernel
+    declares it (a distributed kernel's A carries an owner dimension)."""
+
+    def __init__(self, M, N, K, dtype, b_major, a_shape=None):
+        self.M, self.N, self.K, self.dtype, self.b_major = M, N, K, dtype, b_major
+        self.a_shape = a_shape or (M, K)
+        self.b_shape = (K, N) if b_major == "row" else (N, K)
+
+
+class CompositionError(ValueError):
+    """Two parts that cannot work together."""
+
+
+#: (scheduler test, mainloop test, epilogue test, reason): a combination matching all three is refused
+RULES = (
+    (lambda s: s.hands_over, lambda m: True, lambda e: not e.hands_over,
+     "the scheduler splits tiles in k, and the epilogue has no partial hand-over"),
+    (lambda s: s.hands_over, lambda m: m.split != "rows" or m.cluster > 1, lambda e: True,
+     "split tiles hand partials over per (CTA, consumer warpgroup) of one cooperative tile without CTA pairs"),
+    (lambda s: True, lambda m: m.mma == "tcgen05", lambda e: e.name.startswith("reduce-scatter"),
+     "the reduce-scatter epilogue reads the accumulator from wgmma's registers (not built for TMEM)"),
+    (lambda s: s.name == "owners' order", lambda m: m.split != "rows" or m.cluster > 1, lambda e: True,
+     "the owners' order is built for the cooperative tile without CTA pairs"),
+)
+
+
+def compose(sched, main, epi):
+    """``(sched, main, epi)`` if they can work together, else :class:`CompositionError` naming the
+    parts and the reason."""
+    if sched.stack != main.cluster:
+        raise CompositionError(f"{sched.name} scheduler in clusters of {sched.stack} with {main.name} mainloop in "
+                               f"CTA groups of {main.cluster}: both must agree")
+    for s_ok, m_ok, e_ok, why in RULES:
+        if s_ok(sched) and m_ok(main) and e_ok(epi):
+            raise CompositionError(f"{sched.name} scheduler + {main.name} mainloop + {epi.name} epilogue: {why}")
+    return sched, main, epi

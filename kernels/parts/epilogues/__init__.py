@@ -1,0 +1,1 @@
+"""epilogues of the GEMM-shaped kernels (see :mod:`kernels.parts`)."""

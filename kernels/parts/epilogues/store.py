@@ -1,0 +1,116 @@
+"""The store epilogue: a finished accumulator is cast to the output type and stored chunk by chunk —
+``stmatrix`` into a 128-byte-swizzled shared buffer, then one thread's TMA store — so that the
+shared memory it needs stays small (chunks of ``epilogue`` columns through ``bufs`` buffers per
+warpgroup; with one buffer a chunk waits until the previous chunk's store has read it).
+
+Contract (every epilogue offers it to the kernel skeleton): ``smem`` (pool elements it needs after
+the mainloop's), ``declare(...)`` (its parameters and mesh: an object with ``mesh``), ``begin``,
+``store(acc, out, pool, C, dist, wg, leader, m_blk, n_blk)`` for each whole tile, ``end``,
+``producer_warps`` and ``unused_params`` (the kernel parameters it does not use).
+
+Law: every element of C inside the matrix is written exactly once per tile, from the accumulator
+element the wgmma/tcgen05 fragment layout puts there; stores past M or N are clipped by TMA; a
+cluster's block-row past M (``past_rows``) stores nothing.
+"""
+
+from tvm.script import tirx as T
+
+import axe.lang as Ax
+from axe.schedules.emit import guard
+from kernels.parts.tiles import swizzled
+
+
+class NoMesh:
+    """What a one-GPU epilogue declares: no mesh."""
+
+    _is_meta_class = True
+
+    def __init__(self):
+        self.mesh = None
+
+
+def chunking(epilogue, cols, epilogue_bufs=None):
+    """``(chunks, bufs)`` of a warpgroup's ``cols`` columns stored ``epilogue`` at a time: two buffers
+    (write one while the other stores) for more than two chunks, else one (wait until the previous
+    chunk's store has read it), unless ``epilogue_bufs`` says."""
+    if cols % epilogue or epilogue % 64:
+        raise ValueError(f"gemm: epilogue chunk {epilogue} must be a multiple of 64 dividing {cols}")
+    chunks = cols // epilogue
+    bufs = epilogue_bufs or (2 if chunks > 2 else 1)
+    if bufs not in (1, 2) or bufs > chunks:
+        raise ValueError(f"gemm: epilogue_bufs must be 1 or 2 and at most the {chunks} chunks, got {epilogue_bufs!r}")
+    return chunks, bufs
+
+
+class ChunkedStore:
+    """Cast + stmatrix + TMA store of each consumer warpgroup's part (``main.part``) of a
+    ``bm``×``bn`` tile, ``epilogue`` columns at a time."""
+
+    name = "cast + stmatrix + TMA store"
+    hands_over = False
+
+    def __init__(self, main, sched, dtype, epilogue, epilogue_bufs=None):
+        self.main, self.sched, self.dtype = main, sched, dtype
+        self.rows, self.cols = main.part
+        self.epilogue = epilogue
+        self.chunks, self.bufs = chunking(epilogue, self.cols, epilogue_bufs)
+        self.c_at = main.smem
+        self.smem = 2 * self.bufs * self.rows * epilogue
+
+    def declare(self, *params):
+        return NoMesh()
+
+    def begin(self, dist):
+        """Nothing to set up."""
+
+    def end(self, dist, wg, leader):
+        """Nothing pending."""
+
+    def producer_warps(self, dist):
+        """No producer warps."""
+
+    unused_params = ("Q_", "P_", "peers", "sig", "err", "rank_", "epoch", "timeout_ns")
+
+    def buffer(self, pool, wg, j):
+        """Warpgroup wg's shared buffer for chunk j (in the pool after the mainloop's slots): the one
+        chunk j - bufs (or the previous tile's) used."""
+        e = self.epilogue
+        return self.main.tile(pool, self.c_at + (wg * self.bufs + j % self.bufs) * (self.rows * e), (self.rows, e))
+
+    def tile(self, acc, out, pool, C, wg, leader, m_blk, n_blk, partial=None, dest=None, add_chunk=None):
+        """Cast (adding a split tile's fp32 ``partial``) and store the tile chunk by chunk, each through
+        a shared buffer: TMA stores into C, or bulk copies into ``dest(row, n0)``.  ``add_chunk(j, Cw,
+        n0)`` adds into the accumulator's chunk j through the free buffer Cw first (a distributed
+        owner's peer partials); each chunk is then cast on its own."""
+        main, e, dtype = self.main, self.epilogue, self.dtype
+        if add_chunk is None and partial is None:
+            Ax.cast(out, acc)
+        elif add_chunk is None:     # a split tile's first k-blocks: add the partial sum of the rest
+            Ax.elementwise(out, lambda a, p: T.cast(a + p, dtype), acc, partial)
+        row = m_blk * main.bm + main.row0(wg)
+        split_cols = main.split == "columns"
+
+        def n0_of(j):
+            return n_blk * main.bn + (main.col0(wg) + j * e if split_cols else j * e)
+
+        def add(j, Cw):
+            cols = slice(j * e, (j + 1) * e)
+            add_chunk(j, Cw, n0_of(j))
+            Ax.cast(out[:, cols], acc[:, cols])
+
+        def write(j, Cw):
+            n0 = n0_of(j)
+            if dest is None:
+                Ax.copy(C[row:row + self.rows, n0:n0 + e], Cw, fence=False, wait=False)
+            else:           # one bulk copy of the chunk's image (a peer's staging has no tensor map)
+                Ax.copy(dest(row, n0), Cw, fence=False, wait=False, schedule="bulk")
+        Ax.cuda.staged_store(out, e, lambda j: self.buffer(pool, wg, j), write, 1 + wg, leader, self.bufs,
+                             None if add_chunk is None else add)
+
+    def store(self, acc, out, pool, C, dist, wg, leader, m_blk, n_blk):
+        """A whole tile; a cluster's block-row past M stores nothing."""
+        if not self.sched.past_rows:
+            self.tile(acc, out, pool, C, wg, leader, m_blk, n_blk)
+            return
+        with guard(m_blk < self.sched.m_tiles):
+            self.tile(acc, out, pool, C, wg, leader, m_blk, n_blk)

@@ -1,0 +1,1 @@
+"""mainloops of the GEMM-shaped kernels (see :mod:`kernels.parts`)."""

@@ -1,0 +1,1 @@
+"""schedulers of the GEMM-shaped kernels (see :mod:`kernels.parts`)."""

@@ -1,0 +1,37 @@
+"""The owners' order of a distributed epilogue (GEMM + reduce-scatter on ``world`` GPUs): the output
+rows are cut by owner, and each rank walks the owners in order ``r+1, r+2, …, r`` — its own rows
+last, so the peers' partial tiles for them arrive while it still computes.
+
+Law: the scheduled block-rows are ``world`` segments of ``m_tiles`` (the persistent grouped order
+over ``world · m_tiles`` block-rows); block-row ``p`` is row block ``p mod m_tiles`` of segment
+``p div m_tiles``, owned by rank ``(r + 1 + segment) mod world``; every (owner, row block, column)
+is visited exactly once per rank, and segment ``world − 1`` is the rank's own.
+"""
+
+from .persistent import Persistent
+
+
+class OwnerOrder(Persistent):
+    """:class:`Persistent` over ``world`` segments of the per-owner block-rows (``M`` is one owner's
+    rows).  A is this rank's K slice of every owner's rows: an (owner, rows, K) tensor."""
+
+    name = "owners' order"
+    a_lead = (1,)
+
+    def __init__(self, M, N, bm, bn, ctas, group, world, stack=1):
+        super().__init__(M, N, bm, bn, ctas, group, stack=stack, segments=world)
+        self.world = world
+
+    def segment(self, p):
+        """``(segment, row block)`` of scheduled block-row ``p``."""
+        return p // self.m_tiles, p % self.m_tiles
+
+    def owner(self, rank, seg):
+        """The rank that owns the rows of segment ``seg`` as seen from ``rank``."""
+        return (rank + 1 + seg) % self.world
+
+    def a_region(self, A, m_blk, kb, rows, depth, mesh=None):
+        """A's k-block ``kb`` of the owner's row block that scheduled block-row ``m_blk`` names."""
+        owner = (mesh.rank + 1 + m_blk // self.m_tiles) % self.world
+        j = m_blk % self.m_tiles
+        return A[owner, j * rows:(j + 1) * rows, kb * depth:(kb + 1) * depth]
