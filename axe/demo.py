@@ -39,7 +39,8 @@ def _layouts() -> None:
 
 def _kernels() -> None:
     from axe.lang.cli import load_kernels
-    from axe.lang.kernel import KernelError, TargetError, compile_kernel, explain
+    from axe.lang.kernel import KernelError, compile_kernel, explain
+    from axe.lang.targets import TargetError
     from axe.schedules.dispatch import DispatchError
     print("\n== 2. kernels, built for", ", ".join(TARGETS), "==")
     have_nvcc = shutil.which("nvcc") is not None

@@ -25,10 +25,11 @@ construct of one family used in a build for another is an error naming both.
 """
 
 from axe.layout import R, S, Swizzle, SwizzledLayout, parse
-from .kernel import Kernel, KernelError, TargetError, build_func, compile_kernel, explain, kernel, kernels_of, without_params
+from .kernel import Kernel, KernelError, build_func, compile_kernel, explain, kernel, kernels_of, without_params
 from .operators import binary, cast, copy, elementwise, gemm, reduce, sync, unary
 from .scopes import cta, each_warp, launch, thread, warpgroups, warps
 from .tensors import param, permute, registers, shared, view
+from .targets import TargetError
 from .tile_schedule import TileSchedule
 from .gather import gather
 from .block_scale import scale_accumulate

@@ -43,8 +43,8 @@ def _report(command: str, err: Exception) -> None:
 def _user_errors() -> tuple:
     """Errors a kernel's author fixes (reported, not raised): the kernel body's, and those every
     backend declares (its ``"user_errors"`` hook: the CUDA build's, the NKI emitter's, ...)."""
-    from .kernel import KernelError, TargetError
-    from .targets import user_errors
+    from .kernel import KernelError
+    from .targets import TargetError, user_errors
     return (KernelError, TargetError) + user_errors()
 
 

@@ -15,6 +15,9 @@ from typing import Callable
 from axe.ops.scope import reset_scopes
 from axe.ops.tensor import reset_tensors
 from axe.schedules import building, format_records
+from axe.schedules.context import target_family
+
+from .targets import backend_hook
 
 __all__ = ["Kernel", "KernelError", "kernel", "build_func", "compile_kernel", "explain", "kernels_of", "without_params"]
 
@@ -38,12 +41,6 @@ def kernel(name=None, reference=None, inputs=None, outputs=(), **meta):
     def deco(fn):
         return Kernel(name or fn.__name__, fn, reference, inputs, tuple(outputs), meta)
     return deco
-
-
-class TargetError(ValueError):
-    """A kernel's configuration that its target cannot build (a feature this generation's form of
-    the kernel does not have yet, a resource limit of the target): a limit of the target, not a bug;
-    ``axe demo`` reports it as "not built" with the reason, like a dispatch failure."""
 
 
 class KernelError(ValueError):
@@ -165,9 +162,7 @@ def build_func(k: Kernel, target: str = "sm_90a", features=()):
 def compile_kernel(k: Kernel, target: str = "sm_90a", features=()):
     """Build the artifact through the target's backend (its ``build_kernel`` hook, see
     :mod:`axe.lang.targets`): for ``sm_*`` CUDA source, PTX, cubin and launch metadata; for trn1
-    NKI source and a manifest.  A target no backend builds is a :class:`TargetError`."""
-    from axe.schedules.context import target_family
-    from .targets import backend_hook
+    NKI source and a manifest.  A target no backend builds is a :class:`~axe.lang.targets.TargetError`."""
     builder = backend_hook(target_family(target), "build_kernel", f"building for {target}")
     func, ctx = build_func(k, target, features)
     return builder(k, func, ctx, target)

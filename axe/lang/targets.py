@@ -16,7 +16,7 @@ module path) resolved on first use so that importing a backend package stays lig
 
 Nothing here names a backend: a third target adds a folder with such a package.  Every
 construct reached through ``Ax.<family>`` checks when it is called that the build's target is of
-that family, so a CUDA construct in a trn1 build is a :class:`~axe.lang.kernel.TargetError`
+that family, so a CUDA construct in a trn1 build is a :class:`TargetError`
 naming the construct and the target.
 """
 
@@ -29,9 +29,14 @@ import inspect
 from axe.schedules.context import current_context
 from axe.schedules.registry import families
 
-from .kernel import TargetError
+__all__ = ["TargetError", "TargetLanguage", "backend_hook", "language", "owners", "user_errors", "families"]
 
-__all__ = ["TargetLanguage", "backend_hook", "language", "owners", "user_errors", "families"]
+
+class TargetError(ValueError):
+    """A kernel's configuration that its target cannot build (a feature this generation's form of
+    the kernel does not have yet, a resource limit of the target, a construct of another target's
+    backend): a limit of the target, not a bug; ``axe demo`` reports it as "not built" with the
+    reason, like a dispatch failure."""
 
 
 def _resolve(path: str):

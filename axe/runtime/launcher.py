@@ -35,6 +35,7 @@ from axe.backends.cuda.artifact import Artifact, eval_expr
 
 from . import report as _report
 from . import tensormap as _tm
+from .driver import LaunchError, check_result, cuda_driver
 from .report import WaitTimeoutError  # noqa: F401 - re-exported: what a failed launch or synchronize raises
 
 _INT_RANGES = {
@@ -63,40 +64,6 @@ _CTYPES = {
 _MAX_GRID = (2**31 - 1, 65535, 65535)
 _MAX_SMEM = 232448  # per CTA on sm_90 and sm_100
 _BOUND_CACHE = 256   # checked argument signatures remembered per Kernel (then forgotten all at once)
-
-
-class LaunchError(ValueError):
-    """The arguments do not fit the kernel, or the launch itself failed."""
-
-
-def _driver():
-    try:
-        from cuda.bindings import driver
-    except ImportError as e:  # pragma: no cover - depends on the machine
-        raise LaunchError(
-            "axe.runtime needs the cuda-bindings package (pip install 'axe[gpu]' or cuda-bindings)"
-        ) from e
-    return driver
-
-
-def _check(driver, result, what):
-    """Unpack a ``cuda.bindings`` result tuple; raise :class:`LaunchError` on a CUDA error."""
-    if isinstance(result, tuple):
-        err, rest = result[0], result[1:]
-    else:
-        err, rest = result, ()
-    if err != driver.CUresult.CUDA_SUCCESS:
-        name = err
-        try:
-            _, n = driver.cuGetErrorName(err)
-            _, s = driver.cuGetErrorString(err)
-            name = f"{n.decode()}: {s.decode()}"
-        except Exception:  # noqa: BLE001 - the error itself is what matters
-            pass
-        raise LaunchError(f"{what} failed: {name}")
-    if not rest:
-        return None
-    return rest[0] if len(rest) == 1 else rest
 
 
 # --- argument binding (pure; CPU-testable) -------------------------------------------------------
@@ -349,7 +316,7 @@ def clear_cache(driver=None):
         items = list(_CACHE.values())
         _CACHE.clear()
     if items:
-        d = driver or _driver()
+        d = driver or cuda_driver()
         for module, *_ in items:
             d.cuModuleUnload(module)
 
@@ -360,12 +327,12 @@ def _ensure_context(driver, device_index):
     torch.cuda.init()
     with torch.cuda.device(device_index):
         torch.cuda.current_stream()  # makes torch create the primary context
-    _check(driver, driver.cuInit(0), "cuInit")
-    ctx = _check(driver, driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
+    check_result(driver, driver.cuInit(0), "cuInit")
+    ctx = check_result(driver, driver.cuCtxGetCurrent(), "cuCtxGetCurrent")
     if ctx is None or int(ctx) == 0:
-        dev = _check(driver, driver.cuDeviceGet(device_index), "cuDeviceGet")
-        ctx = _check(driver, driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
-        _check(driver, driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+        dev = check_result(driver, driver.cuDeviceGet(device_index), "cuDeviceGet")
+        ctx = check_result(driver, driver.cuDevicePrimaryCtxRetain(dev), "cuDevicePrimaryCtxRetain")
+        check_result(driver, driver.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
 
 
 class Kernel:
@@ -389,7 +356,7 @@ class Kernel:
     def driver(self):
         """The ``cuda.bindings.driver`` module (or the stand-in given at construction)."""
         if self._driver is None:
-            self._driver = _driver()
+            self._driver = cuda_driver()
         return self._driver
 
     def __repr__(self):
@@ -466,8 +433,8 @@ class Kernel:
             entry = _CACHE.get(key)
             if entry is None:
                 _ensure_context(d, device_index)
-                module = _check(d, d.cuModuleLoadData(self.artifact.cubin), f"cuModuleLoadData({self.launch['name']})")
-                func = _check(
+                module = check_result(d, d.cuModuleLoadData(self.artifact.cubin), f"cuModuleLoadData({self.launch['name']})")
+                func = check_result(
                     d, d.cuModuleGetFunction(module, self.launch["kernel"].encode()),
                     f"cuModuleGetFunction({self.launch['kernel']})",
                 )
@@ -478,7 +445,7 @@ class Kernel:
                         warnings.warn(f"{self.launch['name']}: the cubin names {_report.SYMBOL}, but cuModuleGetGlobal "
                                       "does not find it: a wait that times out will trap without a report")
             if dynamic_smem > entry[2]:
-                _check(
+                check_result(
                     d,
                     d.cuFuncSetAttribute(
                         entry[1], d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
@@ -524,14 +491,14 @@ class Kernel:
             name = self.launch["name"]
             cfg = launch_config(d, self.launch, b, stream)
             if cfg is not None:
-                _check(d, d.cuLaunchKernelEx(cfg, func, ptr, 0), f"cuLaunchKernelEx({name})")
+                check_result(d, d.cuLaunchKernelEx(cfg, func, ptr, 0), f"cuLaunchKernelEx({name})")
             elif self.launch.get("cooperative"):
-                _check(
+                check_result(
                     d, d.cuLaunchCooperativeKernel(func, *b.grid, *b.block, b.dynamic_smem, stream, ptr),
                     f"cuLaunchCooperativeKernel({name})",
                 )
             else:
-                _check(
+                check_result(
                     d, d.cuLaunchKernel(func, *b.grid, *b.block, b.dynamic_smem, stream, ptr, 0),
                     f"cuLaunchKernel({name}, grid={b.grid}, block={b.block}, smem={b.dynamic_smem})",
                 )

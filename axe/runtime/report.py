@@ -10,7 +10,8 @@ so when a launch or a synchronize then fails, :meth:`ReportPages.check` finds th
 and raises :class:`WaitTimeoutError` that says, in words, which kernel, CTA and thread waited
 for which barrier or flag, and for how long.
 
-Only ``cuda.bindings`` (through the launcher's driver handle) and ctypes are used; TVM never is.
+Only ``cuda.bindings`` (the driver handle the launcher passes in, its results read by
+:mod:`axe.runtime.driver`) and ctypes are used; TVM never is.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ import ctypes
 import threading
 
 from axe.backends.cuda.report import FIELDS, FLAG, KINDS, MAGIC, MBARRIER, NAME_WORDS, RECORD_BYTES, SYMBOL
+
+from .driver import check_result
 
 __all__ = ["WaitTimeoutError", "ReportPages", "decode", "describe", "PAGE_BYTES"]
 
@@ -73,18 +76,16 @@ class ReportPages:
         self._lock = threading.Lock()
 
     def _new_page(self, driver):
-        from .launcher import _check
         # mapped into the device address space, pinned for every context (one page serves all devices)
         flags = getattr(driver, "CU_MEMHOSTALLOC_DEVICEMAP", 2) | getattr(driver, "CU_MEMHOSTALLOC_PORTABLE", 1)
-        host = int(_check(driver, driver.cuMemHostAlloc(PAGE_BYTES, flags), "cuMemHostAlloc(report page)"))
+        host = int(check_result(driver, driver.cuMemHostAlloc(PAGE_BYTES, flags), "cuMemHostAlloc(report page)"))
         ctypes.memset(host, 0, PAGE_BYTES)
-        dev = int(_check(driver, driver.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer(report page)"))
+        dev = int(check_result(driver, driver.cuMemHostGetDevicePointer(host, 0), "cuMemHostGetDevicePointer(report page)"))
         self._pages.append((host, dev))
 
     def attach(self, driver, module, kernel: str, device: int) -> int | None:
         """Point ``module``'s ``axe_report`` at a fresh slot; return the slot index, or None when
         the module has no bounded wait (no such symbol)."""
-        from .launcher import _check
         got = driver.cuModuleGetGlobal(module, SYMBOL.encode())
         if got[0] != driver.CUresult.CUDA_SUCCESS:
             return None
@@ -97,7 +98,7 @@ class ReportPages:
                 self._new_page(driver)
             self._owners.append((kernel, device))
             addr = ctypes.c_uint64(self._pages[slot // _SLOTS][1] + slot % _SLOTS * RECORD_BYTES)
-        _check(driver, driver.cuMemcpyHtoD(dptr, ctypes.addressof(addr), 8), f"cuMemcpyHtoD({SYMBOL} of {kernel})")
+        check_result(driver, driver.cuMemcpyHtoD(dptr, ctypes.addressof(addr), 8), f"cuMemcpyHtoD({SYMBOL} of {kernel})")
         return slot
 
     def read(self, slot: int) -> bytes:
