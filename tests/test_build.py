@@ -350,7 +350,7 @@ def test_param_pack_reuse(built):
 
 
 def test_tensormap_rules():
-    from axe.runtime.tensormap import TensorMapError, check_spec, tiled_args
+    from axe.backends.cuda.tensormap import TensorMapError, check_spec, tiled_args
 
     spec = {"param": "m", "tensor": "A", "dtype": "float16", "box": [64, 64], "elem_strides": [1, 1], "swizzle": 0}
     check_spec(spec)

@@ -17,7 +17,7 @@ os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
 import axe.lang as Ax  # noqa: E402
 from axe.backends.cuda.artifact import eval_expr  # noqa: E402
 from axe.runtime import LaunchError, bind_arguments  # noqa: E402
-from axe.runtime.tensormap import tiled_args  # noqa: E402
+from axe.backends.cuda.tensormap import tiled_args  # noqa: E402
 from kernels import gemm  # noqa: E402
 
 N, K = 512, 256                 # two block-columns, four k-blocks: small builds, every code path

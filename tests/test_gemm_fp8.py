@@ -286,7 +286,7 @@ def test_tma_map_of_extent_1_dimensions_obeys_the_driver_rules(shape, dtype, reg
     """The TMA schedule's map of a tensor with extent-1 dimensions: the packed stride for each,
     accepted by check_spec and by the driver's rules; the stride 0 the layout algebra gives such a
     dimension (what the map held before) breaks both."""
-    from axe.runtime.tensormap import TensorMapError, check_spec
+    from axe.backends.cuda.tensormap import TensorMapError, check_spec
     _, ctx = Ax.build_func(_tma_box(shape, dtype, region))
     (spec,) = ctx.tensormaps
     assert spec["shape"] == list(reversed(shape)) and spec["strides_bytes"] == strides
@@ -302,7 +302,7 @@ def test_check_spec_and_tiled_args_enforce_nesting():
     """A stride below the bytes of the dimension inside it is refused with the dimension named,
     by check_spec (extents known) and by tiled_args (a torch-strided tensor); a torch tensor's
     size-1 dimension of any stride gets the packed one."""
-    from axe.runtime.tensormap import TensorMapError, check_spec, tiled_args
+    from axe.backends.cuda.tensormap import TensorMapError, check_spec, tiled_args
     spec = {"param": "m", "tensor": "A", "dtype": "float16", "shape": [64, 8, 4], "strides_bytes": [128, 1024],
             "box": [64, 8, 1], "elem_strides": [1, 1, 1]}
     check_spec(spec)
@@ -488,7 +488,7 @@ def test_fp8_gemm_builds_without_spills(built):
 def test_fp8_gemm_tensor_maps_obey_the_driver_rules(built):
     """Every map of every build passes check_spec and the driver's documented stride rules; SA's
     k-block stride is a row of Mp fp32 scales also where there is one k-block (extent 1)."""
-    from axe.runtime.tensormap import check_spec
+    from axe.backends.cuda.tensormap import check_spec
     (M, N, K, bn, cluster), art = built
     for spec in art.launch["tensormaps"]:
         check_spec(spec)
@@ -519,7 +519,7 @@ def test_fp8_gemm_binds_the_quantizers_output(built):
     kernels/fp8_blocks.py produces: fp8 A and B, SA (KB, Mp), SB (NB, KB), bf16 C."""
     torch = pytest.importorskip("torch")
     from axe.runtime import bind_arguments
-    from axe.runtime.tensormap import tiled_args
+    from axe.backends.cuda.tensormap import tiled_args
     (M, N, K, bn, cluster), art = built
     A, SA = Q.quantize_rows(torch.randn(M, K))
     B, SB = Q.quantize_blocks(torch.randn(N, K))

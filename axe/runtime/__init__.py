@@ -6,7 +6,7 @@ checks dtypes, shapes, strides, devices and alignment, then launches on the curr
 stream.  Loaded CUDA modules are cached per (device, cubin hash).
 """
 
-from .tensormap import TensorMapError, check_spec
+from axe.backends.cuda.tensormap import TensorMapError, check_spec
 
 __all__ = ["Kernel", "LaunchError", "TensorMapError", "WaitTimeoutError", "check_spec", "load", "clear_cache"]
 

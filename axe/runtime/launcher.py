@@ -8,7 +8,7 @@
    data-pointer alignment; scalar type and range.  Every failure is a :class:`LaunchError`
    naming the argument and the condition.
 2. evaluate grid, block, cluster and dynamic shared memory from the bound symbols;
-3. encode each ``CUtensorMap`` from its spec and tensor (:mod:`axe.runtime.tensormap`);
+3. encode each ``CUtensorMap`` from its spec and tensor (:mod:`axe.backends.cuda.tensormap`);
 4. get the ``CUfunction`` from the module cache (loaded once per device and cubin hash with
    ``cuModuleLoadData``; its dynamic shared memory limit raised with ``cuFuncSetAttribute``; a
    module with bounded waits gets its report slot, :mod:`axe.runtime.report`);
@@ -31,10 +31,10 @@ import threading
 import warnings
 from dataclasses import dataclass, field
 
+from axe.backends.cuda import tensormap as _tm
 from axe.backends.cuda.artifact import Artifact, eval_expr
 
 from . import report as _report
-from . import tensormap as _tm
 from .driver import LaunchError, check_result, cuda_driver
 from .report import WaitTimeoutError  # noqa: F401 - re-exported: what a failed launch or synchronize raises
 

@@ -2,7 +2,8 @@
 
 ``axe.backends.cuda.build`` (the submodule; it imports TVM) holds ``build``.  This package
 itself imports only :mod:`.artifact`, so ``Artifact`` — and through it ``axe.runtime`` —
-works on machines without TVM.
+works on machines without TVM; so does :mod:`.tensormap` (the TMA map rules and encoding, pure),
+which the runtime imports from here.
 
 :data:`HOOKS` is how the backend registers with the shared layers (:mod:`axe.lang.targets` reads
 it; every entry is a ``"module:attribute"`` path resolved on first use, so this stays light).

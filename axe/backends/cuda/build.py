@@ -31,6 +31,7 @@ import tempfile
 
 from .artifact import SCHEMA, Artifact
 from .lang.grid_dependency import PDL_ATTR
+from .tensormap import check_spec
 
 #: shared memory one CTA may use on sm_90/sm_100 (227 KiB)
 MAX_SMEM_PER_CTA = 232448
@@ -474,8 +475,6 @@ def _check_tensormap_specs(tensormaps, args, fname):
             "oob_fill": str(spec.get("oob_fill", "zero")),
         }
         # the runtime's checks, run once here so bad specs fail at build time
-        from axe.runtime.tensormap import check_spec
-
         try:
             check_spec(s)
         except ValueError as e:

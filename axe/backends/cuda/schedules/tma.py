@@ -26,7 +26,7 @@ from math import prod
 
 from axe.layout import S, SwizzledLayout, Swizzle, group, tile_of
 from axe.layout.layout import unflatten_index
-from axe.runtime.tensormap import packed_strides
+from ..tensormap import packed_strides
 from axe.schedules.emit import guard
 from axe.schedules.registry import register
 

@@ -14,6 +14,9 @@ innermost dimension first::
 The checks mirror the driver's documented requirements so that a bad spec fails with the field
 named instead of ``CUDA_ERROR_INVALID_VALUE``.  This module imports neither torch nor
 ``cuda.bindings``: :func:`encode` takes the driver module as an argument (tests pass a fake).
+It is the CUDA backend's, pure, so that the TMA schedules (packed strides), the build (spec
+checks) and the runtime (encoding at launch) share one statement of the rules without the
+schedules importing the runtime.
 """
 
 from __future__ import annotations
