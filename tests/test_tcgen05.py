@@ -55,9 +55,9 @@ def _operands(n=128, k=64, sw=128, b_major="K", m=128, pair=False):
         nb = n // 2 if pair else n
         B = _t((k, nb), swizzled_rows(k, nb, sw), "shared", name="Bs")
     if pair:
-        C = Ax.cuda.cta_pair(_t((128, n), tc.d_layout(n), "tmem", "float32", "acc"), 0)
-        A = Ax.cuda.cta_pair(A, 0)
-        B = Ax.cuda.cta_pair(B, 1)
+        C = tc.pair(_t((128, n), tc.d_layout(n), "tmem", "float32", "acc"), 0)
+        A = tc.pair(A, 0)
+        B = tc.pair(B, 1)
     return C, A, B
 
 

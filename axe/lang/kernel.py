@@ -12,8 +12,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from axe.ops.scope import reset_scopes
-from axe.ops.tensor import reset_tensors
 from axe.schedules import building, format_records
 from axe.schedules.context import target_family
 
@@ -144,18 +142,13 @@ def build_func(k: Kernel, target: str = "sm_90a", features=()):
 
     An error raised inside the kernel body reaches the caller as a :class:`KernelError`
     (``kernel NAME at FILE:LINE: <the original message>``), not as TVM's diagnostic."""
-    with building(target, features) as ctx:
-        reset_scopes()
-        reset_tensors()
+    with building(target, features) as ctx:      # a fresh context: no scopes, no tensors yet
         try:
             func = k.factory()
         except KernelError:
             raise
         except Exception as err:
             raise _kernel_error(k, err) from None
-        finally:
-            reset_scopes()
-            reset_tensors()
     return func.with_attr("global_symbol", k.name), ctx
 
 

@@ -24,8 +24,10 @@ from math import prod
 from axe.layout import SwizzledLayout
 from axe.ops.scope import ExecScope, pop_scope, push_scope
 from axe.ops.tensor import Tensor, register_tensor
+from axe.schedules.context import current_context
 
 from .scopes import scope_or_cta
+from .targets import backend_hook
 from .tensors import as_layout
 
 __all__ = ["Mesh", "mesh", "current_mesh", "dtensor", "devices", "signal", "wait", "fence_system",
@@ -72,14 +74,9 @@ class Mesh:
         return base
 
 
-def _ctx():
-    from axe.schedules.context import current_context
-    return current_context()
-
-
 def current_mesh() -> Mesh | None:
     """The mesh the kernel being built declared, or None."""
-    return _ctx().mesh
+    return current_context("Ax.current_mesh").mesh
 
 
 def mesh(world: int, peers, signals, errors, rank, epoch, timeout, shape=None, names=None,
@@ -102,7 +99,7 @@ def mesh(world: int, peers, signals, errors, rank, epoch, timeout, shape=None, n
                              f"{buf.dtype}{[int(s) for s in buf.shape]}")
     if str(signals.dtype) != "int32" or len(signals.shape) != 1:
         raise ValueError(f"mesh: signals must be an int32 vector, got {signals.name} {signals.dtype}")
-    ctx = _ctx()
+    ctx = current_context("Ax.mesh")
     if "multicast" not in ctx.features:
         multicast = None
     m = Mesh(world, shape, names, peers, signals, errors, rank, epoch, timeout, multicast)
@@ -160,7 +157,7 @@ def dtensor(buf, shape, layout=None, placements=None, symmetric=False, scratch=F
              "symmetric": bool(symmetric or scratch), "scratch": bool(scratch), "dtype": str(buf.dtype)}
     if partial_dim is not None:
         entry["partial_dim"] = int(partial_dim)
-    _ctx().distributed.setdefault("params", {})[buf.name] = entry
+    current_context("Ax.dtensor").distributed.setdefault("params", {})[buf.name] = entry
     t = Tensor(buf, L, shape, str(buf.dtype), "global", name=name or buf.name)
     return register_tensor(t)
 
@@ -169,7 +166,7 @@ def dtensor(buf, shape, layout=None, placements=None, symmetric=False, scratch=F
 def devices():
     """The multi-device scope: operators inside run on every CTA of every GPU of the mesh
     together (collectives: reduce-scatter, all-reduce, all-gather, put/get of whole tensors)."""
-    ctx = _ctx()
+    ctx = current_context("Ax.devices")
     if ctx.mesh is None:
         raise ValueError("Ax.devices(): declare the mesh first (Ax.mesh(...))")
     if not ctx.grid:
@@ -184,8 +181,7 @@ def devices():
 
 def _backend():
     """The target's mesh signalling (its backend's ``"mesh"`` hook)."""
-    from .targets import backend_hook
-    ctx = _ctx()
+    ctx = current_context("signals between devices")
     return backend_hook(ctx.family, "mesh", f"signals between devices (target {ctx.target})")
 
 

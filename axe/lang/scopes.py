@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import contextlib
 
-from axe.ops.scope import ExecScope, current_scope, pop_scope, push_scope, reset_scopes, scope_or_cta
+from axe.ops.scope import ExecScope, current_scope, enter_launch, pop_scope, push_scope, scope_or_cta
+from axe.schedules.context import current_context
 
 __all__ = ["launch", "warps", "warpgroups", "each_warp", "thread", "cta", "scope_or_cta"]
 
@@ -20,10 +21,8 @@ def launch(grid, threads: int):
     grid = [grid] if isinstance(grid, int) else list(grid)
     bx = T.cta_id(grid)
     tx = T.thread_id([threads])
-    from axe.schedules.context import current_context
-    current_context().grid = (bx, tuple(grid))
-    reset_scopes()
-    push_scope(ExecScope("cta", tx, threads))
+    current_context("Ax.launch").grid = (bx, tuple(grid))
+    enter_launch(ExecScope("cta", tx, threads))
     return bx, tx
 
 

@@ -100,7 +100,7 @@ def _checked(construct: str, family: str, fn):
     """``fn`` that first checks the build's target is of ``family``."""
     @functools.wraps(fn)
     def call(*args, **kwargs):
-        ctx = current_context()
+        ctx = current_context(construct)
         if ctx.family != family:
             raise TargetError(f"{construct} is a construct of the {family} backend; this build is for "
                               f"{ctx.target} (target family {ctx.family})")

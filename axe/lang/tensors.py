@@ -6,6 +6,7 @@ from math import prod
 
 from axe.layout import Layout, S, SwizzledLayout, parse
 from axe.ops.tensor import Tensor, register_tensor
+from axe.schedules.context import current_context
 
 __all__ = ["param", "shared", "registers", "view", "as_layout"]
 
@@ -44,8 +45,7 @@ def param(buf, layout=None, tensormap=None, name=None, scratch=False) -> Tensor:
     """
     shape = tuple(int(s) for s in buf.shape)
     if scratch:
-        from axe.schedules.context import current_context
-        current_context().scratch.append(str(buf.name))
+        current_context(f"Ax.param({buf.name}, scratch=True)").scratch.append(str(buf.name))
     L = as_layout(layout, shape)
     t = Tensor(buf, L, shape, str(buf.dtype), "global", tensormap=tensormap, name=name or buf.name)
     return register_tensor(t)

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["ExecScope", "KINDS", "THREADS_PER", "current_scope", "scope_or_cta", "push_scope", "pop_scope",
-           "thread_axis_values"]
+from .build import current_build, innermost_build
+
+__all__ = ["ExecScope", "KINDS", "THREADS_PER", "current_scope", "scope_or_cta", "enter_launch", "push_scope",
+           "pop_scope", "thread_axis_values"]
 
 KINDS = ("devices", "kernel", "cluster", "cta", "warpgroup", "warp", "thread")
 WHOLE_CTA = ("devices", "kernel", "cluster", "cta")   # scopes whose threads are the whole CTA
@@ -73,12 +75,10 @@ class ExecScope:
         return f"{self.kind}s {rng} ({self.threads} threads{' together' if self.collective else ' each'})"
 
 
-_STACK: list[ExecScope] = []
-
-
 def current_scope() -> ExecScope | None:
-    """The innermost scope the kernel body is in (None outside a kernel)."""
-    return _STACK[-1] if _STACK else None
+    """The innermost scope the kernel body is in (None outside a kernel, or before its launch)."""
+    build = innermost_build()
+    return build.scopes[-1] if build is not None and build.scopes else None
 
 
 def scope_or_cta(what: str = "axe operator") -> ExecScope:
@@ -90,16 +90,21 @@ def scope_or_cta(what: str = "axe operator") -> ExecScope:
     return s
 
 
+def enter_launch(scope: ExecScope) -> None:
+    """The kernel's launch: the current build's scopes start over at ``scope`` (the CTA of a GPU
+    kernel, the NeuronCore of a Trainium one), whatever the body entered before."""
+    build = current_build(f"the kernel launch (entering its {scope.kind} scope)")
+    build.scopes[:] = [scope]
+
+
 def push_scope(scope: ExecScope) -> None:
-    _STACK.append(scope)
+    """Enter ``scope`` in the current build (the scope's kind names the construct outside one)."""
+    current_build(f"entering a {scope.kind} scope").scopes.append(scope)
 
 
 def pop_scope() -> ExecScope:
-    return _STACK.pop()
-
-
-def reset_scopes() -> None:
-    _STACK.clear()
+    """Leave the current build's innermost scope."""
+    return current_build("leaving an execution scope").scopes.pop()
 
 
 def thread_axis_values(scope: ExecScope) -> dict:

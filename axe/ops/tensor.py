@@ -3,8 +3,8 @@
 The buffer is storage only (flat, sized by the layout's memory span); the layout says where
 each logical element lives.  Sub-tensors (``T[a:b, c:d]``) are computed with the layout
 algebra's ``slice``; symbolic region starts (``bx*64``) add a symbolic offset on memory.
-Raw TIR buffers passed to an operator are looked up in a side table (kernel parameters
-registered with :func:`register_tensor`) or read as row-major.
+Raw TIR buffers passed to an operator are looked up among the tensors the current build
+registered (:func:`register_tensor`: kernel parameters, allocations) or read as row-major.
 """
 
 from __future__ import annotations
@@ -15,7 +15,9 @@ from math import prod
 from axe.layout import Layout, LayoutError, S, SwizzledLayout, group, slice_layout
 from axe.layout.slicing import slice_block
 
-__all__ = ["Tensor", "as_operand", "register_tensor", "lookup_tensor", "reset_tensors", "MEMORY_SCOPES",
+from .build import current_build, innermost_build
+
+__all__ = ["Tensor", "as_operand", "register_tensor", "lookup_tensor", "MEMORY_SCOPES",
            "register_memory_scope"]
 
 #: memory scopes a tensor may live in: the shared ones here, a backend's own through
@@ -222,24 +224,17 @@ def replace_inner(L, inner):
     return L.with_inner(inner) if isinstance(L, SwizzledLayout) else inner
 
 
-_TABLE: list = []
-
-
 def register_tensor(t: Tensor) -> Tensor:
-    """Remember ``t`` as the meaning of its buffer (kernel parameters passed raw to operators)."""
-    _TABLE.append(t)
+    """Remember ``t`` as the meaning of its buffer in the current build (kernel parameters passed
+    raw to operators); a later registration of the same buffer replaces it."""
+    current_build(f"registering tensor {t.name or t.buffer.name}").tensors[t.buffer.__chandle__()] = t
     return t
 
 
 def lookup_tensor(buf) -> Tensor | None:
-    for t in reversed(_TABLE):
-        if t.buffer.same_as(buf):
-            return t
-    return None
-
-
-def reset_tensors() -> None:
-    _TABLE.clear()
+    """The tensor the current build registered for ``buf`` (the same TIR object), else None."""
+    build = innermost_build()
+    return build.tensors.get(buf.__chandle__()) if build is not None else None
 
 
 def _default_tensor(buf) -> Tensor:

@@ -1,11 +1,20 @@
-"""The build context: target, dispatch records and TMA descriptor specs of one kernel build."""
+"""The build context: everything one kernel build gathers while its body is parsed.
+
+A :class:`BuildContext` is the operator layer's :class:`~axe.ops.build.BuildState` (scopes entered,
+tensors registered) plus what dispatch and launch need: the target, the dispatch records, the TMA
+descriptor specs, the launch.  It exists only inside :func:`building`; asking for it outside one
+is an error naming what asked, never a made-up default build.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import functools
 import importlib
+import sys
 from dataclasses import dataclass, field
+
+from axe.ops.build import BuildState, OutsideBuildError, current_build, open_build
 
 __all__ = ["BuildContext", "building", "current_context", "target_family", "target_arch"]
 
@@ -39,7 +48,7 @@ def target_arch(target: str) -> int:
 
 
 @dataclass
-class BuildContext:
+class BuildContext(BuildState):
     """State gathered while one kernel is parsed: what dispatch chose and what launch needs.
 
     ``tensormaps``: one spec dict per CUtensorMap parameter (the runtime encodes them at
@@ -80,22 +89,21 @@ class BuildContext:
         self.tensormaps.append(spec)
 
 
-_STACK: list[BuildContext] = []
-
-
-def current_context() -> BuildContext:
-    """The innermost build context (a default sm_90a one when none is open)."""
-    if not _STACK:
-        _STACK.append(BuildContext())
-    return _STACK[-1]
+def current_context(what: str | None = None) -> BuildContext:
+    """The innermost open build context.  Outside :func:`building` this is an
+    :class:`~axe.ops.build.OutsideBuildError` naming ``what`` asked (by default the calling
+    function): a construct that needs the build's target or records has no meaning outside one."""
+    what = what or f"{sys._getframe(1).f_code.co_qualname}() (asking for the build context)"
+    ctx = current_build(what)
+    if not isinstance(ctx, BuildContext):
+        raise OutsideBuildError(f"{what}: the open build is an operator-level {type(ctx).__name__}, "
+                                "not a BuildContext (open it with axe.schedules.building)")
+    return ctx
 
 
 @contextlib.contextmanager
 def building(target: str = "sm_90a", features=()):
-    """Open a build context for ``target`` (declaring ``features``); operator dispatch inside uses it."""
-    ctx = BuildContext(target=target, features=tuple(features))
-    _STACK.append(ctx)
-    try:
+    """Open a fresh build context for ``target`` (declaring ``features``); operator dispatch,
+    scopes and tensors inside use it."""
+    with open_build(BuildContext(target=target, features=tuple(features))) as ctx:
         yield ctx
-    finally:
-        _STACK.remove(ctx)

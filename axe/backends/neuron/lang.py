@@ -16,7 +16,7 @@ from __future__ import annotations
 from math import prod
 
 from axe.layout import Layout, S, parse
-from axe.ops.scope import ExecScope, push_scope, reset_scopes
+from axe.ops.scope import ExecScope, enter_launch
 from axe.ops.tensor import Tensor, register_memory_scope, register_tensor
 
 from . import hardware as hw
@@ -32,8 +32,7 @@ _NL_DTYPE = {"float16": "nl.float16", "bfloat16": "nl.bfloat16", "float32": "nl.
 
 def core():
     """Enter the NeuronCore scope (a trn1 kernel runs on one NeuronCore; no grid, no threads)."""
-    reset_scopes()
-    push_scope(ExecScope("kernel", None, 1))
+    enter_launch(ExecScope("kernel", None, 1))
 
 
 def hbm(buf, pad_to=None, name=None) -> Tensor:

@@ -29,7 +29,7 @@ def cluster_launch(grid: int, threads: int, cluster: int):
     """Emit the kernel entry of a 1-d grid of ``grid`` CTAs in clusters of ``cluster``; enter the
     CTA scope.  Returns ``(cluster id, rank in cluster, CTA index, tx)``."""
     from tvm.script import tirx as T
-    from axe.ops.scope import ExecScope, push_scope, reset_scopes
+    from axe.ops.scope import ExecScope, enter_launch
     if not isinstance(cluster, int) or not 1 <= cluster <= 8:
         raise ValueError(f"cluster_launch: cluster must be an int in 1..8 (portable size), got {cluster!r}")
     if grid % cluster:
@@ -39,8 +39,7 @@ def cluster_launch(grid: int, threads: int, cluster: int):
     rank = T.cta_id_in_cluster([cluster])
     bx = T.cta_id([grid])
     tx = T.thread_id([threads])
-    reset_scopes()
-    push_scope(ExecScope("cta", tx, threads))
+    enter_launch(ExecScope("cta", tx, threads))
     return cid, rank, bx, tx
 
 

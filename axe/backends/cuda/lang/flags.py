@@ -137,4 +137,4 @@ def counter_wait(flags, index, value):
     mesh's timeout like every wait of a distributed kernel (a failure is recorded and reported)."""
     from axe.schedules.context import current_context
     from ..peer import wait_value
-    wait_value(current_context().mesh, word_ptr(flags, index), value, index)
+    wait_value(current_context("Ax.cuda.counter_wait").mesh, word_ptr(flags, index), value, index)
