@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from axe.schedules import building, format_records
+from axe.schedules import ScheduleBug, building, format_records
 from axe.schedules.context import target_family
 
 from .targets import backend_hook
@@ -92,6 +92,20 @@ def _is_diagnostic(err) -> bool:
 _LOCATION = re.compile(r"^ --> (.+):(\d+):\d+\s*$", re.M)
 
 
+def _causes(err: BaseException):
+    """``err`` and the exceptions it was raised from or while handling, outermost first."""
+    seen = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        yield err
+        err = err.__cause__ or err.__context__
+
+
+def _schedule_bug(err: BaseException) -> ScheduleBug | None:
+    """The :class:`ScheduleBug` behind ``err`` (TVMScript's parser wraps what a statement raises)."""
+    return next((e for e in _causes(err) if isinstance(e, ScheduleBug)), None)
+
+
 def _kernel_error(k: Kernel, err: BaseException) -> KernelError:
     """The :class:`KernelError` for ``err`` raised while parsing ``k``."""
     diag, cause, seen = None, err, set()
@@ -141,13 +155,18 @@ def build_func(k: Kernel, target: str = "sm_90a", features=()):
     ``(PrimFunc, BuildContext)`` (records, tensormaps, the distributed signature).
 
     An error raised inside the kernel body reaches the caller as a :class:`KernelError`
-    (``kernel NAME at FILE:LINE: <the original message>``), not as TVM's diagnostic."""
+    (``kernel NAME at FILE:LINE: <the original message>``), not as TVM's diagnostic; a
+    :class:`~axe.schedules.dispatch.ScheduleBug` (a schedule's check raised) reaches it as itself,
+    chained to what the check raised."""
     with building(target, features) as ctx:      # a fresh context: no scopes, no tensors yet
         try:
             func = k.factory()
         except KernelError:
             raise
         except Exception as err:
+            bug = _schedule_bug(err)
+            if bug is not None:     # not the kernel author's to fix: whole, with its traceback
+                raise bug
             raise _kernel_error(k, err) from None
     return func.with_attr("global_symbol", k.name), ctx
 

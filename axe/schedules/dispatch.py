@@ -1,4 +1,13 @@
-"""Dispatch: try each candidate schedule's preconditions, emit the first that fits."""
+"""Dispatch: try each candidate schedule's preconditions, emit the first that fits.
+
+The check contract (:class:`~axe.schedules.registry.Schedule`): ``check(call, ctx)`` returns a
+plan when the schedule fits, or a string, the reason it declines; dispatch records the reason and
+tries the next candidate, and when none fits, :class:`DispatchError` lists every reason.  A check
+never declines by raising: anything it raises is a bug of the schedule and reaches the caller as
+:class:`ScheduleBug`, naming the schedule, the operator and where it was written, chained to the
+original exception (its traceback included).  A check that calls the layout algebra, whose
+``LayoutError`` means "no such layout", catches that refusal itself and returns it as its reason.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +16,23 @@ from dataclasses import dataclass, field
 from .context import BuildContext, current_context
 from .registry import candidates
 
-__all__ = ["DispatchError", "DispatchRecord", "dispatch", "run", "format_records"]
+__all__ = ["DispatchError", "ScheduleBug", "DispatchRecord", "dispatch", "run", "format_records"]
 
 
 class DispatchError(ValueError):
     """No schedule fits an operator call; the message names the line, layouts and reasons."""
+
+
+class ScheduleBug(RuntimeError):
+    """A schedule's check raised instead of returning a plan or a reason: a bug in the schedule
+    (or in what it calls), not a decline.  ``schedule`` names it; ``__cause__`` is what it raised."""
+
+    def __init__(self, schedule: str, message: str):
+        super().__init__(message)
+        self.schedule = schedule
+
+    def __reduce__(self):
+        return (ScheduleBug, (self.schedule, str(self)))
 
 
 @dataclass
@@ -51,7 +72,8 @@ def _remote_operands(call) -> str:
 
 def dispatch(call, ctx: BuildContext | None = None) -> DispatchRecord:
     """Choose and emit a schedule for ``call``; raises :class:`DispatchError` when none fits."""
-    ctx = ctx or current_context()
+    if ctx is None:
+        ctx = current_context(f"operator {call.op}")
     cands = candidates(call.op, ctx.family)
     record = DispatchRecord(call)
     forced = call.forced
@@ -69,8 +91,9 @@ def dispatch(call, ctx: BuildContext | None = None) -> DispatchRecord:
             continue
         try:
             plan = s.check(call, ctx)
-        except (ValueError, ArithmeticError) as err:   # the layout algebra refusing is a decline
-            plan = f"{type(err).__name__}: {err}"
+        except Exception as err:
+            raise ScheduleBug(s.name, f"schedule {s.name} raised while checking {call.op} at {call.where} on "
+                                      f"{ctx.target}: {type(err).__name__}: {err}") from err
         if isinstance(plan, str):
             record.verdicts.append((s.name, plan))
             continue

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Callable
 
-__all__ = ["Schedule", "register", "add_schedule", "candidates", "all_schedules", "families"]
+from axe.layout import LayoutError
+
+__all__ = ["Schedule", "register", "add_schedule", "candidates", "all_schedules", "families", "declining",
+           "refusal"]
 
 
 @dataclass(frozen=True)
 class Schedule:
-    """``check(call, ctx) -> plan | str`` (a str is the reason it declines); ``emit(call, plan, ctx)``.
+    """``check(call, ctx) -> plan | str`` (a str is the reason it declines; a check declines by
+    returning, and anything it raises is a :class:`~axe.schedules.dispatch.ScheduleBug`);
+    ``emit(call, plan, ctx)``.
 
     ``requires`` is a one-line statement of what the schedule needs of the layouts (for docs
     and explain); ``priority``: higher is tried first.  ``devices``: the schedule addresses memory
@@ -29,6 +35,29 @@ class Schedule:
 
 
 _REGISTRY: list[Schedule] = []
+
+
+def refusal(err: Exception) -> str:
+    """The reason a check returns for a refusal it caught (``"LayoutError: <message>"``)."""
+    return f"{type(err).__name__}: {err}"
+
+
+def declining(*refusals: type):
+    """Decorate a check whose questions to the layout algebra (or another named model) may be
+    answered by raising one of ``refusals`` (default :class:`~axe.layout.LayoutError`: "no layout
+    has that map", "does not group by the shape"): such an answer is returned as the check's
+    reason (:func:`refusal`).  Anything else the check raises stays a bug for dispatch to report."""
+    caught = refusals or (LayoutError,)
+
+    def deco(check):
+        @functools.wraps(check)
+        def run(call, ctx, *args, **kwargs):
+            try:
+                return check(call, ctx, *args, **kwargs)
+            except caught as err:
+                return refusal(err)
+        return run
+    return deco
 
 
 def add_schedule(op: str, name: str, family: str = "*", priority: int = 0, requires: str = "", *,

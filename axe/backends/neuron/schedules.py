@@ -10,9 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from axe.layout import LayoutError, S, equivalent
-from axe.schedules.registry import add_schedule
+from axe.schedules.registry import add_schedule, declining
 
 from . import hardware as hw
+from .emit import TargetError
 from .emit_stmt import nki_stmt
 from .tiles import blocks, box_text, find_box, nki_name, onchip_kind, py_expr, row_major_strides
 from .tensore import plan_matmul
@@ -43,7 +44,11 @@ def gpu_memory(call) -> str | None:
 
 
 def _checked(check):
-    """``check`` preceded by the GPU-memory test every neuron schedule shares."""
+    """``check`` preceded by the GPU-memory test every neuron schedule shares.  The tile model
+    (:mod:`.tiles`, :mod:`.tensore`) answers "this layout is not an NKI tile" with a
+    ``LayoutError`` and "this index has no NKI form" with a ``TargetError``: both are the
+    check's reason to decline."""
+    @declining(LayoutError, TargetError)
     def run(call, ctx):
         return gpu_memory(call) or check(call, ctx)
     run.__doc__ = check.__doc__

@@ -17,6 +17,8 @@ from itertools import product
 
 from axe.layout import LayoutError, SwizzledLayout, group
 
+from .emit import TargetError
+
 __all__ = ["Block", "blocks", "box_text", "find_box", "ONCHIP", "onchip_kind", "nki_name", "var_name", "py_expr", "row_major_strides"]
 
 ONCHIP = ("sbuf", "psum")
@@ -132,7 +134,8 @@ def box_text(name, p, n, f, m) -> str:
 
 
 def py_expr(e) -> str:
-    """A TIR integer expression (or int) as Python source over the kernel's loop variables."""
+    """A TIR integer expression (or int) as Python source over the kernel's loop variables
+    (:class:`~.emit.TargetError` for an expression NKI has no form of)."""
     import tvm
     tx = tvm.tirx
     if isinstance(e, int):
@@ -147,4 +150,4 @@ def py_expr(e) -> str:
             return f"({py_expr(e.a)} {sym} {py_expr(e.b)})"
     if isinstance(e, (tx.Min, tx.Max)):
         return f"{'min' if isinstance(e, tx.Min) else 'max'}({py_expr(e.a)}, {py_expr(e.b)})"
-    raise ValueError(f"index expression {e} ({type(e).__name__}) has no NKI form")
+    raise TargetError(f"index expression {e} ({type(e).__name__}) has no NKI form")

@@ -119,11 +119,11 @@ def _check(call, ctx):
 def _same_order(dst, src, shape) -> bool:
     """Both inner layouts map every element of ``shape`` to the same memory offset (their
     offsets aside); regrouped by the common shape first."""
-    from axe.layout import Layout, group
+    from axe.layout import Layout, LayoutError, group
     try:
         a = group(Layout(_parts(dst)[0].shard, (), {}), shape).layout
         b = group(Layout(_parts(src)[0].shard, (), {}), shape).layout
-    except ValueError:
+    except LayoutError:     # no common grouping: not the same order
         return False
     return equivalent(a, b)
 

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from itertools import product
 from math import prod
 
-from axe.layout import SwizzledLayout, group
+from axe.layout import LayoutError, SwizzledLayout, group
 from axe.schedules.emit import guard, point_exprs
 from axe.schedules.generic import reduce_combine
-from axe.schedules.registry import add_schedule
+from axe.schedules.registry import add_schedule, declining
 
 from .. import peer
 
@@ -67,6 +67,7 @@ def _inner_run(L, shape) -> int:
     return e if (s == 1 and a == "m") else 1
 
 
+@declining()
 def pull_plan(call, ctx, multicast=False):
     """The plan of a multi-device copy/reduce, or the reason it does not fit."""
     from axe.layout.devices import device_sharding
@@ -85,7 +86,7 @@ def pull_plan(call, ctx, multicast=False):
     try:
         sh = device_sharding(dst.layout, dst.shape)
         group(src.layout, src.shape)
-    except ValueError as err:
+    except LayoutError as err:
         return str(err)
     if any(len(b) > 1 for b in sh.boxes.values()):
         return f"dst {dst.name}: a rank holds several boxes {sh.boxes}"

@@ -27,7 +27,7 @@ from axe.ops.tensor import Tensor
 from axe.schedules.emit import is_zero, mem_offset, point_exprs
 from axe.schedules.plan import inner_layout
 from axe.schedules.pointwise import iterate
-from axe.schedules.registry import register
+from axe.schedules.registry import declining, register
 
 from ..sync import barrier_ptr
 from .vector import VectorPlan, _reg_words, _space, _tail, vector_plan
@@ -77,6 +77,7 @@ def _source_rows(src: Tensor):
     return ld, inner.offset["m"] + src.base
 
 
+@declining()
 def gather_plan(call, ctx, asynchronous=False):
     """A :class:`GatherPlan` for the call, or the reason it does not fit."""
     import tvm

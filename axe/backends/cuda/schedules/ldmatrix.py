@@ -29,7 +29,7 @@ from axe.ops.scope import thread_axis_values
 from axe.schedules.emit import guard, is_zero, mem_offset, thread_digits
 from axe.schedules.generic import operand_shapes
 from axe.schedules.plan import THREAD_AXES, inner_layout, pair_dims
-from axe.schedules.registry import add_schedule
+from axe.schedules.registry import add_schedule, declining
 
 __all__ = ["LdMatrixPlan", "atom", "ldmatrix_plan", "lane_sources", "lane_address"]
 
@@ -139,6 +139,7 @@ def _register_inverse(dims, k) -> str | None:
     return None
 
 
+@declining()
 def ldmatrix_plan(call, ctx, store: bool):
     """An :class:`LdMatrixPlan` or the reason the layouts do not match the instruction."""
     dst, src = call.operands["dst"], call.operands["src"]

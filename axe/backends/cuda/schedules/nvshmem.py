@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from axe.layout import group
+from axe.layout import LayoutError, group
 from axe.schedules.registry import add_schedule
 
 from .vector import on_this_gpu
@@ -81,7 +81,7 @@ def _check(call, ctx):
         try:
             if not _contiguous(t):
                 return f"{k} {t.name} is not one contiguous run ({t.layout})"
-        except ValueError as err:
+        except LayoutError as err:
             return str(err)
     return NvshmemPlan(prod(dst.shape) * dst.elem_bytes, remote["dst"], "block" if kind == "cta" else "warp")
 

@@ -43,7 +43,7 @@ from axe.layout import Layout, S, group, tile_of
 from axe.layout.coord import TCol, TLane  # noqa: F401
 from axe.layout.iters import Iter
 from axe.schedules.emit import is_zero
-from axe.schedules.registry import add_schedule
+from axe.schedules.registry import add_schedule, declining
 
 from ..smem_desc import SmemOperand, emit_descriptor, k_inst, pick_n, smem_operand
 from .wgmma import fence_registers
@@ -241,6 +241,7 @@ def _barrier_name(b) -> str:
     return f"{getattr(bar, 'name', 'mbarrier')}[{stage}]" if stage is not None else getattr(bar, "name", "mbarrier")
 
 
+@declining()
 def tcgen05_plan(call, ctx):
     """A :class:`Tcgen05Plan`, or the reason the call does not match tcgen05.mma."""
     why = is_blackwell(ctx)
@@ -394,6 +395,7 @@ class LdPlan:
                 f"{ld_fragment(self.shape, self.num, self.rows)}; TMEM lanes {self.lane0}.., column {self.col0}; {wait}")
 
 
+@declining()
 def ld_plan(call, ctx):
     """An :class:`LdPlan` for a TMEM ↔ registers copy, or the reason it does not fit."""
     why = is_blackwell(ctx)
@@ -497,6 +499,7 @@ class CpPlan:
                 f"{self.src.describe()}; TMEM lanes {self.lane0}.., column {self.col0}")
 
 
+@declining()
 def cp_plan(call, ctx):
     """A :class:`CpPlan` for shared → TMEM, or the reason it does not fit."""
     d, s = call.operands["dst"], call.operands["src"]

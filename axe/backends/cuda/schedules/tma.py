@@ -24,11 +24,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import prod
 
-from axe.layout import S, SwizzledLayout, Swizzle, group, tile_of
+from axe.layout import LayoutError, S, SwizzledLayout, Swizzle, group, tile_of
 from axe.layout.layout import unflatten_index
 from ..tensormap import packed_strides
 from axe.schedules.emit import guard
-from axe.schedules.registry import register
+from axe.schedules.registry import declining, register
 
 __all__ = ["TmaPlan", "swizzle_mode", "tma_plan"]
 
@@ -83,7 +83,7 @@ def _global_strides(t):
     root = t.origin
     try:
         g = group(root.layout if not isinstance(root.layout, SwizzledLayout) else root.layout.inner, root.shape)
-    except ValueError as err:
+    except LayoutError as err:
         return str(err)
     strides = []
     for d, blk in enumerate(g.blocks):
@@ -95,6 +95,7 @@ def _global_strides(t):
     return strides
 
 
+@declining()
 def tma_plan(call, ctx, store: bool = False):
     """A :class:`TmaPlan` for a global→shared load (``store=False``) or a shared→global store,
     or the reason the operands do not fit the bulk tensor copy."""

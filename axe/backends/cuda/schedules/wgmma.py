@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from axe.layout import Layout, tile_of
 from axe.layout.iters import Iter
 from axe.schedules.emit import is_zero
-from axe.schedules.registry import add_schedule
+from axe.schedules.registry import add_schedule, declining
 
 from ..smem_desc import (SWIZZLE_CODE, SmemOperand, core_atom, descriptor_bits,  # noqa: F401
                          emit_descriptor, k_inst, pick_n, smem_operand)
@@ -128,6 +128,7 @@ def _register_outer(t, shape, atom, ashape, what):
     return C
 
 
+@declining()
 def wgmma_plan(call, ctx):
     """A :class:`WgmmaPlan`, or the reason the call does not match wgmma."""
     C, A, B = call.operands["C"], call.operands["A"], call.operands["B"]
