@@ -22,9 +22,15 @@ are reached through the target family: ``Ax.cuda.mbarrier``, ``Ax.cuda.pipeline`
 ``Ax.neuron.core`` (Trainium).  ``Ax.<family>`` is resolved on first use from the backend's
 registration (:mod:`axe.lang.targets`), so importing the language imports no backend, and a
 construct of one family used in a build for another is an error naming both.
+
+Two constructs shape the TIR around operators on every target: ``with Ax.guard(cond):`` (the block
+runs where ``cond`` holds) and ``Ax.computed_once(value)`` (a run-time value computed once, read
+where used); the register fragments of CUDA's instructions are ``Ax.cuda.wgmma_fragment``,
+``Ax.cuda.tcgen05_fragment`` and ``Ax.cuda.ldmatrix_atom``.
 """
 
 from axe.layout import R, S, Swizzle, SwizzledLayout, parse
+from axe.schedules.emit import computed_once, guard
 from .kernel import Kernel, KernelError, build_func, compile_kernel, explain, kernel, kernels_of, without_params
 from .operators import binary, cast, copy, elementwise, gemm, reduce, sync, unary
 from .scopes import cta, each_warp, launch, thread, warpgroups, warps
@@ -39,7 +45,8 @@ __all__ = ["S", "R", "Swizzle", "SwizzledLayout", "parse", "Kernel", "KernelErro
            "compile_kernel", "explain", "kernels_of", "without_params", "copy", "reduce", "elementwise", "unary",
            "binary", "cast", "sync", "gemm", "launch", "warps", "warpgroups", "each_warp", "thread", "cta",
            "param", "permute", "registers", "shared", "view", "TileSchedule", "gather", "scale_accumulate",
-           "Mesh", "current_mesh", "device_rank", "devices", "dtensor", "fence_system", "mesh", "signal", "wait"]
+           "Mesh", "current_mesh", "device_rank", "devices", "dtensor", "fence_system", "mesh", "signal", "wait",
+           "guard", "computed_once"]
 
 
 def __getattr__(name: str):

@@ -114,7 +114,9 @@ def computed_once(value, dtype="int32"):
     """``value`` computed here, once, and read back where it is used: stored to a one-element
     local cell whose load the simplifier cannot substitute (it does substitute a ``Bind``'s value
     into every use, so run-time expressions built from selects nest and are recomputed in loops).
-    Python ints pass through unchanged."""
+    Python ints pass through unchanged.  Law: the result equals ``value`` at this point of the
+    program, and reading it costs one load however often it is used.  Kernels write it as
+    ``Ax.computed_once``."""
     if isinstance(value, int):
         return value
     from tvm.script import tirx as T
@@ -126,7 +128,9 @@ def computed_once(value, dtype="int32"):
 
 @contextlib.contextmanager
 def guard(cond):
-    """``if cond:`` (nothing when cond is None)."""
+    """``with guard(cond):`` — what the block emits runs only where ``cond`` holds (TIR
+    ``if cond:``); ``cond`` None guards nothing (the block is emitted as is), so a predicate a
+    plan proved always true is passed as None.  Kernels write it as ``Ax.guard``."""
     from tvm.script.ir_builder import tirx as IRB
     if cond is None:
         yield

@@ -37,7 +37,10 @@ ROWS = 8            # an m8n8 matrix: 8 rows of 8 b16 elements (16 bytes)
 
 
 def atom(axis: str = "lane") -> Layout:
-    """The ldmatrix/stmatrix fragment over (8, 8): ``S[(8,4,2):(4@axis,1@axis,1@m)]``."""
+    """The ldmatrix/stmatrix fragment over (8, 8): ``S[(8,4,2):(4@axis,1@axis,1@m)]`` (row r,
+    columns 2c, 2c+1 in thread ``4r + c`` of ``axis``, registers 0 and 1).  Kernels reach it as
+    ``Ax.cuda.ldmatrix_atom``: a register tile that is ``C ⊗ ldmatrix_atom()`` is what ldmatrix
+    fills and stmatrix stores."""
     return Layout((Iter(8, 4, axis), Iter(4, 1, axis), Iter(2, 1, "m")))
 
 

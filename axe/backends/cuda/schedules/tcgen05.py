@@ -88,7 +88,10 @@ def ld_fragment(shape: str, num: int, rows: int = 128) -> Layout:
 
     32x32b: warp w reads lanes 32w..32w+31 (rows ∈ {32, 64, 96, 128}).  The 16-lane shapes: warp w
     reads lanes 32w..32w+15 (rows = 64: 16 rows per warp) or, with rows = 128, issues twice, at
-    lanes 32w and 32w+16, the second into the next registers."""
+    lanes 32w and 32w+16, the second into the next registers.  Kernels reach it as
+    ``Ax.cuda.tcgen05_fragment``: a register tile laid out as ``C ⊗ tcgen05_fragment(...)`` is
+    what ``Ax.copy`` from tensor memory loads with that instruction; other shapes or row counts
+    are a ``ValueError``."""
     per = _REGS_PER_NUM[shape] * num
     riters, citers = _warp_fragment(shape, num)
     if shape == "32x32b":

@@ -60,7 +60,11 @@ def _thread_axes(thread: str):
 
 def d_fragment(n: int, thread: str = "lane") -> Layout:
     """The wgmma m64nN fp32 accumulator over (64, n): warp w holds rows 16w..16w+15; lane l rows
-    16w + l//4 (+8), columns 2(l%4)+{0,1}+8j in registers 4j + 2·(row≥8) + {0,1} (PTX order)."""
+    16w + l//4 (+8), columns 2(l%4)+{0,1}+8j in registers 4j + 2·(row≥8) + {0,1} (PTX order).
+    ``thread``: ``"lane"`` names the threads by ``warp`` and ``lane``, ``"tx"`` by the warpgroup's
+    thread index (warp w's lane l is ``tx = 32w + l``).  Kernels reach it as
+    ``Ax.cuda.wgmma_fragment``: a register tile laid out as ``C ⊗ wgmma_fragment(n)`` is what
+    wgmma accumulates into."""
     wa, ws, la = _thread_axes(thread)
     return Layout((Iter(4, ws, wa), Iter(2, 2, "m"), Iter(8, 4, la), Iter(n // 8, 4, "m"),
                    Iter(4, 1, la), Iter(2, 1, "m")))
