@@ -20,7 +20,7 @@ clusters).  Why each choice, with the measurements: ``docs/gemm_fp8.md``.
 
 Shapes need not be multiples of the tile: TMA zero-fills loads past M, N or K and clips stores.
 K may be a single k-block (K = 128: SA's tensor map then has an extent-1 dimension, which gets the
-packed stride the driver accepts, :func:`axe.runtime.tensormap.packed_strides`); a tensor smaller
+packed stride the driver accepts, :func:`axe.backends.cuda.tensormap.packed_strides`); a tensor smaller
 than one tile in M, N or K is refused.
 """
 
