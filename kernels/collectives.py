@@ -66,8 +66,7 @@ def make(kind, M, N, world, dtype="bfloat16", ctas=CTAS, threads=THREADS, name=N
                 with Ax.devices():
                     Ax.reduce(Y, X, "sum", dims=0, **config)
         # the multicast offset is a parameter only where the target declares multicast
-        from axe.schedules.context import current_context
-        return collective if "multicast" in current_context().features else Ax.without_params(collective, ("mc",))
+        return collective if "multicast" in Ax.current_build().features else Ax.without_params(collective, ("mc",))
 
     return Ax.Kernel(name or f"{kind}_{dtype}_w{world}", factory, meta={"M": M, "N": N, "world": world, "kind": kind})
 

@@ -74,10 +74,9 @@ class Config:
 def generation(target):
     """The mainloop family of a build target: ``trn1`` for Trainium, ``tcgen05`` on sm_100a-family,
     else ``wgmma``."""
-    from axe.schedules.context import target_arch, target_family
-    if target_family(target) == "neuron":
+    if Ax.target_family(target) == "neuron":
         return "trn1"
-    return "tcgen05" if 100 <= target_arch(target) < 120 and target.endswith("a") else "wgmma"
+    return "tcgen05" if 100 <= Ax.target_arch(target) < 120 and target.endswith("a") else "wgmma"
 
 
 def gpu_parts(problem, cfg, gen):
@@ -148,8 +147,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, **config):
     sizes = gpu_sizes(None if dyn else M, N, K)
 
     def factory():
-        from axe.schedules.context import current_context
-        target = current_context().target
+        target = Ax.current_build().target
         gen = generation(target)
         if gen == "trn1":
             gpu_only = ["a runtime M"] * dyn + cfg.options()

@@ -103,8 +103,7 @@ def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, rs_comm=Tru
     sizes = gemm.gpu_sizes(gemm.BM, N, K)       # any M: the owners' rows may be fewer than a tile
 
     def factory():
-        from axe.schedules.context import current_context
-        target = current_context().target
+        target = Ax.current_build().target
         if gemm.generation(target) != "wgmma":
             raise Ax.TargetError(f"gemm_rs on {target}: the reduce-scatter epilogue is built for sm_90a's wgmma mainloop")
         if sizes:

@@ -23,7 +23,6 @@ from tvm.script import tirx as T
 
 import axe.lang as Ax
 from axe.layout import S, tx
-from axe.schedules.context import current_context
 
 ROWS, N, THREADS, EPS = 256, 1024, 128, 1e-6
 ROW = S[(THREADS, N // THREADS):(1 @ tx, 1)]      # over shape (1, N)
@@ -110,7 +109,7 @@ def _trn1():
 
 @Ax.kernel(reference=reference, inputs=inputs, outputs=("Y",), grid=(ROWS,), threads=THREADS)
 def rmsnorm():
-    if current_context().family == "neuron":   # the build's target, known while the kernel is parsed
+    if Ax.current_build().family == "neuron":   # the build's target, known while the kernel is parsed
         return _trn1()
 
     @T.prim_func

@@ -19,7 +19,6 @@ row on a GPU, a loop over 128-row blocks on the one NeuronCore).
 from tvm.script import tirx as T
 
 import axe.lang as Ax
-from axe.schedules.context import current_context
 from kernels.rmsnorm import row_layout, row_params
 from axe.layout import S, tx
 
@@ -77,7 +76,7 @@ def _trn1():
 
 @Ax.kernel(reference=reference, inputs=inputs, outputs=("Y",), grid=(ROWS,), threads=THREADS)
 def softmax():
-    if current_context().family == "neuron":   # the build's target, known while the kernel is parsed
+    if Ax.current_build().family == "neuron":   # the build's target, known while the kernel is parsed
         return _trn1()
 
     @T.prim_func

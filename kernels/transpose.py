@@ -32,9 +32,8 @@ def _regs():
 
 def _atom_regs():
     """``S[(4,2,8):(1@tx,8,1)] ⊗ atom``: warp w holds atom rows 2w, 2w+1, all 8 atom columns."""
-    from axe.backends.cuda.schedules.ldmatrix import atom
     from axe.layout import tile, tx
-    return tile(S[(4, 2, 8):(1 @ tx, 8, 1)], (8, 8), atom("tx"), (8, 8))
+    return tile(S[(4, 2, 8):(1 @ tx, 8, 1)], (8, 8), Ax.cuda.ldmatrix_atom("tx"), (8, 8))
 
 
 def reference(A):
@@ -104,9 +103,8 @@ def _transpose_through_tma(one_tile: bool, k: int = 1):
 
 def _wide_atom_regs(k):
     """``S[(4,2k,8):(1@tx,8,1)] ⊗ atom`` over (64k, 64): warp w holds atom rows 2kw … 2kw+2k-1."""
-    from axe.backends.cuda.schedules.ldmatrix import atom
     from axe.layout import tile, tx
-    return tile(S[(4, 2 * k, 8):(1 @ tx, 8, 1)], (8 * k, 8), atom("tx"), (8, 8))
+    return tile(S[(4, 2 * k, 8):(1 @ tx, 8, 1)], (8 * k, 8), Ax.cuda.ldmatrix_atom("tx"), (8, 8))
 
 
 @Ax.kernel(**_KERNEL)

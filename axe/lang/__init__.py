@@ -26,10 +26,13 @@ construct of one family used in a build for another is an error naming both.
 Two constructs shape the TIR around operators on every target: ``with Ax.guard(cond):`` (the block
 runs where ``cond`` holds) and ``Ax.computed_once(value)`` (a run-time value computed once, read
 where used); the register fragments of CUDA's instructions are ``Ax.cuda.wgmma_fragment``,
-``Ax.cuda.tcgen05_fragment`` and ``Ax.cuda.ldmatrix_atom``.
+``Ax.cuda.tcgen05_fragment`` and ``Ax.cuda.ldmatrix_atom``.  A kernel's factory reads the build it runs
+in through ``Ax.current_build()`` (its target, features and tensor-map specs), and classifies a target
+with ``Ax.target_family`` / ``Ax.target_arch``.
 """
 
 from axe.layout import R, S, Swizzle, SwizzledLayout, parse
+from axe.schedules.context import current_context as current_build, target_arch, target_family
 from axe.schedules.emit import computed_once, guard
 from .kernel import Kernel, KernelError, build_func, compile_kernel, explain, kernel, kernels_of, without_params
 from .operators import binary, cast, copy, elementwise, gemm, reduce, sync, unary
@@ -46,7 +49,7 @@ __all__ = ["S", "R", "Swizzle", "SwizzledLayout", "parse", "Kernel", "KernelErro
            "binary", "cast", "sync", "gemm", "launch", "warps", "warpgroups", "each_warp", "thread", "cta",
            "param", "permute", "registers", "shared", "view", "TileSchedule", "gather", "scale_accumulate",
            "Mesh", "current_mesh", "device_rank", "devices", "dtensor", "fence_system", "mesh", "signal", "wait",
-           "guard", "computed_once"]
+           "guard", "computed_once", "current_build", "target_arch", "target_family"]
 
 
 def __getattr__(name: str):

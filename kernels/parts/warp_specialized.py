@@ -26,7 +26,6 @@ def kernel(problem, sched, main, epi, sms):
     scheduler ``sched``, the mainloop ``main`` and the epilogue ``epi`` on ``sms`` persistent CTAs.
     The signature declares every composition's parameters; those the epilogue does not use
     (``epi.unused_params``) leave it."""
-    from axe.schedules.context import current_context
     M, N, dtype, k_iters = problem.M, problem.N, problem.dtype, main.k_iters
     dyn, cluster, acc_layout = sched.runtime, main.cluster, main.acc_layout()
     wrows, wcols = main.part
@@ -82,5 +81,5 @@ def kernel(problem, sched, main, epi, sms):
             Ax.cuda.tma_store_wait(0, pred=leader)
         main.teardown()
     if dyn:
-        unbake_rows(current_context().tensormaps)
+        unbake_rows(Ax.current_build().tensormaps)
     return Ax.without_params(gemm, epi.unused_params)

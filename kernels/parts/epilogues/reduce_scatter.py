@@ -24,7 +24,6 @@ from tvm.script.ir_builder import tirx as IRB
 
 import axe.lang as Ax
 from axe.layout import Iter, Layout, Swizzle, SwizzledLayout
-from axe.schedules.emit import guard
 
 HALF = 64               # rows per consumer warpgroup
 FWD_ROWS = 8            # rows a forwarding warp copies per loop iteration
@@ -110,8 +109,8 @@ class ReduceScatter:
         """Signal the owner of the tile pushed last, if any.  Only the thread that issued the copies
         waits for them and signals."""
         pend = dist.pending
-        with guard(pend[0] >= 0):
-            with guard(leader):
+        with Ax.guard(pend[0] >= 0):
+            with Ax.guard(leader):
                 Ax.cuda.bulk_wait(0)                 # the pushed chunks are written (at the owner, or stashed)
                 if self.push == "bulk":
                     Ax.signal(pend[0], pend[1])
@@ -135,8 +134,8 @@ class ReduceScatter:
             p, n_blk = sched.coords(dist.cid, it)
             seg, j = sched.segment(p)
             owner = sched.owner(me, seg)
-            with guard(seg < world - 1):
-                with guard(lead):
+            with Ax.guard(seg < world - 1):
+                with Ax.guard(lead):
                     Ax.cuda.counter_wait(dist.F, dist.cid * 2 + wg, done[0] + 1)
                 T.evaluate(T.cuda.warp_sync())
                 # FWD_ROWS rows at a time, in a loop TVM leaves rolled (pragma_unroll_explicit 0):
@@ -149,10 +148,10 @@ class ReduceScatter:
                             dist.Q[at:at + FWD_ROWS, n_blk * bn:(n_blk + 1) * bn], schedule="vector")
                 Ax.fence_system()
                 T.evaluate(T.cuda.warp_sync())
-                with guard(lead):
+                with Ax.guard(lead):
                     Ax.signal(self.flag(me, j, n_blk, wg), owner)
                 IRB.buffer_store(done, done[0] + 1, [0])
-        with guard(lead):                       # the counter is zero again for the next launch
+        with Ax.guard(lead):                       # the counter is zero again for the next launch
             Ax.cuda.counter_publish(dist.F, dist.cid * 2 + wg, 0)
 
     def producer_warps(self, dist):
@@ -192,7 +191,7 @@ class ReduceScatter:
                 if self.comm == "nowait":
                     tile(acc, out, pool, C, wg, leader, j, n_blk)
                     return
-                with guard(leader):
+                with Ax.guard(leader):
                     for s in range(1, world):
                         src = (me + s) % world
                         Ax.wait(self.flag(src, j, n_blk, wg), src)

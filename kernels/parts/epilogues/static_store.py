@@ -22,7 +22,6 @@ Law: :mod:`.store`'s and :mod:`.handover`'s.
 from tvm.script.ir_builder import tirx as IRB
 
 import axe.lang as Ax
-from axe.schedules.emit import guard
 from kernels.parts.epilogues.handover import Handover, publish, take
 from kernels.parts.epilogues.store import ChunkedStore
 from kernels.parts.tiles import swizzled
@@ -73,7 +72,7 @@ class OneSiteHandover(Handover):
 
                 def add(j, Cw, n0):
                     cols = slice(j * e, (j + 1) * e)
-                    with guard(k1 < self.k_iters):
+                    with Ax.guard(k1 < self.k_iters):
                         Ax.copy(scratch, partial[:, cols])
                         Ax.elementwise(acc[:, cols], lambda a, q: a + q, acc[:, cols], scratch)
                 self.inner.tile(acc, out, pool, C, wg, leader, m_blk, n_blk, add_chunk=add)

@@ -16,7 +16,6 @@ cluster's block-row past M (``past_rows``) stores nothing.
 from tvm.script import tirx as T
 
 import axe.lang as Ax
-from axe.schedules.emit import guard
 from kernels.parts.tiles import swizzled
 
 
@@ -112,5 +111,5 @@ class ChunkedStore:
         if not self.sched.past_rows:
             self.tile(acc, out, pool, C, wg, leader, m_blk, n_blk)
             return
-        with guard(m_blk < self.sched.m_tiles):
+        with Ax.guard(m_blk < self.sched.m_tiles):
             self.tile(acc, out, pool, C, wg, leader, m_blk, n_blk)

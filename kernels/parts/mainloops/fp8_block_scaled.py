@@ -39,7 +39,6 @@ from tvm.script.ir_builder import tirx as IRB
 import axe.lang as Ax
 from axe.lang.block_scale import scale_accumulate
 from axe.layout import S, Swizzle, SwizzledLayout
-from axe.schedules.emit import guard
 from kernels.parts.mainloops.tma_wgmma import HALF, Cooperative
 from kernels.parts.schedulers.stream_k import StreamKSchedule
 from kernels.parts.tiles import block
@@ -58,8 +57,7 @@ def fp8_tile(rows, cols=BK):
 
 
 def _d_fragment(n):
-    from axe.backends.cuda.schedules.wgmma import d_fragment
-    return d_fragment(n, "tx")
+    return Ax.cuda.wgmma_fragment(n, "tx")
 
 
 def _wait_for(part):
@@ -139,7 +137,7 @@ class BlockScaled(Cooperative):
         slot in between orders it)."""
         groups = self.bn // self.group_n
         row, lane = wg * 2 + i % 2, self.tx % 128
-        with guard(lane < groups):
+        with Ax.guard(lane < groups):
             nb = T.min((n_blk * self.bn + lane * self.group_n) // PART, self.n_blocks - 1)
             IRB.buffer_store(self.sbg.flat(), SB.flat()[nb * self.k_iters + kb], [row * groups + lane])
         Ax.cuda.named_barrier(1 + wg, 128)
@@ -164,7 +162,7 @@ class BlockScaled(Cooperative):
                 scale_accumulate(acc[:, h * part_n:(h + 1) * part_n], part, sa_rows, sb,
                                  accumulate=not first, before_apply=lambda: _wait_for(part))
             if self.ragged_half and h == self.halves - 1:
-                with guard(nb < self.n_blocks):
+                with Ax.guard(nb < self.n_blocks):
                     half()
             else:
                 half()

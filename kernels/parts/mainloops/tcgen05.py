@@ -19,7 +19,6 @@ CTA's accumulator.  The contract is :mod:`.tma_wgmma`'s.
 from tvm.script import tirx as T
 
 import axe.lang as Ax
-from axe.schedules.emit import guard
 from kernels.parts.mainloops.tma_wgmma import Cooperative, WholeB
 
 
@@ -51,8 +50,7 @@ class Tcgen05(Cooperative):
 
     def acc_layout(self):
         """The tcgen05.ld 16x256b fragment (whose 8×8 blocks are stmatrix's) over the part's rows."""
-        from axe.backends.cuda.schedules.tcgen05 import ld_fragment
-        return ld_fragment("16x256b", self.part[1] // 8, self.part[0])
+        return Ax.cuda.tcgen05_fragment("16x256b", self.part[1] // 8, self.part[0])
 
     def row0(self, wg):
         return 0
@@ -122,9 +120,9 @@ class Tcgen05(Cooperative):
             if self.cluster == 1:
                 self.issue_tiles(pool, pipe, sched, cid)
             else:
-                with guard(rank == 0):
+                with Ax.guard(rank == 0):
                     self.issue_tiles(pool, pipe, sched, cid)
-                with guard(rank == 1):
+                with Ax.guard(rank == 1):
                     self.relay_slots(pipe, sched, cid)
 
     def consume(self, pool, pipe, acc, wg, leader, it, count):
@@ -133,7 +131,7 @@ class Tcgen05(Cooperative):
         acc_t, accp, cols = self.state["acc_t"], self.state["accp"], self.part[1]
         accp.wait(it)
         for w in range(2):          # TMEM views have static columns: one branch per warpgroup
-            with guard(wg == w):
+            with Ax.guard(wg == w):
                 Ax.copy(acc, acc_t[:, w * cols:(w + 1) * cols])
         Ax.cuda.tcgen05_fence_before()
         accp.release(it)

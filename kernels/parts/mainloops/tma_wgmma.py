@@ -29,7 +29,6 @@ through :class:`MulticastB`: each CTA loads half of the B tile with a TMA multic
 from tvm.script import tirx as T
 
 import axe.lang as Ax
-from axe.schedules.emit import guard
 from kernels.parts.tiles import b_block, swizzled
 
 HALF = 64               # rows per consumer warpgroup (a wgmma M of 64)
@@ -38,7 +37,7 @@ ORDER = 3               # ping-pong: named barriers ORDER + w, "warpgroup w's tu
 
 def when(cond, body):
     """``body()`` under the run-time condition ``cond``."""
-    with guard(cond):
+    with Ax.guard(cond):
         body()
 
 
@@ -95,8 +94,7 @@ class Cooperative:
     # -- geometry the epilogue reads
     def acc_layout(self):
         """wgmma's D fragment over the warpgroup's 64×bn accumulator."""
-        from axe.backends.cuda.schedules.wgmma import d_fragment
-        return d_fragment(self.part[1], "tx")
+        return Ax.cuda.wgmma_fragment(self.part[1], "tx")
 
     def row0(self, wg):
         """The first row of warpgroup wg's part within its tile."""

@@ -59,28 +59,35 @@ class SplitK(Persistent):
         return [(*self.unit(cid, j), self.unit(cid, j)[1] * self.L, (self.unit(cid, j)[1] + 1) * self.L)
                 for j in range(self.count(cid))]
 
-    def produce_rest(self, cid, load):
-        """Each unit's L k-blocks, pipeline iterations ``j·L + kb``."""
-        L, grid, unit, count = self.L, self.grid, self.unit, self.count
+    def walk(self, cid, body):
+        """CTA ``cid``'s units in order: ``body(j, t, s, m_blk, n_blk)`` (a ``T.macro``) for its j-th
+        unit, slice s of tile t at block (m_blk, n_blk)."""
+        grid, unit, count = self.grid, self.unit, self.count
 
         @T.macro
-        def rest():
+        def units():
             for j in T.serial(count(cid)):
                 t, s = unit(cid, j)
                 m_blk, n_blk = grid.coords(t)
-                for kb in T.serial(L):
-                    load(j * L + kb, m_blk, n_blk, s * L + kb)
-        rest()
+                body(j, t, s, m_blk, n_blk)
+        units()
+
+    def produce_rest(self, cid, load):
+        """Each unit's L k-blocks, pipeline iterations ``j·L + kb``."""
+        L = self.L
+
+        @T.macro
+        def slice_loads(j, t, s, m_blk, n_blk):
+            for kb in T.serial(L):
+                load(j * L + kb, m_blk, n_blk, s * L + kb)
+        self.walk(cid, slice_loads)
 
     def consume_rest(self, cid, k_range, finish):
         """Each unit: its slice's k-blocks, then ``finish(m_blk, n_blk, tile, slice)``."""
-        L, grid, unit, count = self.L, self.grid, self.unit, self.count
+        L = self.L
 
         @T.macro
-        def rest():
-            for j in T.serial(count(cid)):
-                t, s = unit(cid, j)
-                m_blk, n_blk = grid.coords(t)
-                k_range(j * L - s * L, s * L, s * L + L)
-                finish(m_blk, n_blk, t, s)
-        rest()
+        def slice_mma(j, t, s, m_blk, n_blk):
+            k_range(j * L - s * L, s * L, s * L + L)
+            finish(m_blk, n_blk, t, s)
+        self.walk(cid, slice_mma)
