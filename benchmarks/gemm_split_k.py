@@ -48,9 +48,12 @@ def run(path, rounds, eager=False):
         a = torch.randn(M, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         ref = (a.float() @ w.float().t())
-        graphs, errs = {}, {}
+        graphs, errs, kernels = {}, {}, []
         for s in SLICES:
+            # the kernel objects live as long as their graphs: a graph replays into the scratch
+            # workspace and flags its kernel allocated, which the allocator would reuse once freed
             kern = rt.load(os.path.join(OUT, f"{label}_x{s}"))
+            kernels.append(kern)
             c = torch.full((M, n), float("nan"), device="cuda", dtype=torch.bfloat16)
             kern(a, w, c)
             torch.cuda.synchronize()
