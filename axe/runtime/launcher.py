@@ -371,7 +371,10 @@ class Kernel:
         A kernel leaves its scratch zero-filled when it ends, so launches that are ordered (one
         stream) can share one set; launches on different streams may overlap, so each
         (device, stream) gets its own set, allocated zero-filled on first use. A set lives as long
-        as this Kernel: :meth:`release_scratch` drops them (call it after the streams are done)."""
+        as this Kernel: :meth:`release_scratch` drops them (call it after the streams are done) —
+        except a set a CUDA graph captured, which lives as long as the process: the graph may be
+        replayed after this Kernel is gone, and freed scratch would be handed to other tensors
+        while the replays still write their partial sums and flags into it."""
         import torch
 
         sig = self.launch["args"]
@@ -383,6 +386,8 @@ class Kernel:
             device = device if device is not None else torch.device("cuda", index)
             self._scratch[key] = [torch.zeros(a["shape"], dtype=getattr(torch, a["dtype"]), device=device)
                                   for a in missing]
+        if torch.cuda.is_current_stream_capturing() and id(self._scratch[key]) not in _CAPTURED_SCRATCH:
+            _CAPTURED_SCRATCH[id(self._scratch[key])] = self._scratch[key]
         return tuple(args) + tuple(self._scratch[key])
 
     def release_scratch(self):
@@ -584,6 +589,10 @@ def programmatic_launch_enabled() -> bool:
     (the default); ``AXE_PROGRAMMATIC_LAUNCH=0`` launches them in plain stream order (their
     ``griddepcontrol.wait`` then returns at once), e.g. to measure what the overlap gains."""
     return os.environ.get("AXE_PROGRAMMATIC_LAUNCH", "1") != "0"
+
+
+#: scratch sets launches captured into CUDA graphs used (by id): kept for the process's lifetime
+_CAPTURED_SCRATCH = {}
 
 
 def load(path_or_artifact, driver=None) -> Kernel:
