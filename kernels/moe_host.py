@@ -2,7 +2,7 @@
 layer as a sequence of axe.runtime launches, and the torch references.  The kernels are
 ``kernels/moe.py``; this module is what a GPU machine without the compiler imports."""
 
-from axe.schedules.grouped import capacity, tile_capacity
+from kernels.parts.schedulers.padding import capacity, tile_capacity
 
 E, TOPK, HIDDEN, INTER = 128, 8, 2048, 768       # Qwen3-30B-A3B's MoE block
 DTYPES = ("bfloat16", "float16")
@@ -62,7 +62,7 @@ def align_name(bm, pad=None, split=False):
 
 def rows_and_tiles(tokens, config):
     """``(P, MT)``: the padded rows and m-tiles the layer's buffers hold for ``tokens`` tokens in
-    ``config``, bounds over every routing (:func:`axe.schedules.grouped.capacity`, ``tile_capacity``)."""
+    ``config``, bounds over every routing (:func:`kernels.parts.schedulers.padding.capacity`, ``tile_capacity``)."""
     bm = CONFIGS[config]["bm"]
     pad = CONFIGS[config].get("pad", bm)
     return capacity(tokens * TOPK, E, pad), tile_capacity(tokens * TOPK, E, bm)

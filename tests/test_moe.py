@@ -1,6 +1,6 @@
 """The MoE layer's CPU checks (kernels/moe.py; GPU correctness: tests/gpu/cases_moe.py).
 
-- the padding law of grouped tiles (axe.schedules.grouped) against a brute-force numpy model of
+- the padding law of grouped tiles (kernels.parts.schedulers.padding) against a brute-force numpy model of
   the permutation, empty groups included, and the capacity bound against random routings;
 - the ``gather`` operator: signature errors, dispatch (which schedule, which declines and why);
 - every MoE kernel builds for sm_90a, ptxas accepts it with no spills, and its PTX holds the
@@ -12,7 +12,7 @@ import re
 import numpy as np
 import pytest
 
-from axe.schedules.grouped import capacity, segments, tile_capacity, tile_groups, tiles
+from kernels.parts.schedulers.padding import capacity, segments, tile_capacity, tile_groups, tiles
 
 tvm = pytest.importorskip("tvm")
 from tvm.script import tirx as T  # noqa: E402 - the kernels below are TVMScript (the parser reads T here)
@@ -544,7 +544,7 @@ def _split_align_model(ids, experts, pad, bm, P, ctas, per_cta):
     histogram, the totals and the rows before it, the scan, the padding owned by CTA ``e mod G``,
     the rows past the last segment written by every CTA, each CTA's scatter in its own order.
     Returns (srt, pos, meta, tile tables) and how often each row of srt was written."""
-    from axe.schedules.grouped import segments
+    from kernels.parts.schedulers.padding import segments
     n_tok, topk = ids.shape
     G = min(ctas, -(-n_tok // per_cta))
     chunk = -(-n_tok // G)
@@ -584,8 +584,8 @@ def test_split_align_model_meets_the_law(tokens, pad, bm, seed):
     1 to 64 CTAs: every segment holds exactly its expert's (token, k) pairs, its padding and the
     rows past the last segment are -1, every row of the buffer is written exactly once (so no CTA
     waits on another's stores), ``pos`` points at each pair's row, and the totals and padded rows
-    are those of :func:`axe.schedules.grouped.segments`."""
-    from axe.schedules.grouped import capacity, segments
+    are those of :func:`kernels.parts.schedulers.padding.segments`."""
+    from kernels.parts.schedulers.padding import capacity, segments
     from kernels import moe
     rng = np.random.default_rng(seed)
     experts, topk = 128, 8

@@ -6,14 +6,17 @@ a kernel is a **tile scheduler** × a **mainloop** × an **epilogue**, put toget
 ``schedulers/stream_k.py``             stream-K: the last waves split over all CTAs in k-blocks
 ``schedulers/split_k.py``              split-K: K cut into S slices on different CTAs, partials reduced in order
 ``schedulers/owners.py``               the owners' order of a distributed (reduce-scatter) epilogue
+``schedulers/grouped.py``              grouped GEMMs (MoE): the tile count read on the device, its stream-K split, two GEMMs in one order
 ``mainloops/tma_wgmma.py``             TMA producer + wgmma consumers (cooperative, ping-pong), B multicast to CTA pairs
 ``mainloops/tcgen05.py``               sm_100a: one MMA thread into a TMEM accumulator, CTA-pair MMAs
 ``mainloops/neuron.py``                trn1: the NeuronCore block loop (PSUM accumulation)
 ``mainloops/fp8_block_scaled.py``      sm_90a FP8: per-k-block wgmma into a partial, promoted with SA·SB block scales
+``mainloops/gathered_rows.py``         grouped GEMMs: A rows by TMA or gathered through an index (cp.async), the expert's B rows
 ``epilogues/store.py``                 cast + stmatrix + TMA store in chunks
 ``epilogues/static_store.py``          the store through a static buffer, stream-K finished at one store site (FP8)
 ``epilogues/handover.py``              a split tile's fp32 partial handed over (stream-K, split-K)
 ``epilogues/reduce_scatter.py``        push peer tiles to their owners, add the peers' partials
+``epilogues/fused.py``                 SiLU·up or cast, then the store of a tile's own rows (16-row boxes); stream-K hand-over
 ``warp_specialized.py``                the persistent warp-specialized kernel skeleton (sm_90a, sm_100a)
 =====================================  ==================================================================
 

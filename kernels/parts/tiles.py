@@ -62,3 +62,13 @@ def unbake_rows(specs, params=("A_map", "C_map")):
     for s in done:
         s["shape"] = None
     return done
+
+
+def static_rows(buf, rows, cols=None):
+    """``buf``'s data seen as a static ``(rows, cols)`` matrix: axe tensors have static shapes,
+    and these operands are reached through TMA (coordinates are slice starts, bounds come from
+    the tensor map encoded off the real tensor) or by row index, so the view holds a few rows."""
+    from tvm.script import tirx as T
+    from tvm.script.ir_builder import IRBuilder
+    shape = (rows,) if cols is None else (rows, cols)
+    return IRBuilder.name(buf.name, T.decl_buffer(shape, buf.dtype, data=buf.data))

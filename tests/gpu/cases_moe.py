@@ -5,7 +5,7 @@ check; the checks load their sibling artifacts from the same folder, so one laye
 route, align, permute, two grouped GEMMs and the combine that were built together.
 
 - route: ids and weights against torch's top-8 of the softmax, renormalized (random logits);
-- align: the permutation against the padding and tile laws (:mod:`axe.schedules.grouped`) and a
+- align: the permutation against the padding and tile laws (:mod:`kernels.parts.schedulers.padding`) and a
   brute-force per-expert set comparison, for uniform and skewed routings (most experts empty);
 - permute, the GEMMs and the combine: the whole layer against an fp32 torch reference at
   T = 1, 8, 32, 128, 512, 1024, 2048, 4096 (each configuration at the T it serves, plus the
@@ -104,7 +104,7 @@ def check_route(kernel, torch):
 
 def check_align(kernel, torch):
     import re
-    from axe.schedules.grouped import capacity, segments, tile_capacity, tiles
+    from kernels.parts.schedulers.padding import capacity, segments, tile_capacity, tiles
     bm, pad = re.fullmatch(r"moe_align_bm(\d+)(?:_pad(\d+))?(?:_split)?", kernel.launch["name"]).groups()
     bm = int(bm)
     pad = int(pad or bm)

@@ -12,7 +12,6 @@ CTA ``c + 1``'s first piece is the head of CTA ``c``'s last (the stream-K ranges
 from tvm.script.ir_builder import tirx as IRB
 
 import axe.lang as Ax
-from axe.schedules.emit import guard
 
 ROWS = 64           # rows of a consumer warpgroup's partial
 
@@ -31,7 +30,7 @@ def take(W, F, slot, leader, wg, pred=None, rows=ROWS):
     if pred is None:
         Ax.cuda.flag_take(F, slot, leader, 1 + wg, 128)
     else:
-        with guard(pred):
+        with Ax.guard(pred):
             Ax.cuda.flag_take(F, slot, leader, 1 + wg, 128)
     return W[slot * rows:(slot + 1) * rows, :]
 
