@@ -422,6 +422,34 @@ def test_scratch_is_per_stream():
     assert k._with_scratch((x,), 0, 0x10, device="cpu")[1] is not s1[1]
 
 
+
+def test_scratch_a_graph_captured_outlives_its_kernel(monkeypatch):
+    """A scratch set used while a CUDA graph is being captured stays alive after its Kernel is gone
+    (the graph may replay later: freed, its memory would be handed out again while the replays
+    write partial sums and flags into it); sets used outside a capture die with the Kernel."""
+    import gc
+    import weakref
+
+    import torch
+
+    from axe.backends.cuda.artifact import Artifact
+    from axe.runtime import launcher
+    from axe.runtime.launcher import Kernel
+
+    launch = {"name": "k", "kernel": "k", "arch": "sm_90a", "grid": [1, 1, 1], "block": [32, 1, 1],
+              "args": [{"name": "x", "kind": "tensor", "dtype": "float32", "shape": [4]},
+                       {"name": "w", "kind": "tensor", "dtype": "float32", "shape": [8], "scratch": True}]}
+    x = torch.zeros(4)
+    refs = {}
+    for capturing in (False, True):
+        monkeypatch.setattr(launcher, "_capturing", lambda c=capturing: c)
+        k = Kernel(Artifact("", "", b"\0", launch))
+        refs[capturing] = weakref.ref(k._with_scratch((x,), 0, 0x10, device="cpu")[1])
+        del k
+        gc.collect()
+    assert refs[False]() is None and refs[True]() is not None
+    launcher._CAPTURED_SCRATCH.clear()
+
 def test_bind_is_remembered_per_argument_signature():
     """Kernel.bind checks a new argument signature fully and remembers it: a later call with the
     same dtypes, shapes, strides, device and scalars gets the same configuration with its own

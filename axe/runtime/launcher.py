@@ -386,7 +386,7 @@ class Kernel:
             device = device if device is not None else torch.device("cuda", index)
             self._scratch[key] = [torch.zeros(a["shape"], dtype=getattr(torch, a["dtype"]), device=device)
                                   for a in missing]
-        if torch.cuda.is_current_stream_capturing() and id(self._scratch[key]) not in _CAPTURED_SCRATCH:
+        if _capturing() and id(self._scratch[key]) not in _CAPTURED_SCRATCH:
             _CAPTURED_SCRATCH[id(self._scratch[key])] = self._scratch[key]
         return tuple(args) + tuple(self._scratch[key])
 
@@ -593,6 +593,12 @@ def programmatic_launch_enabled() -> bool:
 
 #: scratch sets launches captured into CUDA graphs used (by id): kept for the process's lifetime
 _CAPTURED_SCRATCH = {}
+
+
+def _capturing() -> bool:
+    """Whether the current CUDA stream is capturing a graph (False where there is no CUDA)."""
+    import torch
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
 
 
 def load(path_or_artifact, driver=None) -> Kernel:
