@@ -35,7 +35,7 @@ build has no spills.
 
 ``rs_push="bulk"`` lets the consumers' bulk copies write the peer tiles straight into the owner's
 memory instead: simpler, but the transfer then sits on the consumers' path (every CTA finishes its
-tile at about the same time and all push at once; measured in ``docs/distributed.md``).
+tile at about the same time and all push at once; the README's GEMM + reduce-scatter table measures it).
 
 Because peers compute a rank's rows before their own, the partials arrive while the owner still
 computes other tiles, and the only work left after the last tile is its own epilogue.  The
