@@ -29,7 +29,7 @@ def kernel(problem, sched, main, epi, sms):
     M, N, dtype, k_iters = problem.M, problem.N, problem.dtype, main.k_iters
     dyn, cluster, acc_layout = sched.runtime, main.cluster, main.acc_layout()
     wrows, wcols = main.part
-    world, p_shape, nsig = getattr(epi, "world", 1), getattr(epi, "p_shape", (1,)), getattr(epi, "nsig", 1)
+    world, p_shape, nsig = epi.world, epi.p_shape, epi.nsig
 
     @T.prim_func
     def gemm(A_: T.Buffer(problem.a_shape, dtype), B_: T.Buffer(problem.b_shape, dtype), C_: T.Buffer((M, N), dtype),

@@ -69,6 +69,8 @@ class ChunkedStore:
         """No producer warps."""
 
     unused_params = ("Q_", "P_", "peers", "sig", "err", "rank_", "epoch", "timeout_ns")
+    #: the mesh-wide parameters' sizes (one GPU: placeholders, dropped from the signature)
+    world, p_shape, nsig = 1, (1,), 1
 
     def buffer(self, pool, wg, j):
         """Warpgroup wg's shared buffer for chunk j (in the pool after the mainloop's slots): the one
