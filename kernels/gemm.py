@@ -20,6 +20,8 @@ and C bind at launch, the persistent grid ``min(sms, tiles)`` an expression of i
 maps encoded from the tensors.
 """
 
+import inspect
+
 import axe.lang as Ax
 from kernels.parts import CompositionError, Problem, compose
 from kernels.parts.epilogues.handover import Handover, SplitKHandover
@@ -30,7 +32,6 @@ from kernels.parts.mainloops.tma_wgmma import Cooperative, MulticastB, PingPong,
 from kernels.parts.schedulers.persistent import Persistent
 from kernels.parts.schedulers.split_k import SplitK
 from kernels.parts.schedulers.stream_k import StreamKSchedule
-from kernels.parts.tiles import swizzled  # noqa: F401  (the tile layout other kernels and tests import)
 from kernels.parts.warp_specialized import THREADS, kernel
 
 BM, BN, BK, STAGES, SMS, GROUP = 128, 256, 64, 4, 132, 16
@@ -65,6 +66,27 @@ class Config:
         self.split_k = split_k
         self.bm = HALF if pp else BM        # rows of one scheduled tile (ping-pong: one warpgroup's)
 
+    @classmethod
+    def of(cls, options, who="gemm"):
+        """The configuration of ``options`` (a kernel's keywords); an unknown keyword is a
+        ``ValueError`` naming it and the known ones."""
+        known = inspect.signature(cls).parameters
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            hint = "; a GEMM + reduce-scatter is kernels/gemm_rs.py" if who == "gemm" else ""
+            raise ValueError(f"{who}: unknown options {unknown} (known: {', '.join(known)}{hint})")
+        return cls(**options)
+
+    @property
+    def ctas(self):
+        """Persistent work units: CTAs, or CTA pairs."""
+        return self.sms // self.cluster
+
+    @property
+    def band(self):
+        """Rasterization band in scheduled block-rows (``group`` block-rows of 128)."""
+        return max(self.group * (BM // self.bm) // self.cluster, 1)
+
     def options(self):
         """The configuration's non-default choices, by name (for messages)."""
         return [n for n, v in (("stream_k", self.stream_k), ("split_k", self.split_k > 1), ("cluster>1", self.cluster > 1),
@@ -79,17 +101,22 @@ def generation(target):
     return "tcgen05" if 100 <= Ax.target_arch(target) < 120 and target.endswith("a") else "wgmma"
 
 
-def gpu_parts(problem, cfg, gen):
-    """``(scheduler, mainloop, epilogue)`` of the GPU form for mainloop family ``gen``."""
+def mainloop(problem, cfg, gen):
+    """The GPU mainloop of mainloop family ``gen`` (``wgmma``: cooperative or ping-pong, B whole or
+    multicast to CTA pairs; ``tcgen05``)."""
     k_iters = -(-problem.K // BK)
     if gen == "tcgen05":
-        main = Tcgen05(problem.dtype, problem.b_major, BM, BN, BK, cfg.stages, k_iters, cfg.in_flight, cfg.cluster)
-    else:
-        b = MulticastB() if cfg.cluster > 1 else WholeB()
-        main = (PingPong(problem.dtype, problem.b_major, BN, BK, cfg.stages, k_iters, cfg.in_flight, b) if cfg.pingpong else
-                Cooperative(problem.dtype, problem.b_major, BM, BN, BK, cfg.stages, k_iters, cfg.in_flight, b))
-    group = max(cfg.group * (BM // cfg.bm) // cfg.cluster, 1)
-    ctas = cfg.sms // cfg.cluster
+        return Tcgen05(problem.dtype, problem.b_major, BM, BN, BK, cfg.stages, k_iters, cfg.in_flight, cfg.cluster)
+    b = MulticastB() if cfg.cluster > 1 else WholeB()
+    if cfg.pingpong:
+        return PingPong(problem.dtype, problem.b_major, BN, BK, cfg.stages, k_iters, cfg.in_flight, b)
+    return Cooperative(problem.dtype, problem.b_major, BM, BN, BK, cfg.stages, k_iters, cfg.in_flight, b)
+
+
+def gpu_parts(problem, cfg, gen):
+    """``(scheduler, mainloop, epilogue)`` of the GPU form for mainloop family ``gen``."""
+    main = mainloop(problem, cfg, gen)
+    k_iters, group, ctas = main.k_iters, cfg.band, cfg.ctas
     if cfg.stream_k:
         sched = StreamKSchedule(problem.M, problem.N, cfg.bm, BN, ctas, group, k_iters, HALF, BN, 2 * cfg.sms, cfg.cluster)
     elif cfg.split_k > 1:
@@ -127,10 +154,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, **config):
     """The GEMM kernel (an :class:`axe.lang.Kernel`) for static sizes (``M=None``: a runtime M, see
     :func:`make_dynamic`); ``config``: :class:`Config`'s keywords.  A configuration the GPU form
     cannot compose is refused here; one a target lacks, when building for it (``TargetError``)."""
-    unknown = sorted(set(config) - set(Config.__init__.__code__.co_varnames[1:Config.__init__.__code__.co_argcount]))
-    if unknown:
-        raise ValueError(f"gemm: unknown options {unknown} (a GEMM + reduce-scatter is kernels/gemm_rs.py)")
-    cfg = Config(**config)
+    cfg = Config.of(config)
     dyn = M is None
     if dyn and (cfg.stream_k or cfg.split_k > 1 or cfg.cluster > 1):
         raise ValueError("gemm: a runtime M (make_dynamic) is built for one GPU without stream_k, split_k or clusters (got "

@@ -66,15 +66,14 @@ def reference(A_parts, B_parts, world, b_major="col"):
 
 
 def parts(problem, cfg, world, rs_comm, rs_push):
-    """``(scheduler, mainloop, epilogue)``: the owners' order, :func:`kernels.gemm.gpu_parts`'s sm_90a
+    """``(scheduler, mainloop, epilogue)``: the owners' order, :func:`kernels.gemm.mainloop`'s sm_90a
     mainloop, the reduce-scatter epilogue over its chunked store; composed, so a configuration that
     cannot work (stream-K, CTA pairs, ping-pong) is refused naming the parts."""
-    _, main, _ = gemm.gpu_parts(problem, cfg, "wgmma")
-    k_iters, group = main.k_iters, max(cfg.group * (gemm.BM // cfg.bm) // cfg.cluster, 1)
+    main = gemm.mainloop(problem, cfg, "wgmma")
     if cfg.stream_k:
-        sched = StreamKSchedule(problem.M, problem.N, cfg.bm, gemm.BN, cfg.sms, group, k_iters, gemm.HALF, gemm.BN)
+        sched = StreamKSchedule(problem.M, problem.N, cfg.bm, gemm.BN, cfg.ctas, cfg.band, main.k_iters, gemm.HALF, gemm.BN)
     else:
-        sched = OwnerOrder(problem.M, problem.N, cfg.bm, gemm.BN, cfg.sms // cfg.cluster, group, world, stack=cfg.cluster)
+        sched = OwnerOrder(problem.M, problem.N, cfg.bm, gemm.BN, cfg.ctas, cfg.band, world, stack=cfg.cluster)
     store = ChunkedStore(main, sched, problem.dtype, cfg.epilogue or gemm.EPILOGUE["wgmma"], cfg.epilogue_bufs)
     epi = ReduceScatter(store, sched, problem.M, problem.K, problem.N, world, problem.b_major, problem.b_shape,
                         rs_comm, rs_push)
@@ -94,7 +93,7 @@ def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, rs_comm=Tru
     m, k = M // world, K // world        # each rank: its K slice of every owner's M/world rows
     if k % 8 or k < gemm.BK:
         raise ValueError(f"gemm_rs: the local K={k} must be a multiple of 8 and at least {gemm.BK}")
-    cfg = gemm.Config(**config)
+    cfg = gemm.Config.of(config, "gemm_rs")
     problem = Problem(m, N, k, dtype, b_major, a_shape=(world, m, k))
     try:
         parts(problem, cfg, world, rs_comm, rs_push)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import functools
 import hashlib
 import os
 import threading
@@ -595,10 +596,17 @@ def programmatic_launch_enabled() -> bool:
 _CAPTURED_SCRATCH = {}
 
 
-def _capturing() -> bool:
-    """Whether the current CUDA stream is capturing a graph (False where there is no CUDA)."""
+@functools.lru_cache(maxsize=None)
+def _has_cuda() -> bool:
     import torch
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    return torch.cuda.is_available()
+
+
+def _capturing() -> bool:
+    """Whether the current CUDA stream is capturing a graph (False where there is no CUDA; asked
+    once per process, since a launch with scratch asks this every time)."""
+    import torch
+    return _has_cuda() and torch.cuda.is_current_stream_capturing()
 
 
 def load(path_or_artifact, driver=None) -> Kernel:

@@ -56,8 +56,7 @@ class SplitK(Persistent):
 
     def units_of(self, cid):
         """The CPU model: CTA ``cid``'s units ``[(tile, slice, k0, k1)]`` in the order it runs them."""
-        return [(*self.unit(cid, j), self.unit(cid, j)[1] * self.L, (self.unit(cid, j)[1] + 1) * self.L)
-                for j in range(self.count(cid))]
+        return [(t, s, s * self.L, (s + 1) * self.L) for t, s in (self.unit(cid, j) for j in range(self.count(cid)))]
 
     def walk(self, cid, body):
         """CTA ``cid``'s units in order: ``body(j, t, s, m_blk, n_blk)`` (a ``T.macro``) for its j-th
