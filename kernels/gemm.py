@@ -24,6 +24,7 @@ import inspect
 
 import axe.lang as Ax
 from kernels.parts import CompositionError, Problem, compose
+from kernels.parts.epilogues.elementwise import Elementwise
 from kernels.parts.epilogues.handover import Handover, SplitKHandover
 from kernels.parts.epilogues.store import ChunkedStore
 from kernels.parts.mainloops.neuron import NeuronCore
@@ -39,6 +40,9 @@ HALF = BM // 2                      # rows per consumer warpgroup
 #: each target's epilogue chunk (columns per store): wgmma's 64×256 part in two 128-column chunks,
 #: tcgen05's 128×128 part in 64-column chunks (4 stages and 2 × 16 KiB of chunk buffer fit 224 KiB)
 EPILOGUE = {"wgmma": 128, "tcgen05": 64}
+#: with fused operands: 64-column chunks through one buffer, so that 4 stages and the operands' shared
+#: slices fit on sm_90a (on sm_100a they need 3 stages)
+FUSED_EPILOGUE = (64, 1)
 #: trn1's block loop (its layouts carry the TensorE mapping)
 TARGETS = {"trn1": NeuronCore()}
 SMEM_LIMIT = 227 * 1024
@@ -52,7 +56,7 @@ class Config:
     ``"pingpong"``, ``stream_k``, ``split_k`` slices of K (1: none)."""
 
     def __init__(self, stages=None, sms=SMS, in_flight=None, group=GROUP, cluster=1, epilogue=None,
-                 schedule="cooperative", epilogue_bufs=None, stream_k=False, split_k=1):
+                 schedule="cooperative", epilogue_bufs=None, stream_k=False, split_k=1, epilogue_ops=()):
         if cluster not in (1, 2) or sms % cluster:
             raise ValueError(f"gemm: cluster must be 1 or 2 and divide sms={sms}, got {cluster!r}")
         if schedule not in ("cooperative", "pingpong") or (schedule == "pingpong" and cluster > 1):
@@ -63,7 +67,7 @@ class Config:
         if stream_k and split_k > 1:
             raise ValueError("gemm: stream_k and split_k are two tile schedulers; pick one")
         self.epilogue, self.epilogue_bufs, self.stream_k, self.pingpong = epilogue, epilogue_bufs, stream_k, pp
-        self.split_k = split_k
+        self.split_k, self.epilogue_ops = split_k, tuple(epilogue_ops)
         self.bm = HALF if pp else BM        # rows of one scheduled tile (ping-pong: one warpgroup's)
 
     @classmethod
@@ -90,7 +94,8 @@ class Config:
     def options(self):
         """The configuration's non-default choices, by name (for messages)."""
         return [n for n, v in (("stream_k", self.stream_k), ("split_k", self.split_k > 1), ("cluster>1", self.cluster > 1),
-                               ("pingpong", self.pingpong)) if v]
+                               ("pingpong", self.pingpong),
+                                      ("epilogue_ops", self.epilogue_ops)) if v]
 
 
 def generation(target):
@@ -123,7 +128,12 @@ def gpu_parts(problem, cfg, gen):
         sched = SplitK(problem.M, problem.N, cfg.bm, BN, ctas, group, k_iters, cfg.split_k, HALF)
     else:
         sched = Persistent(problem.M, problem.N, cfg.bm, BN, ctas, group, stack=cfg.cluster)
-    epi = ChunkedStore(main, sched, problem.dtype, cfg.epilogue or (BN if cfg.pingpong else EPILOGUE[gen]), cfg.epilogue_bufs)
+    if cfg.epilogue_ops:
+        epi = Elementwise(main, sched, problem.dtype, cfg.epilogue or FUSED_EPILOGUE[0],
+                          cfg.epilogue_bufs or FUSED_EPILOGUE[1], cfg.epilogue_ops)
+    else:
+        epi = ChunkedStore(main, sched, problem.dtype, cfg.epilogue or (BN if cfg.pingpong else EPILOGUE[gen]),
+                           cfg.epilogue_bufs)
     if cfg.stream_k:
         epi = Handover(epi, k_iters)
     elif cfg.split_k > 1:
@@ -185,10 +195,10 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, **config):
                                  "reduce-scatter is built for tcgen05 so far (got " + ", ".join(
                                      o for o in cfg.options() if o != "cluster>1") + ")")
         sched, main, epi = gpu_parts(problem, cfg, gen)
-        smem = (main.smem + epi.smem) * 2
+        smem = (main.smem + epi.smem) * 2 + epi.operand_bytes
         if gen == "tcgen05" and smem > SMEM_LIMIT:
             raise Ax.TargetError(f"gemm on sm_100a: {cfg.stages} stages and {epi.bufs} x {epi.rows}x{epi.epilogue} "
-                                 f"epilogue buffers per warpgroup need {smem // 1024} KiB of shared memory, more than 227 KiB")
+                                 f"epilogue buffers per warpgroup (and the fused operands' slices) need {smem // 1024} KiB of shared memory, more than 227 KiB")
         return kernel(problem, sched, main, epi, cfg.sms)
 
     return Ax.Kernel(name or f"gemm_{dtype}_{b_major}", factory, reference=reference, outputs=("C",),
@@ -196,9 +206,14 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, **config):
                            "grid": (cfg.sms,), "threads": THREADS, "cluster": cfg.cluster})
 
 
-def reference(A, B, b_major="row"):
-    """fp32 ``A·B`` (B as stored: K×N for ``"row"``, N×K for ``"col"``)."""
-    return {"C": A.float() @ (B if b_major == "row" else B.t()).float()}
+def reference(A, B, b_major="row", row_scale=None, col_scale=None, bias=None, residual=None):
+    """fp32 ``A·B`` (B as stored: K×N for ``"row"``, N×K for ``"col"``), then the fused operands
+    (``epilogue_ops``): ``· row_scale[m] · col_scale[n] + bias[n] + residual[m, n]``."""
+    C = A.float() @ (B if b_major == "row" else B.t()).float()
+    for v, f in ((row_scale, lambda c, v: c * v.float().reshape(-1, 1)), (col_scale, lambda c, v: c * v.float().reshape(1, -1)),
+                 (bias, lambda c, v: c + v.float().reshape(1, -1)), (residual, lambda c, v: c + v.float())):
+        C = C if v is None else f(C, v)
+    return {"C": C}
 
 
 def build(M, N, K, dtype="float16", b_major="row", name=None, target="sm_90a", **kw):

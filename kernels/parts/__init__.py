@@ -13,6 +13,7 @@ a kernel is a **tile scheduler** × a **mainloop** × an **epilogue**, put toget
 ``mainloops/fp8_block_scaled.py``      sm_90a FP8: per-k-block wgmma into a partial, promoted with SA·SB block scales
 ``mainloops/gathered_rows.py``         grouped GEMMs: A rows by TMA or gathered through an index (cp.async), the expert's B rows
 ``epilogues/store.py``                 cast + stmatrix + TMA store in chunks
+``epilogues/elementwise.py``           the store after ``acc · row_scale · col_scale + bias + residual`` (any subset)
 ``epilogues/static_store.py``          the store through a static buffer, stream-K finished at one store site (FP8)
 ``epilogues/handover.py``              a split tile's fp32 partial handed over (stream-K, split-K)
 ``epilogues/reduce_scatter.py``        push peer tiles to their owners, add the peers' partials

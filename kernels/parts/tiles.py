@@ -40,27 +40,32 @@ def swizzled(rows, cols, lead=(), panel=None):
     return SwizzledLayout(S[ones + (rows, cols // 64, 64):ones + (64, panel or rows * 64, 1)], Swizzle(3, 3, 3))
 
 
-def rows_view(buf, dynamic):
-    """``buf`` itself (static rows), or for a run-time row count the same data seen as a static
-    (:data:`DYN_ROWS`, columns) matrix: axe's tensors need static shapes, and A and C are only
-    reached through TMA, whose maps take the real extent from the tensor at launch
-    (:func:`unbake_rows`)."""
+def rows_view(buf, dynamic, axis=0):
+    """``buf`` itself (static rows), or for a run-time row count the same data seen with a static
+    extent (:data:`DYN_ROWS`) along ``axis`` (0: a (M, cols) matrix; 1: a (1, M) row vector of
+    per-row values): axe's tensors need static shapes, and these operands are only reached through
+    TMA, whose maps take the real extent from the tensor at launch (:func:`unbake_rows`)."""
     if not dynamic:
         return buf
     import tvm
-    return tvm.tirx.decl_buffer((DYN_ROWS, buf.shape[1]), buf.dtype, name=buf.name, data=buf.data)
+    shape = [DYN_ROWS if i == axis else d for i, d in enumerate(buf.shape)]
+    return tvm.tirx.decl_buffer(shape, buf.dtype, name=buf.name, data=buf.data)
 
 
-def unbake_rows(specs, params=("A_map", "C_map")):
+def unbake_rows(specs, params=("A_map", "C_map"), vectors=()):
     """Let the TMA maps ``params`` among ``specs`` (the build's tensor-map specs, edited in place)
     take their extents from the tensor at launch (``shape: None``) instead of the placeholder
-    view's static ones; strides stay (N and K are static).  Returns the specs edited."""
+    view's static ones; their strides stay (N and K are static), except for the (1, M) row vectors
+    among them (``vectors``), whose one stride spans M and is taken from the tensor too.  Returns
+    the specs edited."""
     done = [s for s in specs if s["param"] in params]
     if len(done) != len(params):
         raise ValueError(f"gemm: tensor maps {sorted(params)} expected among the build's, found "
                          f"{sorted(s['param'] for s in specs)}")
     for s in done:
         s["shape"] = None
+        if s["param"] in vectors:
+            s["strides_bytes"] = None
     return done
 
 

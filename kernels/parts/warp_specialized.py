@@ -34,6 +34,9 @@ def kernel(problem, sched, main, epi, sms):
     @T.prim_func
     def gemm(A_: T.Buffer(problem.a_shape, dtype), B_: T.Buffer(problem.b_shape, dtype), C_: T.Buffer((M, N), dtype),
              A_map: T.handle("tensormap"), B_map: T.handle("tensormap"), C_map: T.handle("tensormap"),
+             Srow_: T.Buffer((1, M), "float32"), Scol_: T.Buffer((1, N), "float32"), Bias_: T.Buffer((1, N), "float32"),
+             R_: T.Buffer((M, N), dtype), Srow_map: T.handle("tensormap"), Scol_map: T.handle("tensormap"),
+             Bias_map: T.handle("tensormap"), R_map: T.handle("tensormap"),
              P_: T.Buffer(p_shape, dtype), peers: T.Buffer((world,), "int64"), sig: T.Buffer((nsig,), "int32"),
              err: T.Buffer((8,), "int32"), rank_: T.int32, epoch: T.int32, timeout_ns: T.int64,
              Q_: T.Buffer(p_shape, dtype), W_: T.Buffer(sched.workspace, "float32"), F_: T.Buffer(sched.flags(sms), "int32")):
@@ -49,6 +52,7 @@ def kernel(problem, sched, main, epi, sms):
         W = Ax.param(W_, scratch=True)          # split tiles' partial sums (fp32)
         F = Ax.param(F_, scratch=True)          # their flags, one per CTA and warpgroup
         dist = epi.declare(A_, B_, C_, P_, Q_, peers, sig, err, rank_, epoch, timeout_ns, F, cid, tx)
+        epi.inputs(rows_view(Srow_, dyn, axis=1), Scol_, Bias_, rows_view(R_, dyn), Srow_map, Scol_map, Bias_map, R_map)
         pool = Ax.cuda.dynamic_shared(main.smem + epi.smem, dtype)
         pipe = main.pipeline()
         main.setup()
@@ -81,5 +85,5 @@ def kernel(problem, sched, main, epi, sms):
             Ax.cuda.tma_store_wait(0, pred=leader)
         main.teardown()
     if dyn:
-        unbake_rows(Ax.current_build().tensormaps)
+        unbake_rows(Ax.current_build().tensormaps, ("A_map", "C_map") + epi.m_maps, vectors=("Srow_map",))
     return Ax.without_params(gemm, epi.unused_params)

@@ -69,6 +69,23 @@ SM100_CASES = [(s, "float16", b, "sm100") for s in ("square", "tall", "wide", "r
               [(s, "float16", b, "sm100c2") for s in ("square", "ragged2", "k2") for b in ("row", "col")] + \
               [("ragged", "bfloat16", b, "sm100c2") for b in ("row", "col")]
 VARIANTS["sm100c2"] = {"cluster": 2}
+#: the fused elementwise epilogue (``epilogue_ops``): every operand, subsets, and with the split-K,
+#: stream-K, ping-pong and CTA-pair parts; ``ewdyn`` is the runtime-M build, checked at several M
+FUSED = ("row_scale", "col_scale", "bias", "residual")
+VARIANTS.update({"ew": {"epilogue_ops": FUSED}, "ewb": {"epilogue_ops": ("bias",)},
+                 "ewrc": {"epilogue_ops": ("row_scale", "col_scale")}, "ewr": {"epilogue_ops": ("residual",)},
+                 "ewx3": {"sms": 8, "split_k": 3, "epilogue_ops": FUSED},
+                 "ewsk8": {"sms": 8, "stream_k": True, "epilogue_ops": FUSED},
+                 "ewpp": {"schedule": "pingpong", "epilogue_ops": FUSED}, "ewc2": {"cluster": 2, "epilogue_ops": FUSED}})
+FUSED_CASES = [("k1", "float16", "row", v) for v in ("ewb", "ewrc", "ewr")] + \
+              [(s, dt, b, "ew") for s in ("square", "ragged", "ragged2", "k1") for dt, b in (("float16", "row"), ("bfloat16", "col"))] + \
+              [("ragged", "bfloat16", "row", "ewb"), ("ragged2", "float16", "col", "ewrc"), ("ragged2", "bfloat16", "col", "ewr")] + \
+              [("kx_a", dt, "col", "ewx3") for dt in ("float16", "bfloat16")] + \
+              [("sk_a", dt, "row", "ewsk8") for dt in ("float16", "bfloat16")] + \
+              [(s, "bfloat16", "col", "ewpp") for s in ("ragged2", "multi")] + \
+              [(s, "float16", "row", "ewc2") for s in ("square", "ragged2")]
+DYNAMIC_FUSED = [("float16", "row"), ("bfloat16", "col")]
+DYNAMIC_N_K, DYNAMIC_MS = (1496, 520), (1, 5, 64, 333, 1000)
 #: variant tag -> build target (make()'s keywords are in VARIANTS)
 TARGETS = {"sm100": "sm_100a", "sm100c2": "sm_100a"}
 TOL = {"float16": 2e-3, "bfloat16": 1e-2}
@@ -88,15 +105,48 @@ def _builder(shape, dtype, b_major, variant=None):
     return build
 
 
-BUILDS = {case_name(*c): _builder(*c) for c in CASES + CLUSTER_CASES + SM100_CASES}
+def _dynamic_builder(dtype, b_major):
+    def build():
+        sys.path.insert(0, ROOT)
+        from kernels import gemm
+        return gemm.build_dynamic(*DYNAMIC_N_K, dtype=dtype, b_major=b_major, name=case_name("dyn", dtype, b_major, "ew"),
+                                  epilogue_ops=FUSED)
+    return build
 
 
-def run_check(kernel, torch, runs=3):
-    """Launch ``kernel`` (a built GEMM) on fresh random data ``runs`` times; returns the worst
-    relative error.  Raises AssertionError on unwritten outputs or an error above tolerance."""
+BUILDS = {case_name(*c): _builder(*c) for c in CASES + CLUSTER_CASES + SM100_CASES + FUSED_CASES}
+BUILDS.update({case_name("dyn", dt, b, "ew"): _dynamic_builder(dt, b) for dt, b in DYNAMIC_FUSED})
+
+
+def fused_operands(args, m, n, dtype, torch):
+    """Random fused operands for the kernel parameters among ``args`` (scales near 1, a bias, a
+    residual), by :func:`reference`'s keyword, in the kernel's parameter order."""
+    make = {"Srow_": ("row_scale", lambda: torch.rand(1, m, device="cuda") + 0.5),
+            "Scol_": ("col_scale", lambda: torch.rand(1, n, device="cuda") + 0.5),
+            "Bias_": ("bias", lambda: torch.randn(1, n, device="cuda")),
+            "R_": ("residual", lambda: torch.randn(m, n, device="cuda", dtype=dtype))}
+    return {make[a][0]: make[a][1]() for a in args if a in make}
+
+
+def reference(a, b, b_major, row_scale=None, col_scale=None, bias=None, residual=None):
+    """The oracle in fp32: ``(a·b) · row_scale[m] · col_scale[n] + bias[n] + residual``."""
+    ref = a.float() @ (b if b_major == "row" else b.t()).float()
+    if row_scale is not None:
+        ref = ref * row_scale.reshape(-1, 1)
+    if col_scale is not None:
+        ref = ref * col_scale
+    if bias is not None:
+        ref = ref + bias
+    return ref if residual is None else ref + residual.float()
+
+
+def run_check(kernel, torch, runs=3, m=None):
+    """Launch ``kernel`` (a built GEMM; with fused operands where it declares them) on fresh random
+    data ``runs`` times; returns the worst relative error.  Raises AssertionError on unwritten
+    outputs or an error above tolerance.  ``m``: the row count of a runtime-M build."""
     args = {a["name"]: a for a in kernel.launch["args"]}
-    (m, k), b_shape, dt = args["A_"]["shape"], args["B_"]["shape"], args["A_"]["dtype"]
-    n = args["C_"]["shape"][1]
+    (m0, k), b_shape, dt = args["A_"]["shape"], args["B_"]["shape"], args["A_"]["dtype"]
+    m, n = m or m0, args["C_"]["shape"][1]
     b_major = "col" if kernel.launch["name"].endswith("_col") else "row"
     dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}[dt]
     worst = 0.0
@@ -104,11 +154,12 @@ def run_check(kernel, torch, runs=3):
         a = torch.randn(m, k, device="cuda", dtype=dtype)
         b = torch.randn(*b_shape, device="cuda", dtype=dtype)
         c = torch.full((m, n), float("nan"), device="cuda", dtype=dtype)
-        kernel(a, b, c)
+        fused = fused_operands(args, m, n, dtype, torch)
+        kernel(a, b, c, *fused.values())
         torch.cuda.synchronize()
         unwritten = c.isnan().sum().item()
         assert unwritten == 0, f"{m}x{n}x{k} {dt} B {b_major}: {unwritten} outputs never written"
-        ref = a.float() @ (b if b_major == "row" else b.t()).float()
+        ref = reference(a, b, b_major, **fused)
         err = ((c.float() - ref).norm() / ref.norm()).item()
         worst = max(worst, err)
         assert err < TOL[dt], f"{m}x{n}x{k} {dt} B {b_major}: relative error {err:.2e} > {TOL[dt]}"
@@ -122,5 +173,10 @@ def _check(kernel, torch):
     return f"{m}x{a['C_']['shape'][1]}x{k} {a['A_']['dtype']}, 3 random runs, rel err {err:.1e} vs fp32"
 
 
-CHECKS = {name: _check for name in BUILDS}
+def _check_dynamic(kernel, torch):
+    errs = [run_check(kernel, torch, runs=1, m=m) for m in DYNAMIC_MS]
+    return f"runtime M in {DYNAMIC_MS} x {DYNAMIC_N_K}, rel err <= {max(errs):.1e} vs fp32"
+
+
+CHECKS = {name: _check_dynamic if name.startswith("gemm_ew_dyn") else _check for name in BUILDS}
 

@@ -24,6 +24,7 @@ from tvm.script.ir_builder import tirx as IRB
 
 import axe.lang as Ax
 from axe.layout import Iter, Layout, Swizzle, SwizzledLayout
+from kernels.parts.epilogues.store import FUSED_PARAMS
 
 HALF = 64               # rows per consumer warpgroup
 FWD_ROWS = 8            # rows a forwarding warp copies per loop iteration
@@ -58,7 +59,12 @@ class ReduceScatter:
         self.p_shape = (world, sched.m_tiles * bm, sched.n_tiles * bn)     # staging: one padded slot per source
         self.nsig = world * sched.m_tiles * sched.n_tiles * 2
         self.smem = inner.smem
-        self.unused_params = () if push == "forward" else ("Q_",)
+        self.unused_params = (() if push == "forward" else ("Q_",)) + FUSED_PARAMS
+
+    m_maps = ()
+
+    def inputs(self, *params):
+        """No fused operands."""
 
     def flag(self, src, j, n_blk, wg):
         """The signal on the owner that ``src``'s half-tile ``wg`` of (j, n_blk) has arrived."""

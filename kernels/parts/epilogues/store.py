@@ -5,8 +5,9 @@ warpgroup; with one buffer a chunk waits until the previous chunk's store has re
 
 Contract (every epilogue offers it to the kernel skeleton): ``smem`` (pool elements it needs after
 the mainloop's), ``declare(...)`` (its parameters and mesh: an object with ``mesh``), ``begin``,
-``store(acc, out, pool, C, dist, wg, leader, m_blk, n_blk)`` for each whole tile, ``end``,
-``producer_warps`` and ``unused_params`` (the kernel parameters it does not use).
+``inputs(...)`` (the fused operands' parameters, :data:`FUSED`), ``store(acc, out, pool, C, dist, wg,
+leader, m_blk, n_blk)`` for each whole tile, ``end``,
+``producer_warps``, ``unused_params`` (the kernel parameters it does not use) and ``m_maps``.
 
 Law: every element of C inside the matrix is written exactly once per tile, from the accumulator
 element the wgmma/tcgen05 fragment layout puts there; stores past M or N are clipped by TMA; a
@@ -17,6 +18,13 @@ from tvm.script import tirx as T
 
 import axe.lang as Ax
 from kernels.parts.tiles import swizzled
+
+
+#: the fused elementwise operands' kernel parameters (tensor, tensor map), by operation, in the order
+#: they apply (:mod:`kernels.parts.epilogues.elementwise`); an epilogue without them leaves them unused
+FUSED = {"row_scale": ("Srow_", "Srow_map"), "col_scale": ("Scol_", "Scol_map"), "bias": ("Bias_", "Bias_map"),
+         "residual": ("R_", "R_map")}
+FUSED_PARAMS = tuple(p for ps in FUSED.values() for p in ps)
 
 
 class NoMesh:
@@ -59,6 +67,9 @@ class ChunkedStore:
     def declare(self, *params):
         return NoMesh()
 
+    def inputs(self, *params):
+        """No fused operands."""
+
     def begin(self, dist):
         """Nothing to set up."""
 
@@ -68,7 +79,11 @@ class ChunkedStore:
     def producer_warps(self, dist):
         """No producer warps."""
 
-    unused_params = ("Q_", "P_", "peers", "sig", "err", "rank_", "epoch", "timeout_ns")
+    unused_params = ("Q_", "P_", "peers", "sig", "err", "rank_", "epoch", "timeout_ns") + FUSED_PARAMS
+    #: static shared bytes of fused operands
+    operand_bytes = 0
+    #: the tensor maps besides A's and C's whose extents include M (a run-time M reads them at launch)
+    m_maps = ()
     #: the mesh-wide parameters' sizes (one GPU: placeholders, dropped from the signature)
     world, p_shape, nsig = 1, (1,), 1
 
