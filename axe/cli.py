@@ -15,6 +15,7 @@ _COMMAND_MODULES = [
     "axe.lang.cli",     # axe build / axe explain
     "axe.demo",         # axe demo (the README's main job)
     "axe.torch.cli",    # axe cache list / clear / build
+    "axe.torch.tune",   # axe tune gemm plan / run
 ]
 
 
@@ -46,8 +47,10 @@ def _is_user_error(err) -> bool:
     error): then it is printed whole to stderr, without a Python traceback.  Only classes whose
     modules are imported already are consulted (``err`` cannot be of another), so that
     ``axe layout`` stays TVM-free."""
-    lang = sys.modules.get("axe.lang.kernel")
-    if lang is not None and isinstance(err, (lang.KernelError, lang.TargetError)):
+    kernel, targets = sys.modules.get("axe.lang.kernel"), sys.modules.get("axe.lang.targets")
+    if kernel is not None and isinstance(err, kernel.KernelError):
+        return True
+    if targets is not None and isinstance(err, targets.TargetError):
         return True
     if not type(err).__module__.startswith("axe.backends."):
         return False

@@ -299,7 +299,7 @@ def retime(fns, row, rounds):
     """Time axe's chosen variant and every correct peer again, ``rounds`` times round robin; each
     figure becomes the median of these rounds alone (``ms_rounds`` keeps them): the first timing
     chose axe's variant among several, and a minimum over noisy timings would flatter it."""
-    from cuda_timing import median, round_robin
+    from axe.torch.timing import median, round_robin
     row["ms_rounds"] = round_robin({name: (lambda fn: lambda: bench(fn))(fn) for name, fn in fns.items()}, rounds)
     for name, times in row["ms_rounds"].items():
         row["ms"][name] = median(times)

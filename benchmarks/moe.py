@@ -12,9 +12,9 @@ graph replay; a failure is recorded with its exact error and the others still ru
 Columns, each the median over ``--reps``:
 
 - *eager*: one call between two CUDA events, host launch overhead included (what a Python
-  caller sees; :func:`benchmarks.cuda_timing.eager_ms`);
+  caller sees; :func:`axe.torch.timing.eager_ms`);
 - *graph*: the whole layer captured once per T into a CUDA graph and replayed back to back (GPU
-  time without host overhead, as serving stacks run decode; :func:`cuda_timing.graph_ms`); with
+  time without host overhead, as serving stacks run decode; :func:`axe.torch.timing.graph_ms`); with
   ``--rounds R`` the median of R rounds timed round robin over the implementations (each round's
   figure in the JSON as ``*_graph_rounds``);
 - *bound*: ``max(bytes / copy bandwidth, flops / mm throughput)`` with the bytes and flops
@@ -52,7 +52,8 @@ import traceback
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks import cuda_timing, moe_bounds  # noqa: E402
+from benchmarks import moe_bounds  # noqa: E402
+from axe.torch import timing as cuda_timing  # noqa: E402
 from kernels.moe_host import CONFIGS  # noqa: E402
 
 TOKENS = (1, 8, 32, 128, 512, 1024, 2048, 4096)

@@ -24,7 +24,8 @@ import traceback
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 
-from benchmarks import cuda_timing, moe, moe_bounds  # noqa: E402
+from benchmarks import moe, moe_bounds  # noqa: E402
+from axe.torch import timing as cuda_timing  # noqa: E402
 
 
 

@@ -20,9 +20,11 @@ and C bind at launch, the persistent grid ``min(sms, tiles)`` an expression of i
 maps encoded from the tensors.
 """
 
-import inspect
+import math
 
 import axe.lang as Ax
+from kernels.gemm_config import (BK, BM, BN, EPILOGUE, FUSED_EPILOGUE, GROUP, HALF, SMS, STAGES,  # noqa: F401
+                                  TILE_N, Config)
 from kernels.parts import CompositionError, Problem, compose
 from kernels.parts.epilogues.elementwise import Elementwise
 from kernels.parts.epilogues.handover import Handover, SplitKHandover
@@ -35,67 +37,9 @@ from kernels.parts.schedulers.split_k import SplitK
 from kernels.parts.schedulers.stream_k import StreamKSchedule
 from kernels.parts.warp_specialized import THREADS, kernel
 
-BM, BN, BK, STAGES, SMS, GROUP = 128, 256, 64, 4, 132, 16
-HALF = BM // 2                      # rows per consumer warpgroup
-#: each target's epilogue chunk (columns per store): wgmma's 64×256 part in two 128-column chunks,
-#: tcgen05's 128×128 part in 64-column chunks (4 stages and 2 × 16 KiB of chunk buffer fit 224 KiB)
-EPILOGUE = {"wgmma": 128, "tcgen05": 64}
-#: with fused operands: 64-column chunks through one buffer, so that 4 stages and the operands' shared
-#: slices fit on sm_90a (on sm_100a they need 3 stages)
-FUSED_EPILOGUE = (64, 1)
 #: trn1's block loop (its layouts carry the TensorE mapping)
 TARGETS = {"trn1": NeuronCore()}
 SMEM_LIMIT = 227 * 1024
-
-
-class Config:
-    """A GEMM configuration (data; :func:`make`'s keywords): ``stages`` (default 4), ``sms``
-    persistent CTAs, ``in_flight`` wgmma groups left running (default 0; ping-pong 1), ``group``
-    block-rows per rasterization band, ``cluster`` 1 or 2 (CTA pairs sharing B), ``epilogue`` columns
-    per store chunk and ``epilogue_bufs`` buffers per warpgroup, ``schedule`` ``"cooperative"`` or
-    ``"pingpong"``, ``stream_k``, ``split_k`` slices of K (1: none)."""
-
-    def __init__(self, stages=None, sms=SMS, in_flight=None, group=GROUP, cluster=1, epilogue=None,
-                 schedule="cooperative", epilogue_bufs=None, stream_k=False, split_k=1, epilogue_ops=()):
-        if cluster not in (1, 2) or sms % cluster:
-            raise ValueError(f"gemm: cluster must be 1 or 2 and divide sms={sms}, got {cluster!r}")
-        if schedule not in ("cooperative", "pingpong") or (schedule == "pingpong" and cluster > 1):
-            raise ValueError(f"gemm: schedule must be 'cooperative' or 'pingpong' (without clusters), got {schedule!r}")
-        pp = schedule == "pingpong"
-        self.stages, self.sms, self.group, self.cluster, self.schedule = stages or STAGES, sms, group, cluster, schedule
-        self.in_flight = (1 if pp else 0) if in_flight is None else in_flight
-        if stream_k and split_k > 1:
-            raise ValueError("gemm: stream_k and split_k are two tile schedulers; pick one")
-        self.epilogue, self.epilogue_bufs, self.stream_k, self.pingpong = epilogue, epilogue_bufs, stream_k, pp
-        self.split_k, self.epilogue_ops = split_k, tuple(epilogue_ops)
-        self.bm = HALF if pp else BM        # rows of one scheduled tile (ping-pong: one warpgroup's)
-
-    @classmethod
-    def of(cls, options, who="gemm"):
-        """The configuration of ``options`` (a kernel's keywords); an unknown keyword is a
-        ``ValueError`` naming it and the known ones."""
-        known = inspect.signature(cls).parameters
-        unknown = sorted(set(options) - set(known))
-        if unknown:
-            hint = "; a GEMM + reduce-scatter is kernels/gemm_rs.py" if who == "gemm" else ""
-            raise ValueError(f"{who}: unknown options {unknown} (known: {', '.join(known)}{hint})")
-        return cls(**options)
-
-    @property
-    def ctas(self):
-        """Persistent work units: CTAs, or CTA pairs."""
-        return self.sms // self.cluster
-
-    @property
-    def band(self):
-        """Rasterization band in scheduled block-rows (``group`` block-rows of 128)."""
-        return max(self.group * (BM // self.bm) // self.cluster, 1)
-
-    def options(self):
-        """The configuration's non-default choices, by name (for messages)."""
-        return [n for n, v in (("stream_k", self.stream_k), ("split_k", self.split_k > 1), ("cluster>1", self.cluster > 1),
-                               ("pingpong", self.pingpong),
-                                      ("epilogue_ops", self.epilogue_ops)) if v]
 
 
 def generation(target):
@@ -114,8 +58,8 @@ def mainloop(problem, cfg, gen):
         return Tcgen05(problem.dtype, problem.b_major, BM, BN, BK, cfg.stages, k_iters, cfg.in_flight, cfg.cluster)
     b = MulticastB() if cfg.cluster > 1 else WholeB()
     if cfg.pingpong:
-        return PingPong(problem.dtype, problem.b_major, BN, BK, cfg.stages, k_iters, cfg.in_flight, b)
-    return Cooperative(problem.dtype, problem.b_major, BM, BN, BK, cfg.stages, k_iters, cfg.in_flight, b)
+        return PingPong(problem.dtype, problem.b_major, cfg.bn, BK, cfg.stages, k_iters, cfg.in_flight, b)
+    return Cooperative(problem.dtype, problem.b_major, BM, cfg.bn, BK, cfg.stages, k_iters, cfg.in_flight, b)
 
 
 def gpu_parts(problem, cfg, gen):
@@ -123,16 +67,17 @@ def gpu_parts(problem, cfg, gen):
     main = mainloop(problem, cfg, gen)
     k_iters, group, ctas = main.k_iters, cfg.band, cfg.ctas
     if cfg.stream_k:
-        sched = StreamKSchedule(problem.M, problem.N, cfg.bm, BN, ctas, group, k_iters, HALF, BN, 2 * cfg.sms, cfg.cluster)
+        sched = StreamKSchedule(problem.rows, problem.N, cfg.bm, cfg.bn, ctas, group, k_iters, HALF, cfg.bn, 2 * cfg.sms,
+                                cfg.cluster)
     elif cfg.split_k > 1:
-        sched = SplitK(problem.M, problem.N, cfg.bm, BN, ctas, group, k_iters, cfg.split_k, HALF)
+        sched = SplitK(problem.rows, problem.N, cfg.bm, cfg.bn, ctas, group, k_iters, cfg.split_k, HALF)
     else:
-        sched = Persistent(problem.M, problem.N, cfg.bm, BN, ctas, group, stack=cfg.cluster)
+        sched = Persistent(problem.rows, problem.N, cfg.bm, cfg.bn, ctas, group, stack=cfg.cluster)
     if cfg.epilogue_ops:
         epi = Elementwise(main, sched, problem.dtype, cfg.epilogue or FUSED_EPILOGUE[0],
                           cfg.epilogue_bufs or FUSED_EPILOGUE[1], cfg.epilogue_ops)
     else:
-        epi = ChunkedStore(main, sched, problem.dtype, cfg.epilogue or (BN if cfg.pingpong else EPILOGUE[gen]),
+        epi = ChunkedStore(main, sched, problem.dtype, cfg.epilogue or (cfg.bn if cfg.pingpong else math.gcd(EPILOGUE[gen], cfg.bn)),
                            cfg.epilogue_bufs)
     if cfg.stream_k:
         epi = Handover(epi, k_iters)
@@ -151,34 +96,37 @@ def check(M, N, K, dtype, b_major):
         raise ValueError(f"gemm: empty problem {M}x{N}x{K}")
 
 
-def gpu_sizes(M, N, K):
-    """What only the GPU form needs of the sizes (trn1 masks ragged edges at any size), or None."""
+def gpu_sizes(M, N, K, bn=BN):
+    """What only the GPU form needs of the sizes (trn1 masks ragged edges at any size), or None.  Any
+    M: fewer rows than a tile are read through a tile-high view."""
     if N % 8 or K % 8:
         return f"N={N} and K={K} must be multiples of 8 (TMA needs 16-byte row pitches)"
-    if (M is not None and M < BM) or N < BN or K < BK:
-        return f"{M}x{N}x{K} is smaller than one {BM}x{BN}x{BK} tile"
+    if N < bn or K < BK:
+        return f"N={N} or K={K} is smaller than one {bn}-column (tile_n), {BK}-deep tile"
     return None
 
 
-def make(M, N, K, dtype="float16", b_major="row", name=None, **config):
+def make(M, N, K, dtype="float16", b_major="row", name=None, max_rows=None, **config):
     """The GEMM kernel (an :class:`axe.lang.Kernel`) for static sizes (``M=None``: a runtime M, see
-    :func:`make_dynamic`); ``config``: :class:`Config`'s keywords.  A configuration the GPU form
-    cannot compose is refused here; one a target lacks, when building for it (``TargetError``)."""
+    :func:`make_dynamic`, at most ``max_rows``); ``config``: :class:`Config`'s keywords.  A configuration
+    the GPU form cannot compose is refused here; one a target lacks, when building for it (``TargetError``)."""
     cfg = Config.of(config)
     dyn = M is None
-    if dyn and (cfg.stream_k or cfg.split_k > 1 or cfg.cluster > 1):
-        raise ValueError("gemm: a runtime M (make_dynamic) is built for one GPU without stream_k, split_k or clusters (got "
-                         + ", ".join(o for o in cfg.options() if o != "pingpong") + ")")
+    if max_rows is not None and not (dyn and 1 <= max_rows <= BM):
+        raise ValueError(f"gemm: max_rows bounds a runtime M (make_dynamic) by 1..{BM}, got {max_rows!r}")
+    if dyn and max_rows is None and (cfg.stream_k or cfg.split_k > 1 or cfg.cluster > 1):
+        raise ValueError("gemm: a runtime M (make_dynamic) without max_rows is built for one GPU without stream_k, split_k "
+                         "or clusters (got " + ", ".join(o for o in cfg.options() if o != "pingpong") + ")")
     check(M, N, K, dtype, b_major)
     if dyn:                 # a TIR variable: A (M, K) and C (M, N) bind it at launch
         import tvm
         M = tvm.tirx.Var("M", "int32")
-    problem = Problem(M, N, K, dtype, b_major)
+    problem = Problem(M, N, K, dtype, b_major, rows=max_rows)
     try:        # the sm_90a composition is checked now: its refusals name the parts
         gpu_parts(problem, cfg, "wgmma")
     except CompositionError as err:
         raise ValueError(f"gemm: {err}") from None
-    sizes = gpu_sizes(None if dyn else M, N, K)
+    sizes = gpu_sizes(None if dyn else M, N, K, cfg.bn)
 
     def factory():
         target = Ax.current_build().target
@@ -190,9 +138,11 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, **config):
             return TARGETS["trn1"].kernel(M, N, K, dtype, b_major)
         if sizes:
             raise Ax.TargetError(f"gemm on {target}: {sizes}")
-        if gen == "tcgen05" and (cfg.pingpong or cfg.stream_k or cfg.split_k > 1):
-            raise Ax.TargetError("gemm on sm_100a: only the cooperative schedule without stream_k, split_k or "
-                                 "reduce-scatter is built for tcgen05 so far (got " + ", ".join(
+        if max_rows is not None:        # scheduled for max_rows: a launch with more rows is refused
+            Ax.current_build().symbol_max["M"] = max_rows
+        if gen == "tcgen05" and (cfg.pingpong or cfg.stream_k or cfg.split_k > 1 or cfg.bn != BN):
+            raise Ax.TargetError("gemm on sm_100a: only the cooperative 128x256 schedule without stream_k, split_k "
+                                 "or reduce-scatter is built for tcgen05 so far (got " + ", ".join(
                                      o for o in cfg.options() if o != "cluster>1") + ")")
         sched, main, epi = gpu_parts(problem, cfg, gen)
         smem = (main.smem + epi.smem) * 2 + epi.operand_bytes
@@ -221,17 +171,19 @@ def build(M, N, K, dtype="float16", b_major="row", name=None, target="sm_90a", *
     return Ax.compile_kernel(make(M, N, K, dtype, b_major, name, **kw), target)
 
 
-def make_dynamic(N, K, dtype="float16", b_major="row", name=None, **kw):
+def make_dynamic(N, K, dtype="float16", b_major="row", name=None, max_rows=None, **kw):
     """The GEMM for any number of rows M, read off A at launch (one artifact for every M; N, K, dtype
     and B's layout are the specialization): tile counts ``ceil(M / 128)`` computed in the kernel, the
-    persistent grid ``min(sms, tiles)``, A's and C's TMA maps encoded from the tensors; ragged M (down
-    to 1) is the static build's path.  ``kw``: :func:`make`'s options (not stream_k or cluster)."""
-    return make(None, N, K, dtype, b_major, name or f"gemm_dyn_{dtype}_{b_major}", **kw)
+    persistent grid ``min(sms, tiles)``, A's and C's TMA maps encoded from the tensors.  ``max_rows``
+    (at most 128: one block-row) instead schedules statically for that many rows — so split-K,
+    stream-K and CTA pairs work — and the runtime refuses a launch with more.  ``kw``: :func:`make`'s
+    options (without ``max_rows``: not stream_k, split_k or cluster)."""
+    return make(None, N, K, dtype, b_major, name or f"gemm_dyn_{dtype}_{b_major}", max_rows, **kw)
 
 
-def build_dynamic(N, K, dtype="float16", b_major="row", name=None, target="sm_90a", **kw):
+def build_dynamic(N, K, dtype="float16", b_major="row", name=None, target="sm_90a", max_rows=None, **kw):
     """Build :func:`make_dynamic`'s kernel into an artifact."""
-    return Ax.compile_kernel(make_dynamic(N, K, dtype, b_major, name, **kw), target)
+    return Ax.compile_kernel(make_dynamic(N, K, dtype, b_major, name, max_rows, **kw), target)
 
 
 #: the examples ``axe build kernels/gemm.py`` and ``axe demo`` build (any size works through

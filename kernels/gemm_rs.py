@@ -71,9 +71,9 @@ def parts(problem, cfg, world, rs_comm, rs_push):
     cannot work (stream-K, CTA pairs, ping-pong) is refused naming the parts."""
     main = gemm.mainloop(problem, cfg, "wgmma")
     if cfg.stream_k:
-        sched = StreamKSchedule(problem.M, problem.N, cfg.bm, gemm.BN, cfg.ctas, cfg.band, main.k_iters, gemm.HALF, gemm.BN)
+        sched = StreamKSchedule(problem.M, problem.N, cfg.bm, cfg.bn, cfg.ctas, cfg.band, main.k_iters, gemm.HALF, cfg.bn)
     else:
-        sched = OwnerOrder(problem.M, problem.N, cfg.bm, gemm.BN, cfg.ctas, cfg.band, world, stack=cfg.cluster)
+        sched = OwnerOrder(problem.M, problem.N, cfg.bm, cfg.bn, cfg.ctas, cfg.band, world, stack=cfg.cluster)
     store = ChunkedStore(main, sched, problem.dtype, cfg.epilogue or gemm.EPILOGUE["wgmma"], cfg.epilogue_bufs)
     epi = ReduceScatter(store, sched, problem.M, problem.K, problem.N, world, problem.b_major, problem.b_shape,
                         rs_comm, rs_push)
@@ -99,7 +99,7 @@ def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, rs_comm=Tru
         parts(problem, cfg, world, rs_comm, rs_push)
     except CompositionError as err:
         raise ValueError(f"gemm_rs: {err}") from None
-    sizes = gemm.gpu_sizes(gemm.BM, N, K)       # any M: the owners' rows may be fewer than a tile
+    sizes = gemm.gpu_sizes(None, N, K)
 
     def factory():
         target = Ax.current_build().target

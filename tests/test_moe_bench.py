@@ -205,7 +205,7 @@ def test_run_tokens_control_flow_on_cpu(monkeypatch):
     implementations that cannot run are recorded, the bound and ratios are filled in; with
     ``rounds`` the graph figure is the median of every round's."""
     torch = pytest.importorskip("torch")
-    from benchmarks import cuda_timing
+    from axe.torch import timing as cuda_timing
     monkeypatch.setattr(bench, "DEVICE", "cpu")
     monkeypatch.setattr(cuda_timing, "eager_ms", lambda torch, fn, reps, warmup=3: (fn(), 1.0)[1])
     monkeypatch.setattr(cuda_timing, "capture", lambda torch, fn: (lambda out: (_ReplayOnCpu(fn, out), out))(fn()))

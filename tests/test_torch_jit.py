@@ -147,9 +147,10 @@ def ops(tmp_path_factory):
     ops.KERNELS.update(saved)
 
 
-def _gemm_artifact(N, K, dtype, b_major, major):
+def _gemm_artifact(N, K, dtype, b_major, major, max_rows=None, **config):
     """A stand-in with the dynamic-M GEMM's call signature ``(A_: MxK, B_: KxN or NxK, C_: MxN)``,
-    M read off A and the grid ``min(132, tiles)`` as in ``kernels/gemm.py:make_dynamic``."""
+    M read off A (at most ``max_rows``) and the grid ``min(132, tiles)`` as in
+    ``kernels/gemm.py:make_dynamic``."""
     art = fake_artifact(name=f"gemm_{major}", dtype=dtype)
     L = art.launch
     shapes = {"A_": ["M", K], "B_": [K, N] if b_major == "row" else [N, K], "C_": ["M", N]}
@@ -157,6 +158,8 @@ def _gemm_artifact(N, K, dtype, b_major, major):
                  for n, s in shapes.items()]
     L["params"] = [dict(a, arg=a["name"]) for a in L["args"]]
     L["symbols"], L["shape_vars"] = {"M": {"arg": "A_", "dim": 0}}, {"M": "int32"}
+    if max_rows is not None:
+        L["symbols"]["M"]["max"] = max_rows
     L["grid"] = [f"min(132, ((M + 127) // 128) * {-(-N // 256)})", 1, 1]
     return art
 
@@ -206,12 +209,19 @@ def test_gemm_op(ops):
     torch.testing.assert_close(torch.ops.axe.gemm(a, bt, True), (a.float() @ bt.float().T).half())
     assert ops.KERNELS["gemm"].builds == 1 and ops.KERNELS["gemm_nt"].builds == 1
     (spec,) = [dict(m[1:]) for m in ops.KERNELS["gemm_nt"]._memo]
-    assert spec == {"N": 256, "K": 64, "dtype": "float16", "b_major": "col"}     # M is read at launch
-    for m in (1, 300):                  # other row counts: the same artifact, the grid from M
+    from kernels import gemm_select                     # M = 128: the decode bucket's configuration
+    assert spec == {"N": 256, "K": 64, "dtype": "float16", "b_major": "col", "max_rows": 128,
+                    **gemm_select.heuristic(128, 256, 64)}
+    for m in (1, 77):                   # the same bucket: the same artifact, M read at launch
         am = torch.randn(m, 64, dtype=torch.float16)
         torch.testing.assert_close(torch.ops.axe.gemm(am, b), (am.float() @ b.float()).half())
-    (launched,) = ops.KERNELS["gemm"]._memo.values()
-    assert ops.KERNELS["gemm"].builds == 1 and [g[0] for g in launched.grids[-2:]] == [1, 3]
+    assert ops.KERNELS["gemm"].builds == 1
+    for m in (300, 400):                # the next bucket: one more artifact, the grid from M
+        am = torch.randn(m, 64, dtype=torch.float16)
+        torch.testing.assert_close(torch.ops.axe.gemm(am, b), (am.float() @ b.float()).half())
+    assert ops.KERNELS["gemm"].builds == 2
+    launched = [k for m, k in ops.KERNELS["gemm"]._memo.items() if "max_rows" not in dict(m[1:])]
+    assert [g[0] for g in launched[0].grids[-2:]] == [3, 4]
     assert torch.ops.axe.gemm(a[:0], b).shape == (0, 256)
 
 

@@ -135,6 +135,9 @@ def bind_arguments(launch: dict, args, device_type: str = "cuda") -> Bound:
         lo, hi = _INT_RANGES.get(launch.get("shape_vars", {}).get(sym, "int64"), _INT_RANGES["int64"])
         if not lo <= val <= hi:
             raise LaunchError(f"{kname}: shape symbol {sym} = {val} (from {src['arg']}.shape[{src['dim']}]) overflows")
+        if val > src.get("max", val):
+            raise LaunchError(f"{kname}: shape symbol {sym} = {val} (from {src['arg']}.shape[{src['dim']}]) exceeds "
+                              f"{src['max']}, the largest this artifact was built for")
         env[sym] = val
     for a in sig:
         if a["kind"] != "tensor":

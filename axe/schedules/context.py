@@ -65,6 +65,8 @@ class BuildContext(BuildState):
     mesh: object = None             # the device mesh a distributed kernel declared (Ax.mesh)
     distributed: dict = field(default_factory=dict)   # its signature, for launch.json
     features: tuple = ()            # what the target declares beyond its arch ("multicast", "nvshmem")
+    #: the largest value a shape symbol may take at launch (a kernel built for a bounded range of M)
+    symbol_max: dict = field(default_factory=dict)
 
     @property
     def family(self) -> str:

@@ -13,7 +13,9 @@ capturing: the first call builds or loads the kernel).
   (``kernels/softmax.py:dynamic``);
 - ``gemm(a, b, transpose_b=False)``: ``a @ b`` (``b`` (K, N)) or ``a @ b.T`` (``b`` (N, K)),
   fp16/bf16, through the dynamic-M GEMM of ``kernels/gemm.py`` (``make_dynamic``) — one artifact
-  per (N, K, dtype, layout of b) serves every number of rows M.
+  per (N, K, dtype, layout of b) and bucket of M (``kernels/gemm_select.py``: M ≤ 128 runs a
+  decode configuration, larger M the persistent one) serves every M of its bucket; ``axe tune``
+  measures the configurations (:mod:`axe.torch.tune`).
 
 Inputs that are not contiguous, or whose data is not 16-byte aligned (a sliced view), are
 copied first: the kernels load 16-byte vectors.
@@ -25,6 +27,7 @@ from pathlib import Path
 
 import torch
 
+from . import tune
 from .jit import JitKernel
 
 __all__ = ["rmsnorm", "softmax", "gemm", "KERNELS", "spec_rows", "spec_gemm"]
@@ -61,12 +64,24 @@ def spec_rows(X, *rest) -> dict:
     return {"n": int(X.shape[1]), "dtype": _DTYPES.get(X.dtype, str(X.dtype))}
 
 
+_DEVICE_NAMES: dict = {}
+
+
+def _device_name(device) -> str:
+    """The GPU's name (what tuning picks are keyed by), looked up once per device; ``"cpu"`` else."""
+    name = _DEVICE_NAMES.get(device)
+    if name is None:
+        name = _DEVICE_NAMES[device] = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    return name
+
+
 def spec_gemm(b_major: str):
     """The dynamic-M GEMM's specialization for B stored ``b_major`` (``"row"``: K x N, ``"col"``:
-    N x K): N, K and the dtype (the row count M is read at launch)."""
+    N x K): N, K, the dtype and the configuration of M's bucket (:func:`axe.torch.tune.spec_for`:
+    the measured pick for this GPU, else the heuristic's); M itself is read at launch."""
     def spec(A, B, C) -> dict:
-        return {"N": int(C.shape[1]), "K": int(A.shape[1]),
-                "dtype": _DTYPES.get(A.dtype, str(A.dtype)), "b_major": b_major}
+        return tune.spec_for(_device_name(A.device), int(C.shape[1]), int(A.shape[1]),
+                             _DTYPES.get(A.dtype, str(A.dtype)), b_major, int(A.shape[0]))
     return spec
 
 

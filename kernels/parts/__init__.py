@@ -30,10 +30,12 @@ the reason.
 class Problem:
     """The GEMM a kernel computes: ``C (M×N) = A (M×K) · B`` with B stored K×N (``"row"``) or N×K
     (``"col"``); ``M`` may be a TIR variable (a run-time row count); ``a_shape``: A as the kernel
-    declares it (a distributed kernel's A carries an owner dimension)."""
+    declares it (a distributed kernel's A carries an owner dimension); ``rows``: the row count the
+    tile scheduler plans for (default M; a bound on a run-time M schedules statically)."""
 
-    def __init__(self, M, N, K, dtype, b_major, a_shape=None):
+    def __init__(self, M, N, K, dtype, b_major, a_shape=None, rows=None):
         self.M, self.N, self.K, self.dtype, self.b_major = M, N, K, dtype, b_major
+        self.rows = M if rows is None else rows
         self.a_shape = a_shape or (M, K)
         self.b_shape = (K, N) if b_major == "row" else (N, K)
 

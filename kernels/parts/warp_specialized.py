@@ -28,6 +28,9 @@ def kernel(problem, sched, main, epi, sms):
     (``epi.unused_params``) leave it."""
     M, N, dtype, k_iters = problem.M, problem.N, problem.dtype, main.k_iters
     dyn, cluster, acc_layout = sched.runtime, main.cluster, main.acc_layout()
+    # fewer rows than a tile (or a run-time count): the M-sized operands are declared through a
+    # tile-high view, and their TMA maps take M from the tensors at launch
+    narrow = not isinstance(M, int) or M < main.bm
     wrows, wcols = main.part
     world, p_shape, nsig = epi.world, epi.p_shape, epi.nsig
 
@@ -46,13 +49,13 @@ def kernel(problem, sched, main, epi, sms):
             cid, rank = bx, 0
         else:
             cid, rank, bx, tx = Ax.cuda.cluster_launch(sms, THREADS, cluster)
-        A = Ax.param(rows_view(A_, dyn), tensormap=A_map)
+        A = Ax.param(rows_view(A_, narrow), tensormap=A_map)
         B = Ax.param(B_, tensormap=B_map)
-        C = Ax.param(rows_view(C_, dyn), tensormap=C_map)
+        C = Ax.param(rows_view(C_, narrow), tensormap=C_map)
         W = Ax.param(W_, scratch=True)          # split tiles' partial sums (fp32)
         F = Ax.param(F_, scratch=True)          # their flags, one per CTA and warpgroup
         dist = epi.declare(A_, B_, C_, P_, Q_, peers, sig, err, rank_, epoch, timeout_ns, F, cid, tx)
-        epi.inputs(rows_view(Srow_, dyn, axis=1), Scol_, Bias_, rows_view(R_, dyn), Srow_map, Scol_map, Bias_map, R_map)
+        epi.inputs(rows_view(Srow_, narrow, axis=1), Scol_, Bias_, rows_view(R_, narrow), Srow_map, Scol_map, Bias_map, R_map)
         pool = Ax.cuda.dynamic_shared(main.smem + epi.smem, dtype)
         pipe = main.pipeline()
         main.setup()
@@ -84,6 +87,6 @@ def kernel(problem, sched, main, epi, sms):
                                                                        m_blk, n_blk, k0, k1))
             Ax.cuda.tma_store_wait(0, pred=leader)
         main.teardown()
-    if dyn:
+    if narrow:
         unbake_rows(Ax.current_build().tensormaps, ("A_map", "C_map") + epi.m_maps, vectors=("Srow_map",))
     return Ax.without_params(gemm, epi.unused_params)

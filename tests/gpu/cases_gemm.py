@@ -40,9 +40,14 @@ SHAPES = {
     "kx": (256, 1024, 4096),
     "kx_a": (200, 1000, 1000),
     "kx_b": (128, 512, 512),
+    # fewer rows than a tile (declared through a tile-high view, TMA maps sized from the tensors)
+    "m1": (1, 1000, 1000),
+    "m16": (16, 4096, 1024),
+    "m100": (100, 1496, 328),
 }
 #: (shape, dtype, B layout) cases: every shape in fp16 with both B layouts, bf16 on a subset
-CASES = [(s, "float16", b) for s in SHAPES if not s.startswith("kx") for b in ("row", "col")] + \
+CASES = [(s, "float16", b) for s in SHAPES if not s.startswith(("kx", "m1")) for b in ("row", "col")] + \
+        [(s, dt, b) for s in ("m1", "m16", "m100") for dt, b in (("float16", "row"), ("bfloat16", "col"))] + \
         [(s, "bfloat16", b) for s in ("square", "ragged") for b in ("row", "col")]
 #: make() variants: tag -> keywords (cluster pairs; 4 stages with the 64-column chunked epilogue)
 VARIANTS = {"c2": {"cluster": 2}, "s3": {"stages": 3, "in_flight": 1, "epilogue": 256},
@@ -86,6 +91,20 @@ FUSED_CASES = [("k1", "float16", "row", v) for v in ("ewb", "ewrc", "ewr")] + \
               [(s, "float16", "row", "ewc2") for s in ("square", "ragged2")]
 DYNAMIC_FUSED = [("float16", "row"), ("bfloat16", "col")]
 DYNAMIC_N_K, DYNAMIC_MS = (1496, 520), (1, 5, 64, 333, 1000)
+#: tile widths (``tile_n``), alone and with split-K, stream-K, CTA pairs and ping-pong
+VARIANTS.update({"n64": {"tile_n": 64}, "n128": {"tile_n": 128}, "n192": {"tile_n": 192},
+                 "n128c2": {"tile_n": 128, "cluster": 2}, "n64x4": {"tile_n": 64, "split_k": 4, "stages": 8},
+                 "n128sk": {"tile_n": 128, "stream_k": True, "sms": 8}, "n128pp": {"tile_n": 128, "schedule": "pingpong"}})
+TILE_CASES = [(s, dt, b, v) for v in ("n64", "n128", "n192") for s in ("ragged", "ragged2", "m16")
+              for dt, b in (("float16", "row"), ("bfloat16", "col"))] + \
+             [(s, "float16", b, "n128c2") for s in ("square", "ragged2") for b in ("row", "col")] + \
+             [(s, dt, "col", "n64x4") for s in ("kx", "m1") for dt in ("float16", "bfloat16")] + \
+             [("sk_a", "bfloat16", "row", "n128sk"), ("ragged2", "bfloat16", "col", "n128pp")]
+#: the decode bucket's artifacts (``make_dynamic(..., max_rows=128)``): checked at several M ≤ 128,
+#: a launch with 129 rows refused
+BOUNDED = {"bnd_n64x4": {"tile_n": 64, "split_k": 4, "stages": 8}, "bnd_n256x2": {"split_k": 2},
+           "bnd_n128": {"tile_n": 128, "stages": 6}}
+BOUNDED_N_K, BOUNDED_MS = (4096, 2048), (1, 5, 64, 128)
 #: variant tag -> build target (make()'s keywords are in VARIANTS)
 TARGETS = {"sm100": "sm_100a", "sm100c2": "sm_100a"}
 TOL = {"float16": 2e-3, "bfloat16": 1e-2}
@@ -114,8 +133,19 @@ def _dynamic_builder(dtype, b_major):
     return build
 
 
-BUILDS = {case_name(*c): _builder(*c) for c in CASES + CLUSTER_CASES + SM100_CASES + FUSED_CASES}
+def _bounded_builder(tag, dtype, b_major):
+    def build():
+        sys.path.insert(0, ROOT)
+        from kernels import gemm
+        return gemm.build_dynamic(*BOUNDED_N_K, dtype=dtype, b_major=b_major, name=case_name("dyn", dtype, b_major, tag),
+                                  max_rows=128, **BOUNDED[tag])
+    return build
+
+
+BUILDS = {case_name(*c): _builder(*c) for c in CASES + CLUSTER_CASES + SM100_CASES + FUSED_CASES + TILE_CASES}
 BUILDS.update({case_name("dyn", dt, b, "ew"): _dynamic_builder(dt, b) for dt, b in DYNAMIC_FUSED})
+BUILDS.update({case_name("dyn", dt, b, t): _bounded_builder(t, dt, b) for t in BOUNDED
+               for dt, b in (("float16", "row"), ("bfloat16", "col"))})
 
 
 def fused_operands(args, m, n, dtype, torch):
@@ -178,5 +208,21 @@ def _check_dynamic(kernel, torch):
     return f"runtime M in {DYNAMIC_MS} x {DYNAMIC_N_K}, rel err <= {max(errs):.1e} vs fp32"
 
 
-CHECKS = {name: _check_dynamic if name.startswith("gemm_ew_dyn") else _check for name in BUILDS}
+def _check_bounded(kernel, torch):
+    errs = [run_check(kernel, torch, runs=1, m=m) for m in BOUNDED_MS]
+    n, k = BOUNDED_N_K
+    dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}[kernel.launch["args"][0]["dtype"]]
+    b_shape = kernel.launch["args"][1]["shape"]
+    try:
+        kernel(torch.zeros(129, k, device="cuda", dtype=dtype), torch.zeros(*b_shape, device="cuda", dtype=dtype),
+               torch.zeros(129, n, device="cuda", dtype=dtype))
+    except Exception as e:          # the runtime's LaunchError, naming the bound
+        assert "exceeds 128" in str(e), e
+    else:
+        raise AssertionError("a launch with 129 rows was not refused")
+    return f"M in {BOUNDED_MS} x {BOUNDED_N_K}, rel err <= {max(errs):.1e} vs fp32; M = 129 refused"
+
+
+CHECKS = {name: _check_dynamic if name.startswith("gemm_ew_dyn") else
+          _check_bounded if name.startswith("gemm_bnd_") else _check for name in BUILDS}
 

@@ -12,8 +12,8 @@ Two steps, one list of specializations (:data:`SPECS`) so both sides compute the
   check fails.
 
 Checks: ``axe::rmsnorm`` / ``axe::softmax`` for many row counts (one artifact each, against
-torch in fp32), ``axe::gemm`` (the dynamic-M build: one artifact per (N, K, dtype, layout of b)
-for every M in ``GEMM_ROWS``), a miss without TVM naming the
+torch in fp32), ``axe::gemm`` (the dynamic-M builds: one artifact per (N, K, dtype, layout of b) and
+bucket of M, for every M in ``GEMM_ROWS``), a miss without TVM naming the
 build command, ``torch.compile(fullgraph=True)`` (inductor) of a function using the ops, CUDA
 graph capture and replay, and the host time per call (jit + runtime) beside torch's own ops.
 """
@@ -31,13 +31,26 @@ CACHE = os.path.join(ROOT, ".carry", "axe_cache")
 TARGET = "sm_90a"
 
 #: (jit kernel in axe.torch.ops.KERNELS, its spec) — what the GPU run needs prebuilt
-SPECS = [("rmsnorm", {"n": n, "dtype": dt}) for n in (1024, 4096) for dt in ("float16", "bfloat16")] + \
-        [("softmax", {"n": n, "dtype": dt}) for n in (1024, 4096) for dt in ("float16", "bfloat16")] + \
-        [("gemm", {"N": 1024, "K": 1024, "dtype": "float16", "b_major": "row"}),
-         ("gemm_nt", {"N": 1024, "K": 1024, "dtype": "bfloat16", "b_major": "col"})]
 ROWS = (1, 7, 128, 1000, 4097)
 #: row counts of the GEMM: below one tile, ragged, whole tiles, fewer tiles than SMs and more
 GEMM_ROWS = (1, 127, 128, 512, 1000, 4097, 8192)
+
+
+def _gemm_specs():
+    """The GEMM op's specializations for GEMM_ROWS (one per bucket of M; the heuristic's
+    configurations: no tuning table is carried)."""
+    from axe.torch import tune
+    out = []
+    for name, dt, major in (("gemm", "float16", "row"), ("gemm_nt", "bfloat16", "col")):
+        for m in GEMM_ROWS:
+            s = (name, tune.spec_for("", 1024, 1024, dt, major, m))
+            if s not in out:
+                out.append(s)
+    return out
+
+
+SPECS = [("rmsnorm", {"n": n, "dtype": dt}) for n in (1024, 4096) for dt in ("float16", "bfloat16")] + \
+        [("softmax", {"n": n, "dtype": dt}) for n in (1024, 4096) for dt in ("float16", "bfloat16")] + _gemm_specs()
 
 
 def build(args):
@@ -101,8 +114,8 @@ def check_rows(ops, res):
 
 
 def check_gemm(ops, res):
-    """``axe::gemm`` for every M in GEMM_ROWS, B row- and column-major: one artifact per
-    kernel serves them all (nothing built), rows past M untouched (C is exactly M x N)."""
+    """``axe::gemm`` for every M in GEMM_ROWS, B row- and column-major: one artifact per bucket of
+    M serves them (nothing built), rows past M untouched (C is exactly M x N)."""
     b = torch.randn(1024, 1024, dtype=torch.float16, device="cuda")
     b2 = torch.randn(1024, 1024, dtype=torch.bfloat16, device="cuda")
     worst = 0.0
@@ -112,9 +125,11 @@ def check_gemm(ops, res):
         a2 = a.bfloat16()
         worst = max(worst, _close(torch.ops.axe.gemm(a2, b2, True), a2.float() @ b2.float().T,
                                   f"gemm bf16 col M={m}", 2e-2))
-    _loaded(ops, ("gemm", "gemm_nt"), 1, f"{len(GEMM_ROWS)} row counts of one (N, K, dtype)")
+    buckets = sum(1 for name, _ in SPECS if name == "gemm")       # distinct configurations of the buckets
+    _loaded(ops, ("gemm", "gemm_nt"), buckets, f"{len(GEMM_ROWS)} row counts of one (N, K, dtype)")
     res["gemm_max_rel_err"] = worst
-    return f"M in {GEMM_ROWS} x 1024 x 1024, fp16 a@b and bf16 a@b.T, one artifact each; worst rel err {worst:.1e}"
+    return (f"M in {GEMM_ROWS} x 1024 x 1024, fp16 a@b and bf16 a@b.T, one artifact per bucket's configuration ({buckets}); "
+            f"worst rel err {worst:.1e}")
 
 
 def check_missing(ops, res):

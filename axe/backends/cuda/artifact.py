@@ -31,7 +31,8 @@ On disk an artifact is a folder::
                                   {"name", "kind": "tensor", "arg", dtype/shape/strides/alignment}
                                   {"name", "kind": "scalar", "dtype", "value": expression}
                                   {"name", "kind": "tensormap", "tensormap": index into tensormaps}
-    symbols                     {"M": {"arg": "A", "dim": 0}}: shape variables read off tensors
+    symbols                     {"M": {"arg": "A", "dim": 0[, "max": 128]}}: shape variables read off
+                                tensors (at most ``max`` where the kernel was built for a bounded range)
     shape_vars                  {"M": "int32"}: their dtypes (the runtime range-checks them)
     tensormaps                  TMA descriptor specs, encoded at launch:
                                   {"param", "tensor", "dtype", "shape" (innermost first or null:
@@ -266,6 +267,8 @@ class _Checker:
             self.obj(src, p)
             arg = self.key(src, "arg", p, self.str_)
             dim = self.key(src, "dim", p, self.int_)
+            if "max" in src:
+                self.int_(src["max"], f"{p}.max")
             a = self.args.get(arg)
             if a is None or a["kind"] != "tensor":
                 self.fail(f"{p}.arg", f"{arg!r} is not a tensor argument")

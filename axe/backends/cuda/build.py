@@ -71,6 +71,7 @@ def build(
     scratch=(),
     *,
     distributed: dict | None = None,
+    symbol_max: dict | None = None,
     fast_math: bool = True,
     nvcc_options=(),
     emit_ptx: bool = True,
@@ -87,6 +88,8 @@ def build(
     parameters of static shape that it allocates zero-filled once per device and passes when the
     caller leaves them out (the kernel must leave them zero-filled, or use them as workspace it
     overwrites before reading).  ``fast_math`` passes ``--use_fast_math`` to nvcc as TVM does.
+    ``symbol_max``: the largest value each named shape symbol may take (``launch["symbols"][n]["max"]``;
+    the runtime refuses a launch beyond it).
     ``distributed``: a distributed kernel's signature (mesh, per-parameter global shapes and
     layouts, the parameters the runtime fills), stored as ``launch["distributed"]``; every name
     in it must be a parameter.
@@ -99,6 +102,11 @@ def build(
     func = func.with_attr("global_symbol", fname)  # the kernel symbol becomes f"{fname}_kernel"
     arch = _arch_of(target)
     args, symbols, shape_vars = _describe_args(tvm, func, fname)
+    for n, hi in (symbol_max or {}).items():
+        if n not in symbols:
+            raise BuildError(f"build({fname}): a bound on shape symbol {n!r}, which no tensor argument has "
+                             f"(symbols: {sorted(symbols)})")
+        symbols[n]["max"] = int(hi)
     _mark_scratch(args, scratch, fname)
     specs = _check_tensormap_specs(_merge_attr_specs(func, tensormaps, fname), args, fname)
 

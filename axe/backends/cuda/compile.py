@@ -16,7 +16,7 @@ def build_kernel(k, func, ctx, target: str):
     from .build import build
     art = build(func, target=target, name=k.name, tensormaps=tuple(ctx.tensormaps),
                 dynamic_smem=ctx.dynamic_smem, scratch=tuple(ctx.scratch),
-                distributed=signature(ctx))
+                distributed=signature(ctx), symbol_max=dict(ctx.symbol_max))
     art.records = ctx.records
     return art
 

@@ -1,0 +1,158 @@
+#!/usr/bin/env python3
+"""The decode bucket (M ≤ 128) of the GEMM: every candidate configuration of
+``kernels/gemm_select.py`` against cuBLAS and the DRAM limit, side by side in one run.
+
+Each candidate is one artifact for every M ≤ 128 (``make_dynamic(N, K, max_rows=128, ...)``:
+scheduled statically for one block-row, so narrow tiles and split-K fill the GPU); ``C = A·Wᵀ``,
+bf16, W an ``nn.Linear`` weight (N×K).  The DRAM limit of a shape is W's bytes ÷ the read rate
+this run measures (``torch.sum`` over a 4 GiB tensor, the best of several).
+
+CPU machine: ``.venv/bin/python benchmarks/gemm_decode.py build`` writes ``.carry/gemm_decode/``.
+``once --shape S --m M --configs C ...`` launches those candidates and cuBLAS once each, for ``ncu``.
+GPU machine: ``python3 benchmarks/gemm_decode.py run [--json PATH]`` checks every artifact at every M
+against torch in fp32 (C poisoned with NaN), then times each candidate and cuBLAS from CUDA graphs
+in interleaved rounds (median of the rounds' medians) and writes
+``benchmarks/results/gemm_decode-<date>-<device>.json`` (rows: M, N, K, dtype, config, axe_us,
+cublas_us, dram_limit_us, heuristic: whether :func:`kernels.gemm_select.heuristic` picks it).
+"""
+
+import argparse
+import datetime
+import glob
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+OUT = os.path.join(ROOT, ".carry", "gemm_decode")
+MS = (1, 16, 64, 128)
+#: (label, N, K): Llama-3.1-8B and -70B MLP weights, up and down
+SHAPES = [("llama8b_up", 14336, 4096), ("llama8b_down", 4096, 14336), ("llama70b_up", 28672, 8192),
+          ("llama70b_down", 8192, 28672)]
+DTYPE = "bfloat16"
+
+
+def build(only=None):
+    os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
+    from kernels import gemm, gemm_select
+    for label, n, k in SHAPES:
+        for cfg in gemm_select.candidates(128, n, k):
+            tag = f"{label}__{gemm_select.name(cfg)}"
+            if only and not any(o in tag for o in only):
+                continue
+            if os.path.exists(os.path.join(OUT, tag, "launch.json")):
+                continue
+            art = gemm.build_dynamic(n, k, DTYPE, "col", name=f"gemm_decode_{tag}", max_rows=128, **cfg)
+            art.save(os.path.join(OUT, tag))
+            print("built", tag, art.launch["resources"], flush=True)
+
+
+def checked(torch, kern, a, w, ref, what, tol=1e-2):
+    """``(rel_err, call)``: ``kern(a, w, C)`` run once into a NaN-poisoned C and compared with
+    ``ref`` (AssertionError naming ``what`` above ``tol``), and the call to time (it rewrites C)."""
+    c = torch.full((a.shape[0], w.shape[0]), float("nan"), device="cuda", dtype=a.dtype)
+    kern(a, w, c)
+    torch.cuda.synchronize()
+    err = ((c.float() - ref).norm() / ref.norm()).item() if not c.isnan().any() else float("nan")
+    assert err < tol, f"{what}: rel err {err:.2e}"
+    return err, lambda: kern(a, w, c) or c
+
+
+def read_rate(torch, gib=4, reps=5):
+    """Bytes per second torch.sum reads from DRAM (the best of ``reps``)."""
+    x = torch.empty(gib * 2**30 // 2, device="cuda", dtype=torch.bfloat16).normal_()
+    best = 0.0
+    for _ in range(reps):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        x.sum()
+        e.record()
+        torch.cuda.synchronize()
+        best = max(best, x.numel() * 2 / (s.elapsed_time(e) * 1e-3))
+    del x
+    return best
+
+
+def run(path, rounds):
+    import torch
+
+    import axe.runtime as rt
+    from axe.torch.timing import capture, graph_ms, median, round_robin
+    from kernels import gemm_select
+    dev = torch.cuda.get_device_name()
+    rate = read_rate(torch)
+    print(f"{dev}: read rate {rate / 1e12:.2f} TB/s", flush=True)
+    rows = []
+    for label, n, k in SHAPES:
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        kernels = {d.split("__", 1)[1]: rt.load(d) for d in sorted(glob.glob(os.path.join(OUT, f"{label}__*")))}
+        for m in MS:
+            a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+            ref = a.float() @ w.float().t()
+            fns, errs = {}, {}
+            for cname, kern in kernels.items():
+                errs[cname], fns[cname] = checked(torch, kern, a, w, ref, f"{label} M={m} {cname}")
+            fns["cublas"] = lambda: torch.matmul(a, w.t())
+            graphs = {key: capture(torch, f)[0] for key, f in fns.items()}
+            timed = round_robin({key: (lambda g=g: graph_ms(torch, g, 20)) for key, g in graphs.items()}, rounds)
+            us = {key: median(v) * 1e3 for key, v in timed.items()}
+            dram = n * k * 2 / rate * 1e6
+            pick = gemm_select.name(gemm_select.heuristic(m, n, k))
+            best = min(kernels, key=us.get)
+            for cname in kernels:
+                rows.append({"M": m, "N": n, "K": k, "dtype": DTYPE, "shape": label, "config": cname,
+                             "axe_us": round(us[cname], 2), "cublas_us": round(us["cublas"], 2),
+                             "dram_limit_us": round(dram, 2), "rel_err": errs[cname], "heuristic": cname == pick,
+                             "spill_stores": kernels[cname].launch["resources"].get("spill_stores", 0)})
+            print(f"{label:14s} M={m:4d}  cuBLAS {us['cublas']:7.1f}  DRAM {dram:6.1f}  best {best} {us[best]:7.1f}  "
+                  f"heuristic {pick} {us.get(pick, float('nan')):7.1f}  default {us.get('split_k1_stages4_tile_n256', 0):7.1f}",
+                  flush=True)
+            del graphs
+    day = datetime.date.today().isoformat()
+    path = path or os.path.join(ROOT, "benchmarks", "results", f"gemm_decode-{day}-{dev.split()[-1].lower()}.json")
+    with open(path, "w") as f:
+        json.dump({"device": dev, "date": day, "versions": {"torch": torch.__version__, "cuda": torch.version.cuda},
+                   "read_rate_Bps": rate, "timing": f"CUDA graph replays, median of {rounds} interleaved rounds",
+                   "rows": rows}, f, indent=1)
+    print("wrote", path)
+
+
+def once(label, m, configs):
+    """One launch of each named candidate of shape ``label`` and one of cuBLAS at M = ``m``, for ``ncu``
+    to profile (each kernel alone)."""
+    import torch
+
+    import axe.runtime as rt
+    n, k = next((n, k) for lab, n, k in SHAPES if lab == label)
+    w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+    a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
+    c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    for cname in configs:
+        rt.load(os.path.join(OUT, f"{label}__{cname}"))(a, w, c)
+    torch.matmul(a, w.t())
+    torch.cuda.synchronize()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=("build", "run", "once"))
+    ap.add_argument("--json", default=None)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--only", nargs="*", help="build the artifacts whose names contain one of these")
+    ap.add_argument("--shape", help="once: the shape label")
+    ap.add_argument("--m", type=int, default=1, help="once: the row count")
+    ap.add_argument("--configs", nargs="*", default=(), help="once: the candidates' names")
+    args = ap.parse_args(argv)
+    if args.mode == "once":
+        return once(args.shape, args.m, args.configs)
+    if args.mode == "build":
+        return build(args.only)
+    if not glob.glob(os.path.join(OUT, "*", "launch.json")):
+        raise SystemExit(f"no artifacts in {OUT}: run `benchmarks/gemm_decode.py build` on the CPU machine")
+    return run(args.json, args.rounds)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,71 @@
+"""The GEMM's configuration space (:class:`Config`: data, the keywords of ``kernels.gemm.make``) and
+its defaults.  Pure Python (no TVM), so that selection (:mod:`kernels.gemm_select`) and a serving
+machine's runtime can read it.
+"""
+
+import inspect
+
+BM, BN, BK, STAGES, SMS, GROUP = 128, 256, 64, 4, 132, 16
+#: tile widths (``tile_n``): wgmma's N, in whole 64-column swizzle blocks
+TILE_N = (64, 128, 192, 256)
+HALF = BM // 2                      # rows per consumer warpgroup
+#: each target's epilogue chunk (columns per store): wgmma's 64×256 part in two 128-column chunks,
+#: tcgen05's 128×128 part in 64-column chunks (4 stages and 2 × 16 KiB of chunk buffer fit 224 KiB)
+EPILOGUE = {"wgmma": 128, "tcgen05": 64}
+#: with fused operands: 64-column chunks through one buffer, so that 4 stages and the operands' shared
+#: slices fit on sm_90a (on sm_100a they need 3 stages)
+FUSED_EPILOGUE = (64, 1)
+
+
+class Config:
+    """A GEMM configuration (data; :func:`make`'s keywords): ``stages`` (default 4), ``sms``
+    persistent CTAs, ``in_flight`` wgmma groups left running (default 0; ping-pong 1), ``group``
+    block-rows per rasterization band, ``cluster`` 1 or 2 (CTA pairs sharing B), ``epilogue`` columns
+    per store chunk and ``epilogue_bufs`` buffers per warpgroup, ``schedule`` ``"cooperative"`` or
+    ``"pingpong"``, ``stream_k``, ``split_k`` slices of K (1: none), ``epilogue_ops`` fused operands
+    (:mod:`kernels.parts.epilogues.elementwise`), ``tile_n`` the tile's columns (:data:`TILE_N`)."""
+
+    def __init__(self, stages=None, sms=SMS, in_flight=None, group=GROUP, cluster=1, epilogue=None,
+                 schedule="cooperative", epilogue_bufs=None, stream_k=False, split_k=1, epilogue_ops=(), tile_n=BN):
+        if tile_n not in TILE_N or (cluster > 1 and tile_n % 128):
+            raise ValueError(f"gemm: tile_n must be one of {TILE_N} (128 or 256 with CTA pairs, which split B's "
+                             f"tile in 64-column halves), got {tile_n!r}")
+        if cluster not in (1, 2) or sms % cluster:
+            raise ValueError(f"gemm: cluster must be 1 or 2 and divide sms={sms}, got {cluster!r}")
+        if schedule not in ("cooperative", "pingpong") or (schedule == "pingpong" and cluster > 1):
+            raise ValueError(f"gemm: schedule must be 'cooperative' or 'pingpong' (without clusters), got {schedule!r}")
+        pp = schedule == "pingpong"
+        self.stages, self.sms, self.group, self.cluster, self.schedule = stages or STAGES, sms, group, cluster, schedule
+        self.in_flight = (1 if pp else 0) if in_flight is None else in_flight
+        if stream_k and split_k > 1:
+            raise ValueError("gemm: stream_k and split_k are two tile schedulers; pick one")
+        self.epilogue, self.epilogue_bufs, self.stream_k, self.pingpong = epilogue, epilogue_bufs, stream_k, pp
+        self.split_k, self.epilogue_ops, self.bn = split_k, tuple(epilogue_ops), tile_n
+        self.bm = HALF if pp else BM        # rows of one scheduled tile (ping-pong: one warpgroup's)
+
+    @classmethod
+    def of(cls, options, who="gemm"):
+        """The configuration of ``options`` (a kernel's keywords); an unknown keyword is a
+        ``ValueError`` naming it and the known ones."""
+        known = inspect.signature(cls).parameters
+        unknown = sorted(set(options) - set(known))
+        if unknown:
+            hint = "; a GEMM + reduce-scatter is kernels/gemm_rs.py" if who == "gemm" else ""
+            raise ValueError(f"{who}: unknown options {unknown} (known: {', '.join(known)}{hint})")
+        return cls(**options)
+
+    @property
+    def ctas(self):
+        """Persistent work units: CTAs, or CTA pairs."""
+        return self.sms // self.cluster
+
+    @property
+    def band(self):
+        """Rasterization band in scheduled block-rows (``group`` block-rows of 128)."""
+        return max(self.group * (BM // self.bm) // self.cluster, 1)
+
+    def options(self):
+        """The configuration's non-default choices, by name (for messages)."""
+        return [n for n, v in (("stream_k", self.stream_k), ("split_k", self.split_k > 1), ("cluster>1", self.cluster > 1),
+                               ("pingpong", self.pingpong), ("epilogue_ops", self.epilogue_ops),
+                               ("tile_n", self.bn != BN)) if v]

@@ -1,0 +1,89 @@
+"""Choosing a GEMM configuration by shape: the row-count buckets, the candidates of each bucket (what
+``axe tune`` and the benchmarks measure) and the heuristic that picks one without measuring.
+
+Pure Python (no TVM): a serving machine reads the same buckets to pick an artifact per call.
+
+Buckets: a call with M rows runs the artifact of the smallest bucket bound ≥ M (:func:`bucket`);
+the decode bucket (M ≤ 128, one block-row) is scheduled statically for 128 rows
+(``make_dynamic(..., max_rows=128)``), so split-K and narrow tiles can fill the GPU; larger buckets
+run the run-time-M persistent schedule.
+"""
+
+from bisect import bisect_left
+
+from kernels.gemm_config import BK, BM, SMS, TILE_N
+
+#: bucket bounds (rows); a call runs the artifact of the first bound ≥ M, the last one is unbounded
+BUCKETS = (128, 256, 512, 1024, 2048, 4096, 8192, None)
+#: shared memory a GEMM CTA may use for its ring and epilogue buffers (bytes; 227 KiB less 1 KiB of
+#: barriers and static data)
+SMEM = 226 * 1024
+#: the fewest k-blocks a split-K slice gets (a shorter slice spends more on the hand-over than it saves)
+MIN_SLICE = 8
+
+
+def bucket(M):
+    """The bucket bound for M rows (None: the unbounded last bucket)."""
+    if M < 1:
+        raise ValueError(f"gemm: M must be at least 1, got {M}")
+    return BUCKETS[bisect_left(BUCKETS, M, hi=len(BUCKETS) - 1)]
+
+
+def stages_for(tile_n, dtype_bytes=2):
+    """The deepest ring of (128×64 A, 64×tile_n B) slots that fits beside the default epilogue's
+    buffers (one 64×min(128, tile_n) chunk buffer per consumer warpgroup), at most 8."""
+    chunk = 2 * 64 * min(128, tile_n) * dtype_bytes
+    slot = (BM * BK + BK * tile_n) * dtype_bytes
+    return min(8, (SMEM - chunk) // slot)
+
+
+def splits(K):
+    """The split-K slice counts worth trying for K: 1, and 2, 4 while each slice keeps at least
+    :data:`MIN_SLICE` k-blocks of 64."""
+    k_iters = -(-K // BK)
+    return [s for s in (1, 2, 4) if s == 1 or k_iters // s >= MIN_SLICE]
+
+
+def candidates(bound, N, K):
+    """The configurations (``make`` keywords) measured for a bucket: for the decode bucket every
+    tile width with every split of K (deepest ring); above it what a run-time M schedules (the
+    persistent tile 128×256 or 128×128, ping-pong)."""
+    if bound is not None and bound <= BM:
+        return [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in TILE_N if tn != 192 and tn <= N
+                for s in splits(K)]
+    return [dict(), dict(tile_n=128, stages=stages_for(128)), dict(schedule="pingpong")]
+
+
+#: the heuristic's cost model (units: k-columns of B streamed by one SM): a k-block costs its tile's
+#: width plus :data:`K_BLOCK` (issue, barriers, the wasted rows of a 128-row MMA), a split of K
+#: :data:`SPLIT` per extra slice (the partials' hand-over); fitted to the decode sweep on an H100
+#: (benchmarks/results/gemm_decode-2026-11-26-h100.json: within 3% of the best candidate on its 16 rows)
+K_BLOCK, SPLIT = 64, 4096
+
+
+def cost(N, K, tile_n, split_k, sms=SMS):
+    """The decode bucket's modelled time of (tile_n, split_k): waves of work units, each streaming
+    its slice of K through tiles ``tile_n`` wide."""
+    units = -(-N // tile_n) * split_k
+    waves = -(-units // sms)
+    return waves * (-(-(-(-K // BK)) // split_k) * (tile_n + K_BLOCK) + (split_k - 1) * SPLIT)
+
+
+def heuristic(M, N, K, sms=SMS):
+    """A configuration for M×N×K without measuring: in the decode bucket the candidate of least
+    :func:`cost` (ties: fewer slices, then 128, 64, 256 columns), the deepest ring that fits;
+    otherwise the default (the persistent 128×256 tile)."""
+    bound = bucket(M)
+    if bound is None or bound > BM:
+        return dict()
+    order = {128: 0, 64: 1, 256: 2}
+    best = min(((tn, s) for tn in order if tn <= N for s in splits(K)),
+               key=lambda c: (cost(N, K, c[0], c[1], sms), c[1], order[c[0]]))
+    return dict(tile_n=best[0], split_k=best[1], stages=stages_for(best[0]))
+
+
+def name(config):
+    """A short, stable name of a configuration (artifact names, tuning-cache entries)."""
+    if not config:
+        return "default"
+    return "_".join(f"{k}{int(v) if isinstance(v, bool) else v}" for k, v in sorted(config.items()))

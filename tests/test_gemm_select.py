@@ -1,0 +1,117 @@
+"""The GEMM's configuration space and its selection (``kernels/gemm_config.py``,
+``kernels/gemm_select.py``), the tile widths and the decode bucket's bounded runtime M.
+
+Oracles: the parts' own shared-memory accounting (``gemm.gpu_parts``) for the rings the candidates
+ask for, brute-force walks of the bucket bounds, the runtime's ``bind_arguments`` on CPU tensors
+for the bound on M, and the built artifacts' launch descriptions.
+"""
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("tvm")
+torch = pytest.importorskip("torch")
+os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
+
+from axe.runtime import LaunchError, bind_arguments  # noqa: E402
+from kernels import gemm, gemm_select  # noqa: E402
+from kernels.gemm_config import Config  # noqa: E402
+from kernels.parts import Problem  # noqa: E402
+
+SHAPES = [(14336, 4096), (4096, 14336), (28672, 8192), (1000, 1000), (256, 64)]
+
+
+def test_buckets_cover_every_m_once():
+    for M in range(1, 20000, 7):
+        b = gemm_select.bucket(M)
+        assert b is None or M <= b
+        smaller = [x for x in gemm_select.BUCKETS if x is not None and x < (b or 10**9)]
+        assert all(M > x for x in smaller)
+    with pytest.raises(ValueError):
+        gemm_select.bucket(0)
+
+
+@pytest.mark.parametrize("N,K", SHAPES)
+def test_candidates_compose_and_fit_shared_memory(N, K):
+    for bound in (128, 1024, None):
+        for cfg in gemm_select.candidates(bound, N, K):
+            c = Config.of(cfg)
+            sched, main, epi = gemm.gpu_parts(Problem(bound or 8192, N, K, "float16", "col"), c, "wgmma")
+            assert (main.smem + epi.smem) * 2 <= gemm_select.SMEM, cfg
+            if c.split_k > 1:       # every slice keeps its share of k-blocks
+                assert -(-K // gemm.BK) // c.split_k >= gemm_select.MIN_SLICE
+
+
+@pytest.mark.parametrize("N,K", SHAPES)
+def test_heuristic_picks_the_least_modelled_cost(N, K):
+    for M in (1, 16, 100, 128):
+        cfg = gemm_select.heuristic(M, N, K)
+        assert cfg in gemm_select.candidates(128, N, K)
+        costs = [gemm_select.cost(N, K, c["tile_n"], c["split_k"]) for c in gemm_select.candidates(128, N, K)
+                 if c["tile_n"] != 192]
+        assert gemm_select.cost(N, K, cfg["tile_n"], cfg["split_k"]) == min(costs)
+    assert gemm_select.heuristic(4096, N, K) == {}
+
+
+def test_heuristic_against_the_measured_sweep():
+    """On every row of the H100 decode sweep the pick is within 3% of the fastest candidate."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "results",
+                        "gemm_decode-2026-11-26-h100.json")
+    rows = json.load(open(path))["rows"]
+    by = {}
+    for r in rows:
+        by.setdefault((r["M"], r["N"], r["K"]), {})[r["config"]] = r["axe_us"]
+    for (M, N, K), us in by.items():
+        pick = gemm_select.name(gemm_select.heuristic(M, N, K))
+        assert us[pick] <= 1.03 * min(us.values()), (M, N, K, pick, us[pick], min(us.values()))
+
+
+def test_names_are_stable_and_distinct():
+    cands = gemm_select.candidates(128, 4096, 14336) + gemm_select.candidates(None, 4096, 14336)
+    names = [gemm_select.name(c) for c in cands]
+    assert len(set(names)) == len(names) and "default" in names
+    assert gemm_select.name({"tile_n": 64, "split_k": 4}) == "split_k4_tile_n64"
+
+
+def test_tile_n_is_checked():
+    with pytest.raises(ValueError, match="tile_n must be one of"):
+        Config(tile_n=96)
+    with pytest.raises(ValueError, match="tile_n must be one of"):
+        Config(tile_n=192, cluster=2)
+    with pytest.raises(ValueError, match=r"smaller than one 256-column"):
+        gemm.build(128, 128, 256)       # N below the default tile: refused, a narrower tile_n builds
+    assert "tile_n" in Config(tile_n=64).options()
+
+
+def test_max_rows_bounds_only_a_runtime_m():
+    with pytest.raises(ValueError, match="max_rows bounds a runtime M"):
+        gemm.make(64, 1024, 1024, max_rows=64)
+    with pytest.raises(ValueError, match="max_rows bounds a runtime M"):
+        gemm.make_dynamic(1024, 1024, max_rows=129)
+    with pytest.raises(ValueError, match="without max_rows .* split_k"):
+        gemm.make_dynamic(1024, 1024, split_k=2)
+
+
+def test_bounded_artifact_refuses_more_rows_at_launch():
+    art = gemm.build_dynamic(512, 1024, "float16", "col", max_rows=128, tile_n=64, split_k=2, stages=8)
+    assert art.launch["symbols"]["M"] == {"arg": "A_", "dim": 0, "max": 128}
+    assert art.launch["grid"] == [gemm.SMS, 1, 1]        # scheduled statically for one block-row
+
+    def args(M):
+        shapes = {"A_": (M, 1024), "B_": (512, 1024), "C_": (M, 512)}
+        return [torch.zeros(shapes.get(a["name"], a["shape"]), dtype=getattr(torch, a["dtype"]))
+                for a in art.launch["args"]]
+    for M in (1, 77, 128):
+        assert bind_arguments(art.launch, args(M), device_type="cpu").env["M"] == M
+    with pytest.raises(LaunchError, match="M = 129 .* exceeds 128"):
+        bind_arguments(art.launch, args(129), device_type="cpu")
+
+
+def test_fewer_rows_than_a_tile_build_statically():
+    art = gemm.build(16, 1000, 1000, "bfloat16", "col", tile_n=64)
+    specs = {s["param"]: s for s in art.launch["tensormaps"]}
+    assert specs["A_map"]["shape"] is None and specs["C_map"]["shape"] is None     # M from the tensors
+    assert specs["B_map"]["shape"] == [1000, 1000]
+    assert [a["shape"] for a in art.launch["args"][:3]] == [[16, 1000], [1000, 1000], [16, 1000]]

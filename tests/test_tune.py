@@ -1,0 +1,82 @@
+"""``axe tune`` and the per-call choice of the GEMM op's configuration (``axe/torch/tune.py``).
+
+Oracles: ``kernels/gemm_select.py``'s buckets and candidates walked by brute force, the on-disk
+table read back, and fake timers with known medians (a pick is the lowest median over the rounds,
+never one timing).
+"""
+
+import json
+
+import pytest
+
+from axe.torch import tune
+from kernels import gemm_select
+
+
+@pytest.fixture
+def cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("AXE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("AXE_SHIPPED_DIRS", "")
+    tune.reload()
+    yield tmp_path
+    tune.reload()
+
+
+def test_plan_lists_every_candidate_of_every_bucket_once():
+    lines = tune.plan([(4096, 14336)], "bfloat16", "col")
+    assert len(lines) == len(set(lines))
+    want = {tuple(sorted(tune.spec(4096, 14336, "bfloat16", "col", b, c).items()))
+            for b in gemm_select.BUCKETS for c in gemm_select.candidates(b, 4096, 14336)}
+    assert len(lines) == len(want)
+    for line in lines:
+        kernel, target, *words = line.split()
+        assert kernel == tune.KERNEL and target == "sm_90a"
+    assert sum("max_rows=128" in line for line in lines) == len(gemm_select.candidates(128, 4096, 14336))
+
+
+def test_spec_for_uses_the_heuristic_then_a_recorded_pick(cache):
+    dev = "NVIDIA H100 80GB HBM3"
+    s = tune.spec_for(dev, 4096, 14336, "bfloat16", "col", 7)
+    assert s == {"N": 4096, "K": 14336, "dtype": "bfloat16", "b_major": "col", "max_rows": 128,
+                 **gemm_select.heuristic(7, 4096, 14336)}
+    assert tune.spec_for(dev, 4096, 14336, "bfloat16", "col", 5000) == {"N": 4096, "K": 14336, "dtype": "bfloat16",
+                                                                       "b_major": "col"}
+    pick = {"tile_n": 64, "split_k": 2, "stages": 8}
+    tune.record({tune.key(dev, "bfloat16", "col", 4096, 14336, 128): {"config": pick, "ms": 0.05, "rows": [1, 128]}})
+    assert json.loads((cache / tune.TABLE).read_text())["picks"]
+    for M in (1, 64, 128):
+        assert tune.spec_for(dev, 4096, 14336, "bfloat16", "col", M) == {
+            "N": 4096, "K": 14336, "dtype": "bfloat16", "b_major": "col", "max_rows": 128, **pick}
+    assert "max_rows" not in tune.spec_for(dev, 4096, 14336, "bfloat16", "col", 129)
+    other = tune.spec_for("NVIDIA H200", 4096, 14336, "bfloat16", "col", 1)       # picks are per device
+    assert other["split_k"] == gemm_select.heuristic(1, 4096, 14336)["split_k"]
+
+
+def test_record_merges(cache):
+    tune.record({"a": {"config": {}, "ms": 1.0, "rows": [8192]}})
+    tune.record({"b": {"config": {"tile_n": 128}, "ms": 2.0, "rows": [256]}})
+    assert set(json.loads((cache / tune.TABLE).read_text())["picks"]) == {"a", "b"}
+
+
+def test_measure_takes_medians_over_interleaved_rounds():
+    calls = []
+
+    def timer(name, values):
+        it = iter(values)
+        return lambda: (calls.append(name), next(it))[1]
+    # "x" has the single fastest timing, "y" the lower median
+    ms = tune.measure({"x": timer("x", [0.1, 5.0, 5.0, 5.0]), "y": timer("y", [1.0, 1.0, 1.0, 1.0])}, 4)
+    assert ms == {"x": 5.0, "y": 1.0} and min(ms, key=ms.get) == "y"
+    assert calls == ["x", "y"] * 4                 # round robin
+    with pytest.raises(ValueError, match="at least 3"):
+        tune.measure({"x": lambda: 1.0}, 2)
+
+
+def test_cli_plan(capsys):
+    from axe.cli import main
+    assert main(["tune", "gemm", "plan", "--shapes", "1024x4096", "--buckets", "128"]) == 0
+    out = capsys.readouterr().out.split("\n")
+    assert all(line.startswith(tune.KERNEL) for line in out if line)
+    with pytest.raises(SystemExit):
+        main(["tune", "gemm", "plan", "--shapes", "1024-4096"])
+    assert "is not NxK" in capsys.readouterr().err
