@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""The decode bucket (M ≤ 128) of the GEMM: every candidate configuration of
+"""The decode buckets (M ≤ 16, ≤ 64, ≤ 128) of the GEMM: every candidate configuration of
 ``kernels/gemm_select.py`` against cuBLAS and the DRAM limit, side by side in one run.
 
-Each candidate is one artifact for every M ≤ 128 (``make_dynamic(N, K, max_rows=128, ...)``:
-scheduled statically for one block-row, so narrow tiles and split-K fill the GPU); ``C = A·Wᵀ``,
+Each candidate is one artifact for every M of its bucket (``make_dynamic(N, K, max_rows=..., ...)``:
+scheduled statically for one block-row, so narrow tiles, split-K and the transposed decode tile
+fill the GPU; the 128-row tiles are built once with ``max_rows=128`` and serve every decode
+bucket, a transposed ``tile_m`` tile with ``max_rows=tile_m``); ``C = A·Wᵀ``,
 bf16, W an ``nn.Linear`` weight (N×K).  The DRAM limit of a shape is W's bytes ÷ the read rate
 this run measures (``torch.sum`` over a 4 GiB tensor, the best of several).
 
@@ -34,17 +36,27 @@ SHAPES = [("llama8b_up", 14336, 4096), ("llama8b_down", 4096, 14336), ("llama70b
 DTYPE = "bfloat16"
 
 
+def configs(n, k):
+    """Every decode bucket's candidates, once each."""
+    from kernels import gemm_select
+    out = {}
+    for bound in (16, 64, 128):
+        for cfg in gemm_select.candidates(bound, n, k):
+            out[gemm_select.name(cfg)] = cfg
+    return out
+
+
 def build(only=None):
     os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
-    from kernels import gemm, gemm_select
+    from kernels import gemm
     for label, n, k in SHAPES:
-        for cfg in gemm_select.candidates(128, n, k):
-            tag = f"{label}__{gemm_select.name(cfg)}"
+        for cname, cfg in configs(n, k).items():
+            tag = f"{label}__{cname}"
             if only and not any(o in tag for o in only):
                 continue
             if os.path.exists(os.path.join(OUT, tag, "launch.json")):
                 continue
-            art = gemm.build_dynamic(n, k, DTYPE, "col", name=f"gemm_decode_{tag}", max_rows=128, **cfg)
+            art = gemm.build_dynamic(n, k, DTYPE, "col", name=f"gemm_decode_{tag}", max_rows=cfg.get("tile_m", 128), **cfg)
             art.save(os.path.join(OUT, tag))
             print("built", tag, art.launch["resources"], flush=True)
 
@@ -87,8 +99,10 @@ def run(path, rounds):
     rows = []
     for label, n, k in SHAPES:
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
-        kernels = {d.split("__", 1)[1]: rt.load(d) for d in sorted(glob.glob(os.path.join(OUT, f"{label}__*")))}
+        loaded = {d.split("__", 1)[1]: rt.load(d) for d in sorted(glob.glob(os.path.join(OUT, f"{label}__*")))}
         for m in MS:
+            bound = gemm_select.bucket(m)
+            kernels = {c: loaded[c] for c in (gemm_select.name(x) for x in gemm_select.candidates(bound, n, k)) if c in loaded}
             a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             ref = a.float() @ w.float().t()
             fns, errs = {}, {}
@@ -102,7 +116,7 @@ def run(path, rounds):
             pick = gemm_select.name(gemm_select.heuristic(m, n, k))
             best = min(kernels, key=us.get)
             for cname in kernels:
-                rows.append({"M": m, "N": n, "K": k, "dtype": DTYPE, "shape": label, "config": cname,
+                rows.append({"M": m, "N": n, "K": k, "dtype": DTYPE, "shape": label, "bucket": bound, "config": cname,
                              "axe_us": round(us[cname], 2), "cublas_us": round(us["cublas"], 2),
                              "dram_limit_us": round(dram, 2), "rel_err": errs[cname], "heuristic": cname == pick,
                              "spill_stores": kernels[cname].launch["resources"].get("spill_stores", 0)})

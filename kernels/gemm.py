@@ -29,6 +29,7 @@ from kernels.parts import CompositionError, Problem, compose
 from kernels.parts.epilogues.elementwise import Elementwise
 from kernels.parts.epilogues.handover import Handover, SplitKHandover
 from kernels.parts.epilogues.store import ChunkedStore
+from kernels.parts.epilogues.transposed_store import TransposedStore
 from kernels.parts.mainloops.neuron import NeuronCore
 from kernels.parts.mainloops.tcgen05 import Tcgen05
 from kernels.parts.mainloops.tma_wgmma import Cooperative, MulticastB, PingPong, WholeB
@@ -54,6 +55,8 @@ def mainloop(problem, cfg, gen):
     """The GPU mainloop of mainloop family ``gen`` (``wgmma``: cooperative or ping-pong, B whole or
     multicast to CTA pairs; ``tcgen05``)."""
     k_iters = -(-problem.K // BK)
+    if problem.swap:        # Cᵀ = B·Aᵀ: B's rows fill the 128-row side, A's rows (as a column-major B) the narrow one
+        return Cooperative(problem.dtype, "col", BM, cfg.tile_m, BK, cfg.stages, k_iters, cfg.in_flight, WholeB())
     if gen == "tcgen05":
         return Tcgen05(problem.dtype, problem.b_major, BM, BN, BK, cfg.stages, k_iters, cfg.in_flight, cfg.cluster)
     b = MulticastB() if cfg.cluster > 1 else WholeB()
@@ -65,15 +68,18 @@ def mainloop(problem, cfg, gen):
 def gpu_parts(problem, cfg, gen):
     """``(scheduler, mainloop, epilogue)`` of the GPU form for mainloop family ``gen``."""
     main = mainloop(problem, cfg, gen)
-    k_iters, group, ctas = main.k_iters, cfg.band, cfg.ctas
+    k_iters, group, ctas, bm, bn = main.k_iters, cfg.band, cfg.ctas, main.bm, main.bn
+    # the tile grid the scheduler walks: C's rows and columns, or the transposed problem's
+    rows, cols = (problem.N, problem.rows) if problem.swap else (problem.rows, problem.N)
     if cfg.stream_k:
-        sched = StreamKSchedule(problem.rows, problem.N, cfg.bm, cfg.bn, ctas, group, k_iters, HALF, cfg.bn, 2 * cfg.sms,
-                                cfg.cluster)
+        sched = StreamKSchedule(rows, cols, bm, bn, ctas, group, k_iters, HALF, bn, 2 * cfg.sms, cfg.cluster)
     elif cfg.split_k > 1:
-        sched = SplitK(problem.rows, problem.N, cfg.bm, cfg.bn, ctas, group, k_iters, cfg.split_k, HALF)
+        sched = SplitK(rows, cols, bm, bn, ctas, group, k_iters, cfg.split_k, HALF)
     else:
-        sched = Persistent(problem.rows, problem.N, cfg.bm, cfg.bn, ctas, group, stack=cfg.cluster)
-    if cfg.epilogue_ops:
+        sched = Persistent(rows, cols, bm, bn, ctas, group, stack=cfg.cluster)
+    if problem.swap:
+        epi = TransposedStore(main, sched, problem.dtype)
+    elif cfg.epilogue_ops:
         epi = Elementwise(main, sched, problem.dtype, cfg.epilogue or FUSED_EPILOGUE[0],
                           cfg.epilogue_bufs or FUSED_EPILOGUE[1], cfg.epilogue_ops)
     else:
@@ -118,10 +124,14 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, max_rows=None, **co
         raise ValueError("gemm: a runtime M (make_dynamic) without max_rows is built for one GPU without stream_k, split_k "
                          "or clusters (got " + ", ".join(o for o in cfg.options() if o != "pingpong") + ")")
     check(M, N, K, dtype, b_major)
+    swap = cfg.tile_m < BM
+    if swap and (b_major != "col" or (max_rows or M or BM + 1) > cfg.tile_m):
+        raise ValueError(f"gemm: the decode tile (tile_m={cfg.tile_m}) needs B column-major (an nn.Linear weight) and "
+                         f"at most tile_m rows (a static M or max_rows), got b_major={b_major!r}, M={M}, max_rows={max_rows}")
     if dyn:                 # a TIR variable: A (M, K) and C (M, N) bind it at launch
         import tvm
         M = tvm.tirx.Var("M", "int32")
-    problem = Problem(M, N, K, dtype, b_major, rows=max_rows)
+    problem = Problem(M, N, K, dtype, b_major, rows=max_rows, swap=swap)
     try:        # the sm_90a composition is checked now: its refusals name the parts
         gpu_parts(problem, cfg, "wgmma")
     except CompositionError as err:

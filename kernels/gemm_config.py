@@ -8,6 +8,9 @@ import inspect
 BM, BN, BK, STAGES, SMS, GROUP = 128, 256, 64, 4, 132, 16
 #: tile widths (``tile_n``): wgmma's N, in whole 64-column swizzle blocks
 TILE_N = (64, 128, 192, 256)
+#: tile heights (``tile_m``): 128 (the cooperative tile), or 16/32/64 rows of a decode tile computed
+#: transposed (the weights' 128 rows on the MMA's M side, the few rows of A on its N side)
+TILE_M = (16, 32, 64, 128)
 HALF = BM // 2                      # rows per consumer warpgroup
 #: each target's epilogue chunk (columns per store): wgmma's 64×256 part in two 128-column chunks,
 #: tcgen05's 128×128 part in 64-column chunks (4 stages and 2 × 16 KiB of chunk buffer fit 224 KiB)
@@ -23,13 +26,20 @@ class Config:
     block-rows per rasterization band, ``cluster`` 1 or 2 (CTA pairs sharing B), ``epilogue`` columns
     per store chunk and ``epilogue_bufs`` buffers per warpgroup, ``schedule`` ``"cooperative"`` or
     ``"pingpong"``, ``stream_k``, ``split_k`` slices of K (1: none), ``epilogue_ops`` fused operands
-    (:mod:`kernels.parts.epilogues.elementwise`), ``tile_n`` the tile's columns (:data:`TILE_N`)."""
+    (:mod:`kernels.parts.epilogues.elementwise`), ``tile_n`` the tile's columns (:data:`TILE_N`), ``tile_m`` its rows (:data:`TILE_M`; below 128 the tile
+    is computed transposed, for few rows)."""
 
     def __init__(self, stages=None, sms=SMS, in_flight=None, group=GROUP, cluster=1, epilogue=None,
-                 schedule="cooperative", epilogue_bufs=None, stream_k=False, split_k=1, epilogue_ops=(), tile_n=BN):
+                 schedule="cooperative", epilogue_bufs=None, stream_k=False, split_k=1, epilogue_ops=(), tile_n=BN,
+                 tile_m=BM):
         if tile_n not in TILE_N or (cluster > 1 and tile_n % 128):
             raise ValueError(f"gemm: tile_n must be one of {TILE_N} (128 or 256 with CTA pairs, which split B's "
                              f"tile in 64-column halves), got {tile_n!r}")
+        if tile_m not in TILE_M:
+            raise ValueError(f"gemm: tile_m must be one of {TILE_M}, got {tile_m!r}")
+        if tile_m < BM and (tile_n != 128 or schedule != "cooperative" or cluster > 1 or stream_k or epilogue_ops):
+            raise ValueError(f"gemm: the decode tile (tile_m={tile_m} < {BM}: computed transposed) is tile_m x 128 "
+                             "(tile_n=128), cooperative, without CTA pairs, stream_k or epilogue_ops")
         if cluster not in (1, 2) or sms % cluster:
             raise ValueError(f"gemm: cluster must be 1 or 2 and divide sms={sms}, got {cluster!r}")
         if schedule not in ("cooperative", "pingpong") or (schedule == "pingpong" and cluster > 1):
@@ -41,6 +51,7 @@ class Config:
             raise ValueError("gemm: stream_k and split_k are two tile schedulers; pick one")
         self.epilogue, self.epilogue_bufs, self.stream_k, self.pingpong = epilogue, epilogue_bufs, stream_k, pp
         self.split_k, self.epilogue_ops, self.bn = split_k, tuple(epilogue_ops), tile_n
+        self.tile_m = tile_m
         self.bm = HALF if pp else BM        # rows of one scheduled tile (ping-pong: one warpgroup's)
 
     @classmethod
@@ -68,4 +79,4 @@ class Config:
         """The configuration's non-default choices, by name (for messages)."""
         return [n for n, v in (("stream_k", self.stream_k), ("split_k", self.split_k > 1), ("cluster>1", self.cluster > 1),
                                ("pingpong", self.pingpong), ("epilogue_ops", self.epilogue_ops),
-                               ("tile_n", self.bn != BN)) if v]
+                               ("tile_n", self.bn != BN), ("tile_m", self.tile_m != BM)) if v]

@@ -4,9 +4,10 @@
 Pure Python (no TVM): a serving machine reads the same buckets to pick an artifact per call.
 
 Buckets: a call with M rows runs the artifact of the smallest bucket bound ≥ M (:func:`bucket`);
-the decode bucket (M ≤ 128, one block-row) is scheduled statically for 128 rows
-(``make_dynamic(..., max_rows=128)``), so split-K and narrow tiles can fill the GPU; larger buckets
-run the run-time-M persistent schedule.
+the decode buckets (M ≤ 16, ≤ 64, ≤ 128: one block-row) are scheduled statically for their bound
+(``make_dynamic(..., max_rows=bound)``), so split-K, narrow tiles and the transposed decode tile
+(``tile_m``: the weights' rows on the MMA's M side) can fill the GPU; larger buckets run the
+run-time-M persistent schedule.
 """
 
 from bisect import bisect_left
@@ -14,7 +15,7 @@ from bisect import bisect_left
 from kernels.gemm_config import BK, BM, SMS, TILE_N
 
 #: bucket bounds (rows); a call runs the artifact of the first bound ≥ M, the last one is unbounded
-BUCKETS = (128, 256, 512, 1024, 2048, 4096, 8192, None)
+BUCKETS = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, None)
 #: shared memory a GEMM CTA may use for its ring and epilogue buffers (bytes; 227 KiB less 1 KiB of
 #: barriers and static data)
 SMEM = 226 * 1024
@@ -29,11 +30,15 @@ def bucket(M):
     return BUCKETS[bisect_left(BUCKETS, M, hi=len(BUCKETS) - 1)]
 
 
-def stages_for(tile_n, dtype_bytes=2):
-    """The deepest ring of (128×64 A, 64×tile_n B) slots that fits beside the default epilogue's
-    buffers (one 64×min(128, tile_n) chunk buffer per consumer warpgroup), at most 8."""
-    chunk = 2 * 64 * min(128, tile_n) * dtype_bytes
-    slot = (BM * BK + BK * tile_n) * dtype_bytes
+def stages_for(tile_n, tile_m=BM, dtype_bytes=2):
+    """The deepest ring of k-block slots that fits beside the epilogue's buffers, at most 8: (128×64
+    A, 64×tile_n B) slots and one 64×min(128, tile_n) chunk buffer per consumer warpgroup, or for a
+    transposed decode tile (``tile_m`` < 128) (128×64 weights, tile_m×64 A) slots and one tile_m×64
+    buffer per warpgroup."""
+    if tile_m < BM:
+        chunk, slot = 2 * 64 * tile_m * dtype_bytes, (BM * BK + tile_m * BK) * dtype_bytes
+    else:
+        chunk, slot = 2 * 64 * min(128, tile_n) * dtype_bytes, (BM * BK + BK * tile_n) * dtype_bytes
     return min(8, (SMEM - chunk) // slot)
 
 
@@ -45,12 +50,15 @@ def splits(K):
 
 
 def candidates(bound, N, K):
-    """The configurations (``make`` keywords) measured for a bucket: for the decode bucket every
-    tile width with every split of K (deepest ring); above it what a run-time M schedules (the
-    persistent tile 128×256 or 128×128, ping-pong)."""
+    """The configurations (``make`` keywords) measured for a bucket: for a decode bucket every tile
+    width with every split of K (deepest ring), and below 128 rows the transposed decode tile
+    ``bound``×128 with every split; above them what a run-time M schedules (the persistent tile
+    128×256 or 128×128, ping-pong)."""
     if bound is not None and bound <= BM:
-        return [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in TILE_N if tn != 192 and tn <= N
-                for s in splits(K)]
+        swapped = [dict(tile_m=bound, tile_n=128, split_k=s, stages=stages_for(128, bound)) for s in splits(K)
+                   if bound < BM and N >= 128]
+        return swapped + [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in TILE_N if tn != 192 and tn <= N
+                          for s in splits(K)]
     return [dict(), dict(tile_n=128, stages=stages_for(128)), dict(schedule="pingpong")]
 
 
@@ -69,13 +77,32 @@ def cost(N, K, tile_n, split_k, sms=SMS):
     return waves * (-(-(-(-K // BK)) // split_k) * (tile_n + K_BLOCK) + (split_k - 1) * SPLIT)
 
 
-def heuristic(M, N, K, sms=SMS):
-    """A configuration for M×N×K without measuring: in the decode bucket the candidate of least
-    :func:`cost` (ties: fewer slices, then 128, 64, 256 columns), the deepest ring that fits;
-    otherwise the default (the persistent 128×256 tile)."""
+#: the transposed decode tile's model: the weights stream at the DRAM's rate once :data:`SATURATE`
+#: CTAs stream them (fewer run at their own rate), and each extra slice of K costs
+#: :data:`SWAP_SPLIT` k-blocks per 16 rows of the tile; fitted to the H200 decode sweep
+#: (benchmarks/results/gemm_decode-2026-11-26-h200.json)
+SATURATE, SWAP_SPLIT = 80, 10
+
+
+def swap_cost(N, K, tile_m, split_k, sms=SMS):
+    """The modelled time (in k-blocks) of the transposed decode tile ``tile_m``×128 cut ``split_k``
+    ways in K."""
+    tiles, k_iters = -(-N // BM), -(-K // BK)
+    return tiles * k_iters / min(tiles * split_k, SATURATE, sms) + (split_k - 1) * SWAP_SPLIT * tile_m / 16
+
+
+def heuristic(M, N, K, sms=SMS, b_major="col"):
+    """A configuration for M×N×K without measuring.  Buckets of at most 64 rows with B column-major:
+    the transposed decode tile as tall as the bucket, cut in K as :func:`swap_cost` says; the
+    128-row decode bucket (or B row-major): the candidate of least :func:`cost` (ties: fewer slices,
+    then 128, 64, 256 columns), the deepest ring that fits; otherwise the default (the persistent
+    128×256 tile)."""
     bound = bucket(M)
     if bound is None or bound > BM:
         return dict()
+    if bound < BM and b_major == "col" and N >= BM:
+        split = min(splits(K), key=lambda s: (swap_cost(N, K, bound, s, sms), s))
+        return dict(tile_m=bound, tile_n=128, split_k=split, stages=stages_for(128, bound))
     order = {128: 0, 64: 1, 256: 2}
     best = min(((tn, s) for tn in order if tn <= N for s in splits(K)),
                key=lambda c: (cost(N, K, c[0], c[1], sms), c[1], order[c[0]]))

@@ -46,7 +46,15 @@ def test_candidates_compose_and_fit_shared_memory(N, K):
 
 @pytest.mark.parametrize("N,K", SHAPES)
 def test_heuristic_picks_the_least_modelled_cost(N, K):
-    for M in (1, 16, 100, 128):
+    for M in (1, 16, 64):           # the transposed decode tile, as tall as the bucket
+        cfg = gemm_select.heuristic(M, N, K)
+        bound = gemm_select.bucket(M)
+        assert cfg in gemm_select.candidates(bound, N, K)
+        if N >= 128:
+            assert cfg["tile_m"] == bound and gemm_select.swap_cost(N, K, bound, cfg["split_k"]) == min(
+                gemm_select.swap_cost(N, K, bound, s) for s in gemm_select.splits(K))
+        assert "tile_m" not in gemm_select.heuristic(M, N, K, b_major="row")
+    for M in (100, 128):
         cfg = gemm_select.heuristic(M, N, K)
         assert cfg in gemm_select.candidates(128, N, K)
         costs = [gemm_select.cost(N, K, c["tile_n"], c["split_k"]) for c in gemm_select.candidates(128, N, K)
@@ -55,17 +63,18 @@ def test_heuristic_picks_the_least_modelled_cost(N, K):
     assert gemm_select.heuristic(4096, N, K) == {}
 
 
-def test_heuristic_against_the_measured_sweep():
-    """On every row of the H100 decode sweep the pick is within 3% of the fastest candidate."""
+@pytest.mark.parametrize("device", ["h100", "h200"])
+def test_heuristic_against_the_measured_sweep(device):
+    """On every row of the decode sweeps (every candidate measured, one H100 and one H200 run) the
+    pick is within 7% of the fastest candidate."""
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "results",
-                        "gemm_decode-2026-11-26-h100.json")
-    rows = json.load(open(path))["rows"]
+                        f"gemm_decode-2026-11-26-{device}.json")
     by = {}
-    for r in rows:
+    for r in json.load(open(path))["rows"]:
         by.setdefault((r["M"], r["N"], r["K"]), {})[r["config"]] = r["axe_us"]
     for (M, N, K), us in by.items():
         pick = gemm_select.name(gemm_select.heuristic(M, N, K))
-        assert us[pick] <= 1.03 * min(us.values()), (M, N, K, pick, us[pick], min(us.values()))
+        assert us[pick] <= 1.07 * min(us.values()), (M, N, K, pick, us[pick], min(us.values()))
 
 
 def test_names_are_stable_and_distinct():
@@ -115,3 +124,27 @@ def test_fewer_rows_than_a_tile_build_statically():
     assert specs["A_map"]["shape"] is None and specs["C_map"]["shape"] is None     # M from the tensors
     assert specs["B_map"]["shape"] == [1000, 1000]
     assert [a["shape"] for a in art.launch["args"][:3]] == [[16, 1000], [1000, 1000], [16, 1000]]
+
+
+def test_transposed_decode_tile_builds_narrow_mmas_and_a_transposed_store():
+    art = gemm.build(1, 4096, 1024, "bfloat16", "col", tile_m=16, tile_n=128, split_k=2, stages=8)
+    assert "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16" in art.ptx       # A's rows on the MMA's N side
+    assert "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16" in art.ptx
+    specs = {s["param"]: s for s in art.launch["tensormaps"]}
+    assert specs["B_map"]["box"] == [64, 128] and specs["A_map"]["box"] == [64, 16]   # weights 128 rows, A 16
+    assert specs["C_map"]["box"] == [64, 16] and specs["A_map"]["shape"] is None
+    r = art.launch["resources"]
+    assert r.get("spill_stores", 0) == 0, r
+
+
+def test_transposed_decode_tile_refusals():
+    with pytest.raises(ValueError, match="needs B column-major .* at most tile_m rows"):
+        gemm.make(1, 4096, 1024, b_major="row", tile_m=16, tile_n=128)
+    with pytest.raises(ValueError, match="at most tile_m rows"):
+        gemm.make(17, 4096, 1024, b_major="col", tile_m=16, tile_n=128)
+    with pytest.raises(ValueError, match="at most tile_m rows"):
+        gemm.make_dynamic(4096, 1024, "float16", "col", max_rows=64, tile_m=16, tile_n=128)
+    with pytest.raises(ValueError, match=r"decode tile .* \(tile_n=128\)"):
+        Config(tile_m=16)
+    with pytest.raises(ValueError, match="tile_m must be one of"):
+        Config(tile_m=24, tile_n=128)

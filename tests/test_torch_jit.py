@@ -212,7 +212,7 @@ def test_gemm_op(ops):
     from kernels import gemm_select                     # M = 128: the decode bucket's configuration
     assert spec == {"N": 256, "K": 64, "dtype": "float16", "b_major": "col", "max_rows": 128,
                     **gemm_select.heuristic(128, 256, 64)}
-    for m in (1, 77):                   # the same bucket: the same artifact, M read at launch
+    for m in (100, 77):                 # the same bucket: the same artifact, M read at launch
         am = torch.randn(m, 64, dtype=torch.float16)
         torch.testing.assert_close(torch.ops.axe.gemm(am, b), (am.float() @ b.float()).half())
     assert ops.KERNELS["gemm"].builds == 1
@@ -220,6 +220,9 @@ def test_gemm_op(ops):
         am = torch.randn(m, 64, dtype=torch.float16)
         torch.testing.assert_close(torch.ops.axe.gemm(am, b), (am.float() @ b.float()).half())
     assert ops.KERNELS["gemm"].builds == 2
+    am = torch.randn(1, 64, dtype=torch.float16)       # the smallest decode bucket: its own artifact
+    torch.testing.assert_close(torch.ops.axe.gemm(am, b), (am.float() @ b.float()).half())
+    assert ops.KERNELS["gemm"].builds == 3
     launched = [k for m, k in ops.KERNELS["gemm"]._memo.items() if "max_rows" not in dict(m[1:])]
     assert [g[0] for g in launched[0].grids[-2:]] == [3, 4]
     assert torch.ops.axe.gemm(a[:0], b).shape == (0, 256)

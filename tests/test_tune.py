@@ -31,22 +31,24 @@ def test_plan_lists_every_candidate_of_every_bucket_once():
     for line in lines:
         kernel, target, *words = line.split()
         assert kernel == tune.KERNEL and target == "sm_90a"
-    assert sum("max_rows=128" in line for line in lines) == len(gemm_select.candidates(128, 4096, 14336))
+    for bound in (16, 64, 128):
+        assert sum(f"max_rows={bound} " in line for line in lines) == len(gemm_select.candidates(bound, 4096, 14336))
 
 
 def test_spec_for_uses_the_heuristic_then_a_recorded_pick(cache):
     dev = "NVIDIA H100 80GB HBM3"
     s = tune.spec_for(dev, 4096, 14336, "bfloat16", "col", 7)
-    assert s == {"N": 4096, "K": 14336, "dtype": "bfloat16", "b_major": "col", "max_rows": 128,
+    assert s == {"N": 4096, "K": 14336, "dtype": "bfloat16", "b_major": "col", "max_rows": 16,
                  **gemm_select.heuristic(7, 4096, 14336)}
     assert tune.spec_for(dev, 4096, 14336, "bfloat16", "col", 5000) == {"N": 4096, "K": 14336, "dtype": "bfloat16",
                                                                        "b_major": "col"}
     pick = {"tile_n": 64, "split_k": 2, "stages": 8}
-    tune.record({tune.key(dev, "bfloat16", "col", 4096, 14336, 128): {"config": pick, "ms": 0.05, "rows": [1, 128]}})
+    tune.record({tune.key(dev, "bfloat16", "col", 4096, 14336, 128): {"config": pick, "ms": 0.05, "rows": [65, 128]}})
     assert json.loads((cache / tune.TABLE).read_text())["picks"]
-    for M in (1, 64, 128):
+    for M in (65, 100, 128):
         assert tune.spec_for(dev, 4096, 14336, "bfloat16", "col", M) == {
             "N": 4096, "K": 14336, "dtype": "bfloat16", "b_major": "col", "max_rows": 128, **pick}
+    assert tune.spec_for(dev, 4096, 14336, "bfloat16", "col", 64)["max_rows"] == 64       # another bucket
     assert "max_rows" not in tune.spec_for(dev, 4096, 14336, "bfloat16", "col", 129)
     other = tune.spec_for("NVIDIA H200", 4096, 14336, "bfloat16", "col", 1)       # picks are per device
     assert other["split_k"] == gemm_select.heuristic(1, 4096, 14336)["split_k"]

@@ -94,18 +94,19 @@ def spec_for(device: str, N: int, K: int, dtype: str, b_major: str, M: int) -> d
         sel = select()
         bound = sel.bucket(M)
         pick = table().get(key(device, dtype, b_major, N, K, bound))
-        config = pick["config"] if pick else sel.heuristic(bound or 8192, N, K)
+        config = pick["config"] if pick else sel.heuristic(bound or 8192, N, K, b_major=b_major)
         s = _SPECS[memo] = spec(N, K, dtype, b_major, bound, config)
     return s
 
 
 def sample_rows(bound) -> tuple:
-    """The row counts a bucket is measured at: both ends of the decode bucket, the bound of the
+    """The row counts a bucket is measured at: both ends of a decode bucket, the bound of the
     others, 8192 for the unbounded one."""
     sel = select()
     if bound is None:
         return (8192,)
-    return (1, bound) if bound <= sel.BM else (bound,)
+    lo = max((b for b in sel.BUCKETS if b is not None and b < bound), default=0) + 1
+    return (lo, bound) if bound <= sel.BM else (bound,)
 
 
 def plan(shapes, dtype, b_major, target="sm_90a", buckets=None) -> list[str]:

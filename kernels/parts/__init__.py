@@ -31,11 +31,13 @@ class Problem:
     """The GEMM a kernel computes: ``C (M×N) = A (M×K) · B`` with B stored K×N (``"row"``) or N×K
     (``"col"``); ``M`` may be a TIR variable (a run-time row count); ``a_shape``: A as the kernel
     declares it (a distributed kernel's A carries an owner dimension); ``rows``: the row count the
-    tile scheduler plans for (default M; a bound on a run-time M schedules statically)."""
+    tile scheduler plans for (default M; a bound on a run-time M schedules statically); ``swap``: the
+    kernel computes ``Cᵀ = B·Aᵀ`` (B's rows fill the MMA's M side, A's few rows its N side; the
+    mainloop gets the operands in that order and the epilogue stores transposed)."""
 
-    def __init__(self, M, N, K, dtype, b_major, a_shape=None, rows=None):
+    def __init__(self, M, N, K, dtype, b_major, a_shape=None, rows=None, swap=False):
         self.M, self.N, self.K, self.dtype, self.b_major = M, N, K, dtype, b_major
-        self.rows = M if rows is None else rows
+        self.rows, self.swap = (M if rows is None else rows), swap
         self.a_shape = a_shape or (M, K)
         self.b_shape = (K, N) if b_major == "row" else (N, K)
 

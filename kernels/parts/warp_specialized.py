@@ -52,6 +52,8 @@ def kernel(problem, sched, main, epi, sms):
         A = Ax.param(rows_view(A_, narrow), tensormap=A_map)
         B = Ax.param(B_, tensormap=B_map)
         C = Ax.param(rows_view(C_, narrow), tensormap=C_map)
+        # the mainloop's two operands: A and B, or B and A where the problem is computed transposed
+        X, Y = (B, A) if problem.swap else (A, B)
         W = Ax.param(W_, scratch=True)          # split tiles' partial sums (fp32)
         F = Ax.param(F_, scratch=True)          # their flags, one per CTA and warpgroup
         dist = epi.declare(A_, B_, C_, P_, Q_, peers, sig, err, rank_, epoch, timeout_ns, F, cid, tx)
@@ -64,8 +66,8 @@ def kernel(problem, sched, main, epi, sms):
                 for it in T.serial(sched.trips(sched.count(cid))):
                     m_blk, n_blk = sched.coords(cid, it, rank)
                     for kb in T.serial(k_iters):
-                        main.load(pool, pipe, A, B, it * k_iters + kb, m_blk, n_blk, kb, rank, sched, dist.mesh)
-                sched.produce_rest(cid, lambda i, m_blk, n_blk, kb: main.load(pool, pipe, A, B, i, m_blk, n_blk, kb, rank,
+                        main.load(pool, pipe, X, Y, it * k_iters + kb, m_blk, n_blk, kb, rank, sched, dist.mesh)
+                sched.produce_rest(cid, lambda i, m_blk, n_blk, kb: main.load(pool, pipe, X, Y, i, m_blk, n_blk, kb, rank,
                                                                               sched))
             epi.producer_warps(dist)
             main.producer_warps(pool, pipe, sched, cid, rank)

@@ -44,9 +44,10 @@ SHAPES = {
     "m1": (1, 1000, 1000),
     "m16": (16, 4096, 1024),
     "m100": (100, 1496, 328),
+    "m64": (64, 2048, 1024),
 }
 #: (shape, dtype, B layout) cases: every shape in fp16 with both B layouts, bf16 on a subset
-CASES = [(s, "float16", b) for s in SHAPES if not s.startswith(("kx", "m1")) for b in ("row", "col")] + \
+CASES = [(s, "float16", b) for s in SHAPES if not s.startswith(("kx", "m1", "m64")) for b in ("row", "col")] + \
         [(s, dt, b) for s in ("m1", "m16", "m100") for dt, b in (("float16", "row"), ("bfloat16", "col"))] + \
         [(s, "bfloat16", b) for s in ("square", "ragged") for b in ("row", "col")]
 #: make() variants: tag -> keywords (cluster pairs; 4 stages with the 64-column chunked epilogue)
@@ -100,10 +101,17 @@ TILE_CASES = [(s, dt, b, v) for v in ("n64", "n128", "n192") for s in ("ragged",
              [(s, "float16", b, "n128c2") for s in ("square", "ragged2") for b in ("row", "col")] + \
              [(s, dt, "col", "n64x4") for s in ("kx", "m1") for dt in ("float16", "bfloat16")] + \
              [("sk_a", "bfloat16", "row", "n128sk"), ("ragged2", "bfloat16", "col", "n128pp")]
+#: the transposed decode tile (``tile_m`` < 128: Cᵀ = B·Aᵀ, the weights' rows on the MMA's M side), alone
+#: and with split-K, on M = 1 up to tile_m
+VARIANTS.update({"t16": {"tile_m": 16, "tile_n": 128}, "t16x4": {"tile_m": 16, "tile_n": 128, "split_k": 4, "stages": 8},
+                 "t32x2": {"tile_m": 32, "tile_n": 128, "split_k": 2}, "t64": {"tile_m": 64, "tile_n": 128}})
+SWAP_CASES = [(s, dt, "col", v) for v in ("t16", "t16x4", "t32x2") for s in ("m1", "m16") for dt in ("float16", "bfloat16")] + \
+             [(s, dt, "col", "t64") for s in ("m16", "m64") for dt in ("float16", "bfloat16")]
 #: the decode bucket's artifacts (``make_dynamic(..., max_rows=128)``): checked at several M ≤ 128,
 #: a launch with 129 rows refused
 BOUNDED = {"bnd_n64x4": {"tile_n": 64, "split_k": 4, "stages": 8}, "bnd_n256x2": {"split_k": 2},
-           "bnd_n128": {"tile_n": 128, "stages": 6}}
+           "bnd_n128": {"tile_n": 128, "stages": 6},
+           "bnd_t16x2": {"tile_m": 16, "tile_n": 128, "split_k": 2, "stages": 8}, "bnd_t64": {"tile_m": 64, "tile_n": 128}}
 BOUNDED_N_K, BOUNDED_MS = (4096, 2048), (1, 5, 64, 128)
 #: variant tag -> build target (make()'s keywords are in VARIANTS)
 TARGETS = {"sm100": "sm_100a", "sm100c2": "sm_100a"}
@@ -138,14 +146,14 @@ def _bounded_builder(tag, dtype, b_major):
         sys.path.insert(0, ROOT)
         from kernels import gemm
         return gemm.build_dynamic(*BOUNDED_N_K, dtype=dtype, b_major=b_major, name=case_name("dyn", dtype, b_major, tag),
-                                  max_rows=128, **BOUNDED[tag])
+                                  max_rows=BOUNDED[tag].get("tile_m", 128), **BOUNDED[tag])
     return build
 
 
-BUILDS = {case_name(*c): _builder(*c) for c in CASES + CLUSTER_CASES + SM100_CASES + FUSED_CASES + TILE_CASES}
+BUILDS = {case_name(*c): _builder(*c) for c in CASES + CLUSTER_CASES + SM100_CASES + FUSED_CASES + TILE_CASES + SWAP_CASES}
 BUILDS.update({case_name("dyn", dt, b, "ew"): _dynamic_builder(dt, b) for dt, b in DYNAMIC_FUSED})
 BUILDS.update({case_name("dyn", dt, b, t): _bounded_builder(t, dt, b) for t in BOUNDED
-               for dt, b in (("float16", "row"), ("bfloat16", "col"))})
+               for dt, b in (("float16", "row"), ("bfloat16", "col")) if b == "col" or "tile_m" not in BOUNDED[t]})
 
 
 def fused_operands(args, m, n, dtype, torch):
@@ -209,18 +217,20 @@ def _check_dynamic(kernel, torch):
 
 
 def _check_bounded(kernel, torch):
-    errs = [run_check(kernel, torch, runs=1, m=m) for m in BOUNDED_MS]
+    bound = kernel.launch["symbols"]["M"]["max"]
+    ms = tuple(m for m in BOUNDED_MS if m < bound) + (bound,)
+    errs = [run_check(kernel, torch, runs=1, m=m) for m in ms]
     n, k = BOUNDED_N_K
     dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}[kernel.launch["args"][0]["dtype"]]
     b_shape = kernel.launch["args"][1]["shape"]
     try:
-        kernel(torch.zeros(129, k, device="cuda", dtype=dtype), torch.zeros(*b_shape, device="cuda", dtype=dtype),
-               torch.zeros(129, n, device="cuda", dtype=dtype))
+        kernel(torch.zeros(bound + 1, k, device="cuda", dtype=dtype), torch.zeros(*b_shape, device="cuda", dtype=dtype),
+               torch.zeros(bound + 1, n, device="cuda", dtype=dtype))
     except Exception as e:          # the runtime's LaunchError, naming the bound
-        assert "exceeds 128" in str(e), e
+        assert f"exceeds {bound}" in str(e), e
     else:
-        raise AssertionError("a launch with 129 rows was not refused")
-    return f"M in {BOUNDED_MS} x {BOUNDED_N_K}, rel err <= {max(errs):.1e} vs fp32; M = 129 refused"
+        raise AssertionError(f"a launch with {bound + 1} rows was not refused")
+    return f"M in {ms} x {BOUNDED_N_K}, rel err <= {max(errs):.1e} vs fp32; M = {bound + 1} refused"
 
 
 CHECKS = {name: _check_dynamic if name.startswith("gemm_ew_dyn") else

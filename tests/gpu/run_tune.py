@@ -3,7 +3,7 @@
 of the unbounded bucket for one weight shape, then check that ``torch.ops.axe.gemm`` runs the picks.
 
 - here (TVM + nvcc): ``AXE_CACHE_DIR=.carry/axe_cache axe cache build --spec-file <(axe tune gemm plan
-  --shapes 4096x14336 --buckets 128 inf)`` builds every candidate;
+  --shapes 4096x14336 --buckets 16 64 128 inf)`` builds every candidate;
 - on the GPU machine: ``python3 tests/gpu/run_tune.py [--out DIR]`` tunes into a fresh table in the
   carried cache, prints the picks, checks the op at M in :data:`ROWS` against torch in fp32 and that
   each call loaded its bucket's pick, and writes ``tune.json`` (picks and every timing) to ``--out``.
@@ -18,8 +18,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 CACHE = os.path.join(ROOT, ".carry", "axe_cache")
 SHAPE, DTYPE, LAYOUT = (4096, 14336), "bfloat16", "col"
-BUCKETS = [128, None]
-ROWS = (1, 77, 128, 129, 2000)
+BUCKETS = [16, 128, None]
+ROWS = (1, 16, 17, 77, 128, 129, 2000)
 
 
 def main(argv=None):
