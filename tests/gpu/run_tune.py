@@ -18,7 +18,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 sys.path.insert(0, ROOT)
 CACHE = os.path.join(ROOT, ".carry", "axe_cache")
 SHAPE, DTYPE, LAYOUT = (4096, 14336), "bfloat16", "col"
-BUCKETS = [16, 128, None]
+BUCKETS = [16, 64, 128, None]
 ROWS = (1, 16, 17, 77, 128, 129, 2000)
 
 
