@@ -61,8 +61,10 @@ def device_target():
     return target_of(torch.device("cuda"))
 
 
-def triton_matmul():
-    """A standard autotuned Triton matmul ``C = A·Bᵀ`` (B given N×K), fp32 accumulation."""
+def triton_matmul(few=False):
+    """A standard autotuned Triton matmul ``C = A·Bᵀ`` (B given N×K), fp32 accumulation.  ``few``:
+    three configurations (two wide tiles and a 64-row one) and M not specialized, so that a sweep
+    over M compiles each configuration once per (N, K)."""
     import triton
     import triton.language as tl
 
@@ -75,8 +77,12 @@ def triton_matmul():
         triton.Config({"BM": 64, "BN": 256, "BK": 64, "G": 8}, num_stages=4, num_warps=4),
     ]
 
+    if few:
+        configs = [configs[0], configs[2], triton.Config({"BM": 64, "BN": 128, "BK": 64, "G": 8}, num_stages=5,
+                                                         num_warps=4)]
+
     @triton.autotune(configs=configs, key=["M", "N", "K"])
-    @triton.jit
+    @triton.jit(do_not_specialize=["M"] if few else ())
     def kernel(a, b, c, M, N, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, G: tl.constexpr):
         pid = tl.program_id(0)
         n_m, n_n = tl.cdiv(M, BM), tl.cdiv(N, BN)
@@ -211,7 +217,12 @@ def main(argv=None):
                     help="whose artifacts to load (default: the device's, from its compute capability)")
     ap.add_argument("--dynamic", action="store_true",
                     help="also time the dynamic-M artifacts (build_gemm.py --dynamic) beside the static ones")
+    ap.add_argument("--allm", action="store_true",
+                    help="the M sweep through torch.ops.axe.gemm (benchmarks/gemm_allm.py) instead of M = 8192")
     args = ap.parse_args(argv)
+    if args.allm:
+        import gemm_allm
+        return gemm_allm.run(args.dtypes, args.json)
     import torch
     import triton
 

@@ -54,15 +54,15 @@ def generation(target):
 def mainloop(problem, cfg, gen):
     """The GPU mainloop of mainloop family ``gen`` (``wgmma``: cooperative or ping-pong, B whole or
     multicast to CTA pairs; ``tcgen05``)."""
-    k_iters = -(-problem.K // BK)
+    k_iters = -(-problem.K // cfg.bk)
     if problem.swap:        # Cᵀ = B·Aᵀ: B's rows fill the 128-row side, A's rows (as a column-major B) the narrow one
-        return Cooperative(problem.dtype, "col", BM, cfg.tile_m, BK, cfg.stages, k_iters, cfg.in_flight, WholeB())
+        return Cooperative(problem.dtype, "col", BM, cfg.tile_m, cfg.bk, cfg.stages, k_iters, cfg.in_flight, WholeB())
     if gen == "tcgen05":
         return Tcgen05(problem.dtype, problem.b_major, BM, BN, BK, cfg.stages, k_iters, cfg.in_flight, cfg.cluster)
     b = MulticastB() if cfg.cluster > 1 else WholeB()
     if cfg.pingpong:
-        return PingPong(problem.dtype, problem.b_major, cfg.bn, BK, cfg.stages, k_iters, cfg.in_flight, b)
-    return Cooperative(problem.dtype, problem.b_major, BM, cfg.bn, BK, cfg.stages, k_iters, cfg.in_flight, b)
+        return PingPong(problem.dtype, problem.b_major, cfg.bn, cfg.bk, cfg.stages, k_iters, cfg.in_flight, b)
+    return Cooperative(problem.dtype, problem.b_major, BM, cfg.bn, cfg.bk, cfg.stages, k_iters, cfg.in_flight, b)
 
 
 def gpu_parts(problem, cfg, gen):
@@ -102,13 +102,13 @@ def check(M, N, K, dtype, b_major):
         raise ValueError(f"gemm: empty problem {M}x{N}x{K}")
 
 
-def gpu_sizes(M, N, K, bn=BN):
+def gpu_sizes(M, N, K, bn=BN, bk=BK):
     """What only the GPU form needs of the sizes (trn1 masks ragged edges at any size), or None.  Any
     M: fewer rows than a tile are read through a tile-high view."""
     if N % 8 or K % 8:
         return f"N={N} and K={K} must be multiples of 8 (TMA needs 16-byte row pitches)"
-    if N < bn or K < BK:
-        return f"N={N} or K={K} is smaller than one {bn}-column (tile_n), {BK}-deep tile"
+    if N < bn or K < bk:
+        return f"N={N} or K={K} is smaller than one {bn}-column (tile_n), {bk}-deep (tile_k) tile"
     return None
 
 
@@ -136,7 +136,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, max_rows=None, **co
         gpu_parts(problem, cfg, "wgmma")
     except CompositionError as err:
         raise ValueError(f"gemm: {err}") from None
-    sizes = gpu_sizes(None if dyn else M, N, K, cfg.bn)
+    sizes = gpu_sizes(None if dyn else M, N, K, cfg.bn, cfg.bk)
 
     def factory():
         target = Ax.current_build().target
@@ -150,7 +150,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, max_rows=None, **co
             raise Ax.TargetError(f"gemm on {target}: {sizes}")
         if max_rows is not None:        # scheduled for max_rows: a launch with more rows is refused
             Ax.current_build().symbol_max["M"] = max_rows
-        if gen == "tcgen05" and (cfg.pingpong or cfg.stream_k or cfg.split_k > 1 or cfg.bn != BN):
+        if gen == "tcgen05" and (cfg.pingpong or cfg.stream_k or cfg.split_k > 1 or cfg.bn != BN or cfg.bk != BK):
             raise Ax.TargetError("gemm on sm_100a: only the cooperative 128x256 schedule without stream_k, split_k "
                                  "or reduce-scatter is built for tcgen05 so far (got " + ", ".join(
                                      o for o in cfg.options() if o != "cluster>1") + ")")

@@ -11,6 +11,8 @@ TILE_N = (64, 128, 192, 256)
 #: tile heights (``tile_m``): 128 (the cooperative tile), or 16/32/64 rows of a decode tile computed
 #: transposed (the weights' 128 rows on the MMA's M side, the few rows of A on its N side)
 TILE_M = (16, 32, 64, 128)
+#: k-block depths (``tile_k``): one or two 64-element swizzle panels per slot
+TILE_K = (64, 128)
 HALF = BM // 2                      # rows per consumer warpgroup
 #: each target's epilogue chunk (columns per store): wgmma's 64×256 part in two 128-column chunks,
 #: tcgen05's 128×128 part in 64-column chunks (4 stages and 2 × 16 KiB of chunk buffer fit 224 KiB)
@@ -27,11 +29,11 @@ class Config:
     per store chunk and ``epilogue_bufs`` buffers per warpgroup, ``schedule`` ``"cooperative"`` or
     ``"pingpong"``, ``stream_k``, ``split_k`` slices of K (1: none), ``epilogue_ops`` fused operands
     (:mod:`kernels.parts.epilogues.elementwise`), ``tile_n`` the tile's columns (:data:`TILE_N`), ``tile_m`` its rows (:data:`TILE_M`; below 128 the tile
-    is computed transposed, for few rows)."""
+    is computed transposed, for few rows), ``tile_k`` the k-block's depth (:data:`TILE_K`)."""
 
     def __init__(self, stages=None, sms=SMS, in_flight=None, group=GROUP, cluster=1, epilogue=None,
                  schedule="cooperative", epilogue_bufs=None, stream_k=False, split_k=1, epilogue_ops=(), tile_n=BN,
-                 tile_m=BM):
+                 tile_m=BM, tile_k=BK):
         if tile_n not in TILE_N or (cluster > 1 and tile_n % 128):
             raise ValueError(f"gemm: tile_n must be one of {TILE_N} (128 or 256 with CTA pairs, which split B's "
                              f"tile in 64-column halves), got {tile_n!r}")
@@ -40,6 +42,9 @@ class Config:
         if tile_m < BM and (tile_n != 128 or schedule != "cooperative" or cluster > 1 or stream_k or epilogue_ops):
             raise ValueError(f"gemm: the decode tile (tile_m={tile_m} < {BM}: computed transposed) is tile_m x 128 "
                              "(tile_n=128), cooperative, without CTA pairs, stream_k or epilogue_ops")
+        if tile_k not in TILE_K or (tile_k != BK and cluster > 1):
+            raise ValueError(f"gemm: tile_k must be one of {TILE_K} (64 with CTA pairs, whose B halves are one panel "
+                             f"deep), got {tile_k!r}")
         if cluster not in (1, 2) or sms % cluster:
             raise ValueError(f"gemm: cluster must be 1 or 2 and divide sms={sms}, got {cluster!r}")
         if schedule not in ("cooperative", "pingpong") or (schedule == "pingpong" and cluster > 1):
@@ -51,7 +56,7 @@ class Config:
             raise ValueError("gemm: stream_k and split_k are two tile schedulers; pick one")
         self.epilogue, self.epilogue_bufs, self.stream_k, self.pingpong = epilogue, epilogue_bufs, stream_k, pp
         self.split_k, self.epilogue_ops, self.bn = split_k, tuple(epilogue_ops), tile_n
-        self.tile_m = tile_m
+        self.tile_m, self.bk = tile_m, tile_k
         self.bm = HALF if pp else BM        # rows of one scheduled tile (ping-pong: one warpgroup's)
 
     @classmethod
@@ -79,4 +84,4 @@ class Config:
         """The configuration's non-default choices, by name (for messages)."""
         return [n for n, v in (("stream_k", self.stream_k), ("split_k", self.split_k > 1), ("cluster>1", self.cluster > 1),
                                ("pingpong", self.pingpong), ("epilogue_ops", self.epilogue_ops),
-                               ("tile_n", self.bn != BN), ("tile_m", self.tile_m != BM)) if v]
+                               ("tile_n", self.bn != BN), ("tile_m", self.tile_m != BM), ("tile_k", self.bk != BK)) if v]

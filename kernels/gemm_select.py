@@ -30,15 +30,15 @@ def bucket(M):
     return BUCKETS[bisect_left(BUCKETS, M, hi=len(BUCKETS) - 1)]
 
 
-def stages_for(tile_n, tile_m=BM, dtype_bytes=2):
+def stages_for(tile_n, tile_m=BM, dtype_bytes=2, tile_k=BK):
     """The deepest ring of k-block slots that fits beside the epilogue's buffers, at most 8: (128×64
     A, 64×tile_n B) slots and one 64×min(128, tile_n) chunk buffer per consumer warpgroup, or for a
     transposed decode tile (``tile_m`` < 128) (128×64 weights, tile_m×64 A) slots and one tile_m×64
     buffer per warpgroup."""
     if tile_m < BM:
-        chunk, slot = 2 * 64 * tile_m * dtype_bytes, (BM * BK + tile_m * BK) * dtype_bytes
+        chunk, slot = 2 * 64 * tile_m * dtype_bytes, (BM + tile_m) * tile_k * dtype_bytes
     else:
-        chunk, slot = 2 * 64 * min(128, tile_n) * dtype_bytes, (BM * BK + BK * tile_n) * dtype_bytes
+        chunk, slot = 2 * 64 * min(128, tile_n) * dtype_bytes, (BM + tile_n) * tile_k * dtype_bytes
     return min(8, (SMEM - chunk) // slot)
 
 
@@ -56,7 +56,9 @@ def candidates(bound, N, K):
     128×256 or 128×128, ping-pong)."""
     if bound is not None and bound <= BM:
         swapped = [dict(tile_m=bound, tile_n=128, split_k=s, stages=stages_for(128, bound)) for s in splits(K)
-                   if bound < BM and N >= 128]
+                   if bound < BM and N >= 128] + \
+                  [dict(tile_m=bound, tile_n=128, tile_k=128, split_k=s, stages=stages_for(128, bound, tile_k=128))
+                   for s in splits(K) if bound < BM and N >= 128 and K >= 128]
         return swapped + [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in TILE_N if tn != 192 and tn <= N
                           for s in splits(K)]
     return [dict(), dict(tile_n=128, stages=stages_for(128)), dict(schedule="pingpong")]

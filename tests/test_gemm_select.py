@@ -148,3 +148,7 @@ def test_transposed_decode_tile_refusals():
         Config(tile_m=16)
     with pytest.raises(ValueError, match="tile_m must be one of"):
         Config(tile_m=24, tile_n=128)
+    with pytest.raises(ValueError, match="tile_k must be one of .*64 with CTA pairs"):
+        Config(tile_k=128, cluster=2)
+    with pytest.raises(ValueError, match="128-deep .tile_k. tile"):
+        gemm.build(128, 1024, 72, tile_k=128, tile_n=128, stages=3)

@@ -145,3 +145,23 @@ def test_problem_shapes():
     p = Problem(100, 300, 200, "float16", "col")
     assert p.a_shape == (100, 200) and p.b_shape == (300, 200)
     assert Problem(100, 300, 200, "float16", "row", a_shape=(2, 100, 200)).b_shape == (200, 300)
+
+
+@pytest.mark.parametrize("bk", [64, 128])
+def test_warpgroup_rows_are_a_row_range_of_the_slot_tile(bk):
+    """A consumer warpgroup's view of its 64 rows of a slot's 128-row A tile addresses exactly the
+    elements the whole tile puts there (with two 64-column panels the rows are a range of both)."""
+    from kernels.parts.tiles import swizzled
+    main = Cooperative("float16", "col", 128, 128, bk, 3, 4, 0, WholeB())
+    full = swizzled(128, bk)
+    part = swizzled(64, bk, panel=128 * 64)
+    for wg in (0, 1):
+        for r in range(0, 64, 7):
+            for c in range(bk):
+                want = full.map((wg * 64 + r) * bk + c)
+                got = {x + main.a_offset(wg) for x in part.map(r * bk + c)}
+                assert got == want, (wg, r, c)
+    if bk > 64:     # the view the 128-deep k-block used to take (a 64-row tile of its own) is not it
+        wrong = swizzled(64, bk)
+        assert any({x + 64 * bk for x in wrong.map(r * bk + c)} != full.map((64 + r) * bk + c)
+                   for r in range(64) for c in range(bk))

@@ -107,6 +107,15 @@ VARIANTS.update({"t16": {"tile_m": 16, "tile_n": 128}, "t16x4": {"tile_m": 16, "
                  "t32x2": {"tile_m": 32, "tile_n": 128, "split_k": 2}, "t64": {"tile_m": 64, "tile_n": 128}})
 SWAP_CASES = [(s, dt, "col", v) for v in ("t16", "t16x4", "t32x2") for s in ("m1", "m16") for dt in ("float16", "bfloat16")] + \
              [(s, dt, "col", "t64") for s in ("m16", "m64") for dt in ("float16", "bfloat16")]
+#: 128-deep k-blocks (two 64-column panels per slot: each warpgroup's rows are a row range of both)
+VARIANTS.update({"k128": {"tile_k": 128, "tile_n": 128, "stages": 3},
+                 "k128x2": {"tile_k": 128, "tile_n": 128, "stages": 3, "split_k": 2},
+                 "k128pp": {"tile_k": 128, "tile_n": 128, "stages": 4, "schedule": "pingpong"},
+                 "t16k128": {"tile_m": 16, "tile_n": 128, "tile_k": 128, "split_k": 2, "stages": 6}})
+DEEP_CASES = [(s, dt, b, "k128") for s in ("square", "ragged", "ragged2", "multi") for dt, b in (("float16", "row"), ("bfloat16", "col"))] + \
+             [("kx", dt, "col", "k128x2") for dt in ("float16", "bfloat16")] + \
+             [("ragged2", "bfloat16", "col", "k128pp"), ("multi", "float16", "row", "k128pp")] + \
+             [(s, dt, "col", "t16k128") for s in ("m1", "m16") for dt in ("float16", "bfloat16")]
 #: the decode bucket's artifacts (``make_dynamic(..., max_rows=128)``): checked at several M ≤ 128,
 #: a launch with 129 rows refused
 BOUNDED = {"bnd_n64x4": {"tile_n": 64, "split_k": 4, "stages": 8}, "bnd_n256x2": {"split_k": 2},
@@ -150,7 +159,7 @@ def _bounded_builder(tag, dtype, b_major):
     return build
 
 
-BUILDS = {case_name(*c): _builder(*c) for c in CASES + CLUSTER_CASES + SM100_CASES + FUSED_CASES + TILE_CASES + SWAP_CASES}
+BUILDS = {case_name(*c): _builder(*c) for c in CASES + CLUSTER_CASES + SM100_CASES + FUSED_CASES + TILE_CASES + SWAP_CASES + DEEP_CASES}
 BUILDS.update({case_name("dyn", dt, b, "ew"): _dynamic_builder(dt, b) for dt, b in DYNAMIC_FUSED})
 BUILDS.update({case_name("dyn", dt, b, t): _bounded_builder(t, dt, b) for t in BOUNDED
                for dt, b in (("float16", "row"), ("bfloat16", "col")) if b == "col" or "tile_m" not in BOUNDED[t]})

@@ -115,8 +115,14 @@ class Cooperative:
         return Bs if self.b_major == "row" else Ax.permute(Bs, (1, 0))      # the K×N view
 
     def a_offset(self, wg):
-        """Elements from a slot's A tile to this warpgroup's rows."""
-        return wg * (HALF * self.bk)
+        """Elements from a slot's A tile to this warpgroup's rows, inside each 64-column panel."""
+        return wg * (HALF * 64)
+
+    def a_operand(self, pool, s, wg):
+        """Warpgroup wg's 64 rows of slot s's A tile: a row range of the ``bm``-row tile, whose
+        64-column panels lie ``bm · 64`` elements apart."""
+        at = self.a_at + s * (self.bm * self.bk) + self.a_offset(wg)
+        return Ax.view(pool, swizzled(HALF, self.bk, panel=self.bm * 64), (HALF, self.bk), base=at)
 
     # -- the kernel skeleton's hooks
     def pipeline(self):
@@ -148,7 +154,7 @@ class Cooperative:
         flight, then release the slot whose group has completed: i - wait."""
         s = pipe.slot(i)
         pipe.wait(i)
-        a = self.tile(pool, self.a_at + s * (self.bm * self.bk) + self.a_offset(wg), (HALF, self.bk))
+        a = self.a_operand(pool, s, wg)
         Ax.gemm(acc, a, self.b_operand(pool, s), accumulate=accumulate, wait=wait)
         if accumulate or not wait:
             pipe.release(i - wait, pred=leader)
