@@ -58,6 +58,11 @@ def _rel(x, ref):
     return ((x.float() - ref.float()).norm() / ref.float().norm()).item()
 
 
+def _write(path, head, rows, summary):
+    with open(path, "w") as f:
+        json.dump({**head, "rows": rows, "summary": summary}, f, indent=1)
+
+
 def run(dtypes, path=None, rounds=3):
     os.environ["AXE_CACHE_DIR"] = CACHE
     import torch
@@ -74,6 +79,16 @@ def run(dtypes, path=None, rounds=3):
     print(f"{dev}: read rate {rate / 1e12:.2f} TB/s", flush=True)
     rows = []
     shapes = sorted({(n, k) for _, _, n, k in SHAPES})
+    date = datetime.date.today().isoformat()
+    short = dev.replace("NVIDIA ", "").split()[0].lower()
+    path = path or os.path.join(os.environ.get("OUT", os.path.join(ROOT, "benchmarks", "results")),
+                                f"gemm-allm-{date}-{short}.json")
+    head = {"benchmark": "gemm-allm", "date": date, "device": dev, "read_rate_Bps": rate,
+            "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
+                         "python": platform.python_version()},
+            "timing": f"CUDA graph replays, median of {rounds} interleaved rounds (each the median of 10 batches of "
+                      "5 replays); C = A·Wᵀ, W N×K; axe = torch.ops.axe.gemm (the bucket's heuristic configuration), "
+                      "cuBLAS = torch.matmul, Triton autotuned over 3 configurations"}
     for dtype in dtypes:
         tdt = getattr(torch, dtype)
         for n, k in shapes:
@@ -102,6 +117,7 @@ def run(dtypes, path=None, rounds=3):
                 print(f"{dtype} {m:5d}x{n}x{k}: axe {ms['axe'] * 1e3:8.1f} us  cuBLAS {ms['cublas'] * 1e3:8.1f}  "
                       f"triton {ms['triton'] * 1e3:8.1f}  x{ms['cublas'] / ms['axe']:.3f}", flush=True)
                 del graphs
+            _write(path, head, rows, {})            # what is measured so far survives a time limit
     summary = {}
     for dtype in dtypes:
         for m in MS:
@@ -109,18 +125,7 @@ def run(dtypes, path=None, rounds=3):
             summary[f"{dtype} M={m}"] = {"axe_vs_cublas_median": statistics.median(r), "axe_vs_cublas_min": min(r)}
         r = [x["cublas_ms"] / x["axe_ms"] for x in rows if x["dtype"] == dtype]
         summary[dtype] = {"axe_vs_cublas_median": statistics.median(r), "axe_vs_cublas_min": min(r)}
-    date = datetime.date.today().isoformat()
-    short = dev.replace("NVIDIA ", "").split()[0].lower()
-    path = path or os.path.join(os.environ.get("OUT", os.path.join(ROOT, "benchmarks", "results")),
-                                f"gemm-allm-{date}-{short}.json")
-    with open(path, "w") as f:
-        json.dump({"benchmark": "gemm-allm", "date": date, "device": dev, "read_rate_Bps": rate,
-                   "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
-                                "python": platform.python_version()},
-                   "timing": f"CUDA graph replays, median of {rounds} interleaved rounds (each the median of 10 "
-                             "batches of 5 replays); C = A·Wᵀ, W N×K; axe = torch.ops.axe.gemm (the bucket's "
-                             "heuristic configuration), cuBLAS = torch.matmul, Triton autotuned over 3 configurations",
-                   "rows": rows, "summary": summary}, f, indent=1)
+    _write(path, head, rows, summary)
     for key, s in summary.items():
         print(f"{key}: axe/cuBLAS median {s['axe_vs_cublas_median']:.3f} min {s['axe_vs_cublas_min']:.3f}")
     print("wrote", path)
