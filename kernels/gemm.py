@@ -9,13 +9,16 @@ paths): a tile scheduler (:class:`~kernels.parts.schedulers.persistent.Persisten
 (:class:`~kernels.parts.mainloops.tma_wgmma.Cooperative` or ``PingPong`` on sm_90a with B whole or
 multicast to CTA pairs, :class:`~kernels.parts.mainloops.tcgen05.Tcgen05` on sm_100a,
 :class:`~kernels.parts.mainloops.neuron.NeuronCore` on trn1) and an epilogue
-(:class:`~kernels.parts.epilogues.store.ChunkedStore`, wrapped by the stream-K or split-K hand-over), put together
-by the warp-specialized skeleton (:mod:`kernels.parts.warp_specialized`).  Defaults: persistent
-128×256 tiles, 64-deep k-blocks, 4 stages, no wgmma group left in flight, two 128-column store chunks
-per warpgroup; why each was chosen, with the measurements, is in ``docs/gemm.md``.
+(:class:`~kernels.parts.epilogues.store.ChunkedStore`, the fused ``Elementwise`` one, or for the
+transposed decode tile ``TransposedStore``; wrapped by the stream-K or split-K hand-over), put
+together by the warp-specialized skeleton (:mod:`kernels.parts.warp_specialized`).  Defaults:
+persistent 128×256 tiles, 64-deep k-blocks, 4 stages, no wgmma group left in flight, two 128-column
+store chunks per warpgroup; why each was chosen, with the measurements, is in ``docs/gemm.md``.
+The configuration space is :mod:`kernels.gemm_config`; choosing a configuration by shape,
+:mod:`kernels.gemm_select`.
 
-Shapes need not be multiples of the tile: TMA fills out-of-bounds loads with zeros and clips the
-stores.  A runtime M (:func:`make_dynamic`) is one artifact for every row count: M is a TIR variable A
+Shapes need not be multiples of the tile (nor hold one: fewer rows than a tile are read through a
+tile-high view): TMA fills out-of-bounds loads with zeros and clips the stores.  A runtime M (:func:`make_dynamic`) is one artifact for every row count: M is a TIR variable A
 and C bind at launch, the persistent grid ``min(sms, tiles)`` an expression of it, A's and C's tensor
 maps encoded from the tensors.
 """

@@ -101,8 +101,9 @@ def test_gemm_refuses_bad_shapes():
     """Sizes only the GPU form cannot take are refused by the GPU build (trn1 builds them)."""
     with pytest.raises(Ax.TargetError, match="gemm on sm_90a: .*multiples of 8"):
         Ax.build_func(gemm.make(1024, 1000 + 4, 1024), "sm_90a")
-    with pytest.raises(Ax.TargetError, match="gemm on sm_90a: .*smaller than one"):
-        Ax.build_func(gemm.make(64, 1024, 1024), "sm_90a")
+    with pytest.raises(Ax.TargetError, match="gemm on sm_90a: .*smaller than one 256-column"):
+        Ax.build_func(gemm.make(1024, 128, 1024), "sm_90a")          # N below the tile: tile_n=128 builds
+    Ax.build_func(gemm.make(64, 1024, 1024), "sm_90a")    # fewer rows than a tile: read through a tile-high view
     with pytest.raises(ValueError, match="b_major"):
         gemm.make(1024, 1024, 1024, b_major="diag")
     with pytest.raises(ValueError, match="dtype"):
