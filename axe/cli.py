@@ -21,7 +21,7 @@ _COMMAND_MODULES = [
 
 def main(argv=None) -> int:
     """Run the axe command line; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="axe", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="axe", description=__doc__.splitlines()[0].replace("``", ""))
     sub = parser.add_subparsers(dest="command", required=True)
     for name in _COMMAND_MODULES:
         try:

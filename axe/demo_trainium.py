@@ -65,7 +65,9 @@ def _inputs(kernel, rng):
     return inputs, kernel.reference(**inputs)["O"]
 
 
-def run_demo(out_dir, table: bool = False) -> None:
+def run_demo(out_dir, table: bool = False, verbose: bool = True) -> None:
+    """Build and run the trn1 kernels on the model: one line each (``verbose``: with the cost model's
+    breakdown, the GEMM's dispatch record and the kernels' sizes)."""
     from axe.lang.kernel import compile_kernel, explain
     gemm, nki_attention = _kernels()
     rng = np.random.default_rng()
@@ -80,12 +82,18 @@ def run_demo(out_dir, table: bool = False) -> None:
         out, cost = art.run(**inputs)
         got = out[k.outputs[0]].astype(np.float32)
         err = float(np.abs(got - ref).max() / np.abs(ref).max())
-        print(f"\n-- {k.name} {k.meta['dtype']} {size}: NKI source "
-              f"{Path(path).relative_to(ROOT) if str(path).startswith(str(ROOT)) else path} "
+        where = Path(path).relative_to(ROOT) if str(path).startswith(str(ROOT)) else path
+        if not verbose:
+            print(f"-- {k.name} {k.meta['dtype']} {size}: NKI source {where}, on the model: max |error| / max |ref| "
+                  f"{err:.1e}, estimated {cost.time_s * 1e6:.1f} us")
+            continue
+        print(f"\n-- {k.name} {k.meta['dtype']} {size}: NKI source {where} "
               f"({len(art.source.splitlines())} lines), run on the model in {time.perf_counter() - t0:.1f}s; "
               f"max |error| / max |ref| vs numpy {err:.1e}")
         print(f"   cost model: {cost.summary()}")
-    _one_source(rng)
+    _one_source(rng, verbose)
+    if not verbose:
+        return
     records = [r for r in explain(gemm(1024, 1024, 1024), "trn1").split("\n\n") if r.startswith("gemm at")]
     print("\n" + records[0])
     total, code = code_lines(ROOT / GEMM_TRN1)
@@ -97,7 +105,7 @@ def run_demo(out_dir, table: bool = False) -> None:
         print_table(gemm, nki_attention)
 
 
-def _one_source(rng) -> None:
+def _one_source(rng, verbose=True) -> None:
     """kernels/softmax.py and kernels/rmsnorm.py: the kernels the GPU section built, for trn1."""
     from kernels import rmsnorm, softmax
     from axe.lang.kernel import compile_kernel
@@ -110,7 +118,7 @@ def _one_source(rng) -> None:
     for k, inputs in ((softmax.softmax, {"X": X}), (rmsnorm.rmsnorm, {"X": X, "W": W})):
         out, cost = compile_kernel(k, "trn1").run(**inputs)
         err = float(np.abs(out["Y"].astype(np.float32) - refs[k.name]).max() / np.abs(refs[k.name]).max())
-        print(f"\n-- kernels/{k.name}.py::{k.name} (one source: sm_90a, sm_100a above; trn1 here) "
+        print(f"{chr(10) if verbose else ''}-- kernels/{k.name}.py::{k.name} (one source: sm_90a, sm_100a above; trn1 here) "
               f"{softmax.ROWS}x{softmax.N} fp16 on the model: max |error| / max |ref| {err:.1e}; "
               f"estimated {cost.time_s * 1e6:.1f} us, busiest engine {max(cost.engine_s, key=cost.engine_s.get)}")
 

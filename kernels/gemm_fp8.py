@@ -135,6 +135,10 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
     parts(*config)          # refusals now, not at build time
 
     def factory():
+        target = Ax.current_build().target
+        if Ax.target_family(target) != "cuda" or Ax.target_arch(target) != 90:
+            raise Ax.TargetError(f"gemm_fp8 on {target}: the FP8 block-scaled mainloop is built for sm_90a's wgmma "
+                                 "(no tcgen05 or trn1 form yet)")
         return kernel(M, N, K, *parts(*config), sms)
 
     return Ax.Kernel(name or f"gemm_fp8_{M}x{N}x{K}", factory, reference=reference, outputs=("C",),

@@ -199,8 +199,8 @@ def test_cli_build_trn1(tmp_path, capsys):
     from axe.cli import main
     assert main(["build", "kernels/gemm.py", "--target", "trn1", "-o", str(tmp_path)]) == 0
     for name in ("gemm_fp16", "gemm_bf16_nt"):      # the file's GPU examples, built for trn1
-        assert (tmp_path / name / f"{name}.py").exists()
-        assert (tmp_path / name / f"{name}.manifest.json").exists()
+        assert (tmp_path / "trn1" / name / f"{name}.py").exists()
+        assert (tmp_path / "trn1" / name / f"{name}.manifest.json").exists()
 
 
 def _launching_kernel(on_chip):

@@ -60,7 +60,7 @@ def _build(args) -> int:
             _report("build", err)
             failed += 1
             continue
-        out = os.path.join(args.output, name)
+        out = os.path.join(args.output, args.target, name)     # one folder per target: builds never mix
         art.save(out)
         print(f"{name}: {args.target} -> {out}")
     return 1 if failed else 0
@@ -82,12 +82,16 @@ def _explain(args) -> int:
 
 
 def add_commands(subparsers) -> None:
-    b = subparsers.add_parser("build", help="build the kernels of a file into artifacts")
+    b = subparsers.add_parser("build", help="build the kernels of a file into artifacts",
+                              description="Build every kernel of FILE (or FILE::KERNEL) for one target into "
+                                          "OUTPUT/TARGET/KERNEL/: CUDA source, PTX, cubin and launch.json for sm_*, "
+                                          "NKI source and a manifest for trn1.")
     b.add_argument("file", help="FILE.py or FILE.py::KERNEL")
-    b.add_argument("--target", default="sm_90a", help="sm_90a, sm_100a or trn1 (NKI source + manifest)")
-    b.add_argument("-o", "--output", default="build", help="output directory")
+    b.add_argument("--target", default="sm_90a", help="sm_90a (default), sm_100a or trn1")
+    b.add_argument("-o", "--output", default="build", help="output folder (default: build); artifacts go to "
+                                                          "OUTPUT/TARGET/KERNEL")
     b.set_defaults(func=_build)
     e = subparsers.add_parser("explain", help="show each operator call's schedule candidates")
     e.add_argument("file", help="FILE.py or FILE.py::KERNEL")
-    e.add_argument("--target", default="sm_90a", help="sm_90a, sm_100a or trn1")
+    e.add_argument("--target", default="sm_90a", help="sm_90a (default), sm_100a or trn1")
     e.set_defaults(func=_explain)

@@ -146,7 +146,7 @@ def _run(args) -> int:
 def add_commands(subparsers) -> None:
     """Register ``axe layout`` on the top-level command line."""
     p = subparsers.add_parser("layout", help="explain or draw an Axe layout",
-                              description=__doc__.split("\n\n")[0],
+                              description=__doc__.split("\n\n")[0].replace("``", ""),
                               formatter_class=argparse.RawDescriptionHelpFormatter,
                               epilog=__doc__.split("\n\n", 1)[1])
     p.add_argument("layout", help='layout text, e.g. "S[(8,2,4,2):(4@lane,1@warp,1@lane,1@reg)] + R[2:4@warp] + 5@warp"')

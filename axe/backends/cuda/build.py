@@ -319,9 +319,23 @@ def _pick_func(tvm, func_or_mod, name):
     )
 
 
+#: the CUDA architectures nvcc 13 builds (``sm_<arch>``, ``sm_<arch>a`` arch-specific, ``sm_<arch>f`` family)
+NVCC_ARCHS = (75, 80, 86, 87, 88, 89, 90, 100, 101, 103, 110, 120, 121)
+
+
+def _known_arch(target: str) -> str:
+    """``target`` itself if it names an architecture nvcc builds, else a :class:`BuildError` naming
+    the targets axe knows (raised before nvcc runs)."""
+    m = re.fullmatch(r"sm_(\d+)([af]?)", target)
+    if not m or int(m.group(1)) not in NVCC_ARCHS:
+        raise BuildError(f"build: unknown target {target!r}: axe builds sm_<arch>, sm_<arch>a or sm_<arch>f for "
+                         f"arch in {', '.join(map(str, NVCC_ARCHS))} (sm_90a: Hopper, sm_100a: Blackwell), and trn1")
+    return target
+
+
 def _arch_of(target) -> str:
-    if isinstance(target, str) and re.fullmatch(r"sm_\d+[a-z]?", target):
-        return target
+    if isinstance(target, str) and target.startswith("sm_"):
+        return _known_arch(target)
     arch = None
     if isinstance(target, dict):
         arch = target.get("arch")
@@ -340,7 +354,7 @@ def _arch_of(target) -> str:
             raise BuildError(f"build: cannot read a CUDA arch from target {target!r}: {e}") from None
     if not arch or not re.fullmatch(r"sm_\d+[a-z]?", str(arch)):
         raise BuildError(f"build: target {target!r} names no CUDA arch like 'sm_90a'")
-    return str(arch)
+    return _known_arch(str(arch))
 
 
 def _type_kind(tvm, ty):
