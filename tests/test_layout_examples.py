@@ -193,3 +193,15 @@ def test_swizzled_text_round_trip():
     assert parse("Swizzle(3,3,3) o (S[(8,64):(64,1)])") == SwizzledLayout(S[(8, 64):(64, 1)], Swizzle(3, 3, 3))
     with pytest.raises(LayoutSyntaxError, match="unbalanced"):
         parse("Swizzle(3,3,3) ∘ (S[8:1]")
+
+
+@pytest.mark.parametrize("text,column", [("S[(8,4):(0,1)]", 9), ("S[(8,4):(2,0@lane)]", 11), ("S[8:0]", 4),
+                                         ("S[(2,8):(1@warp,0)]", 16)])
+def test_zero_stride_error_points_at_the_zero(text, column):
+    """A zero stride is reported at its own column (the ``0``), not at the bracket that opens the
+    strides, and ``0@axis`` is read whole."""
+    from axe.layout import parse
+    from axe.layout.syntax import LayoutSyntaxError
+    with pytest.raises(LayoutSyntaxError, match=f"at column {column}: iter stride must be a non-zero int"):
+        parse(text)
+    assert text[column] == "0"

@@ -50,6 +50,7 @@ class _Reader:
             self.toks.append((kind, mt.group(kind), mt.start(kind)))
             pos = mt.end()
         self.i = 0
+        self.zero_at = None             # the column of the first zero stride read (see iters)
 
     def fail(self, pos: int, expected: str):
         shown = self.text[pos:min(pos + 12, self.stop)] or "end of text"
@@ -96,8 +97,12 @@ class _Reader:
         return "m"
 
     def stride(self) -> Coord:
+        at = self.pos()
         s = self.signed_int()
-        return Coord.unit(self.axis(), s) if s else 0
+        axis = self.axis()              # consumed even for a zero stride, so the error points at it
+        if not s and self.zero_at is None:
+            self.zero_at = at
+        return Coord.unit(axis, s) if s else 0
 
     def int_list(self) -> list:
         items = [self.int()]
@@ -110,6 +115,7 @@ class _Reader:
         self.take(head)
         self.take("[")
         start = self.pos()
+        self.zero_at = None             # the column of the first zero stride, where the error is
         try:
             if self.peek("("):
                 self.i += 1
@@ -139,7 +145,8 @@ class _Reader:
         except (ValueError, SyntaxError) as err:
             if isinstance(err, LayoutSyntaxError):
                 raise
-            raise LayoutSyntaxError(f"cannot parse layout {_shown(self.text)}: at column {start}: {err}") from None
+            at = self.zero_at if self.zero_at is not None and "non-zero" in str(err) else start
+            raise LayoutSyntaxError(f"cannot parse layout {_shown(self.text)}: at column {at}: {err}") from None
         self.take("]")
         return its
 
