@@ -344,3 +344,13 @@ def test_left_inverse_refusal_is_a_proof():
     with pytest.raises(LayoutError, match="no layout"):
         left_inverse(A)
     assert _bounded_left_inverse(A.values()) is None
+
+
+def test_tile_of_merges_split_iters_before_giving_up():
+    """Found by the property above: S[(3,4):(-4,-1)] is S[12:-1], whose blocks group by (4, 3);
+    tile_of used to answer None for the split form only."""
+    from axe.layout import parse
+    B = parse("S[3:-1]")
+    got = [tile_of(parse(t), (12,), B, (3,)) for t in ("S[(3,4):(-4,-1)]", "S[12:-1]")]
+    assert got[0] is not None and equivalent(got[0], got[1])
+    assert equivalent(tile(got[0], (4,), B, (3,)), parse("S[12:-1]"))

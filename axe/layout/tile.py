@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Sequence
 
-from .canonical import UNIT, canonical_replica, merge_chain
+from .canonical import UNIT, canonical_replica, canonicalize, merge_chain
 from .coord import ZERO, Coord
 from .group import LayoutError, group_blocks
 from .iters import Iter
@@ -144,6 +144,18 @@ def tile_of(T, shape_t: Sequence[int], B, shape_b: Sequence[int]):
         return tile_of(T.inner, shape_t, B.inner, shape_b)
     if any(b < 1 or t % b for t, b in zip(shape_t, shape_b)):
         return None
+    # the blocks are grouped from T's iters as written, and merging split iters first can be what
+    # lets them group (S[(3,4):(-4,-1)] is S[12:-1]): T's canonical form is tried where T fails
+    C = _tile_of_form(T, shape_t, B, shape_b)
+    if C is None:
+        Tc = canonicalize(T)
+        if Tc != T:
+            C = _tile_of_form(Tc, shape_t, B, shape_b)
+    return C
+
+
+def _tile_of_form(T, shape_t, B, shape_b):
+    """:func:`tile_of` for T's iters as written (shapes checked)."""
     shape_c = tuple(t // b for t, b in zip(shape_t, shape_b))
     bt = group_blocks(T.shard, interleave(shape_c, shape_b))
     bb = group_blocks(B.shard, tuple(shape_b))
