@@ -118,7 +118,7 @@ def _one_source(rng, verbose=True) -> None:
     for k, inputs in ((softmax.softmax, {"X": X}), (rmsnorm.rmsnorm, {"X": X, "W": W})):
         out, cost = compile_kernel(k, "trn1").run(**inputs)
         err = float(np.abs(out["Y"].astype(np.float32) - refs[k.name]).max() / np.abs(refs[k.name]).max())
-        print(f"{chr(10) if verbose else ''}-- kernels/{k.name}.py::{k.name} (one source: sm_90a, sm_100a above; trn1 here) "
+        print("\n" * verbose + f"-- kernels/{k.name}.py::{k.name} (one source: sm_90a, sm_100a above; trn1 here) "
               f"{softmax.ROWS}x{softmax.N} fp16 on the model: max |error| / max |ref| {err:.1e}; "
               f"estimated {cost.time_s * 1e6:.1f} us, busiest engine {max(cost.engine_s, key=cost.engine_s.get)}")
 

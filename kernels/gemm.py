@@ -128,7 +128,8 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, max_rows=None, **co
                          "or clusters (got " + ", ".join(o for o in cfg.options() if o != "pingpong") + ")")
     check(M, N, K, dtype, b_major)
     swap = cfg.tile_m < BM
-    if swap and (b_major != "col" or (max_rows or M or BM + 1) > cfg.tile_m):
+    rows = max_rows if dyn else M               # the most rows a launch may have (None: unbounded)
+    if swap and (b_major != "col" or rows is None or rows > cfg.tile_m):
         raise ValueError(f"gemm: the decode tile (tile_m={cfg.tile_m}) needs B column-major (an nn.Linear weight) and "
                          f"at most tile_m rows (a static M or max_rows), got b_major={b_major!r}, M={M}, max_rows={max_rows}")
     if dyn:                 # a TIR variable: A (M, K) and C (M, N) bind it at launch

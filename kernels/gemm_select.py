@@ -55,10 +55,9 @@ def candidates(bound, N, K):
     ``bound``×128 with every split; above them what a run-time M schedules (the persistent tile
     128×256 or 128×128, ping-pong)."""
     if bound is not None and bound <= BM:
-        swapped = [dict(tile_m=bound, tile_n=128, split_k=s, stages=stages_for(128, bound)) for s in splits(K)
-                   if bound < BM and N >= 128] + \
-                  [dict(tile_m=bound, tile_n=128, tile_k=128, split_k=s, stages=stages_for(128, bound, tile_k=128))
-                   for s in splits(K) if bound < BM and N >= 128 and K >= 128]
+        swapped = [dict(tile_m=bound, tile_n=128, split_k=s, stages=stages_for(128, bound, tile_k=tk),
+                        **({} if tk == BK else {"tile_k": tk}))
+                   for tk in (BK, 128) if bound < BM and N >= 128 and K >= tk for s in splits(K)]
         return swapped + [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in TILE_N if tn != 192 and tn <= N
                           for s in splits(K)]
     return [dict(), dict(tile_n=128, stages=stages_for(128)), dict(schedule="pingpong")]
@@ -76,7 +75,8 @@ def cost(N, K, tile_n, split_k, sms=SMS):
     its slice of K through tiles ``tile_n`` wide."""
     units = -(-N // tile_n) * split_k
     waves = -(-units // sms)
-    return waves * (-(-(-(-K // BK)) // split_k) * (tile_n + K_BLOCK) + (split_k - 1) * SPLIT)
+    slice_iters = -(-(-(-K // BK)) // split_k)          # ceil(ceil(K / BK) / split_k) k-blocks
+    return waves * (slice_iters * (tile_n + K_BLOCK) + (split_k - 1) * SPLIT)
 
 
 #: the transposed decode tile's model: the weights stream at the DRAM's rate once :data:`SATURATE`

@@ -88,11 +88,11 @@ def spec(N, K, dtype, b_major, bound, config) -> dict:
 def spec_for(device: str, N: int, K: int, dtype: str, b_major: str, M: int) -> dict:
     """The specialization a call with M rows runs: the bucket's measured pick for ``device``, else
     the heuristic's (memoized per bucket: a call costs two dict lookups and the bucket search)."""
-    memo = (device, N, K, dtype, b_major, M if M <= 128 else select().bucket(M))
+    sel = select()
+    bound = sel.bucket(M)
+    memo = (device, N, K, dtype, b_major, bound)
     s = _SPECS.get(memo)
     if s is None:
-        sel = select()
-        bound = sel.bucket(M)
         pick = table().get(key(device, dtype, b_major, N, K, bound))
         config = pick["config"] if pick else sel.heuristic(bound or 8192, N, K, b_major=b_major)
         s = _SPECS[memo] = spec(N, K, dtype, b_major, bound, config)
@@ -148,15 +148,15 @@ def run(shapes, dtype, b_major, buckets=None, rounds=7, out=None, log=print) -> 
         w = torch.randn((N, K) if b_major == "col" else (K, N), device="cuda", dtype=tdt)
         for bound in buckets or sel.BUCKETS:
             cands = {sel.name(c): c for c in sel.candidates(bound, N, K)}
+            kerns = {name: JitKernel(KERNEL, lambda *_, s=spec(N, K, dtype, b_major, bound, config): s, path=ROOT,
+                                     progress=False) for name, config in cands.items()}
             total = dict.fromkeys(cands, 0.0)
             for M in sample_rows(bound):
                 a = torch.randn(M, K, device="cuda", dtype=tdt)
                 graphs, keep = {}, []
-                for name, config in cands.items():
-                    s = spec(N, K, dtype, b_major, bound, config)
-                    kern = JitKernel(KERNEL, lambda *_, s=s: s, path=ROOT, progress=False)
+                for name, kern in kerns.items():
                     c = torch.empty(M, N, device="cuda", dtype=tdt)
-                    keep.append((kern, c))
+                    keep.append(c)                  # each graph replays into its own C
                     graphs[name] = capture(torch, lambda kern=kern, c=c: kern(a, w, c) or c)[0]
                 ms = measure({n: (lambda g=g: graph_ms(torch, g, 10)) for n, g in graphs.items()}, rounds)
                 for name, t in ms.items():

@@ -52,20 +52,19 @@ class Elementwise(ChunkedStore):
         self.ops = tuple(o for o in OPS if o in ops)
         self.name = f"{ChunkedStore.name} after {' · '.join(self.ops)}"
         used = {p for o in self.ops for p in OPS[o]}
-        widths = {"row_scale": self.rows, "col_scale": self.cols, "bias": self.cols}
-        self.operand_bytes = sum(2 * 4 * widths[o] for o in self.ops if o in widths)
+        #: the vectors' widths: a warpgroup part's rows (per-row scales) or columns
+        self.widths = {o: w for o, w in (("row_scale", self.rows), ("col_scale", self.cols), ("bias", self.cols))
+                       if o in self.ops}
+        self.operand_bytes = sum(2 * 4 * w for w in self.widths.values())
         self.m_maps = tuple(OPS[o][1] for o in ("row_scale", "residual") if o in self.ops)
         self.unused_params = tuple(p for p in ChunkedStore.unused_params if p not in used)
 
     def inputs(self, srow, scol, bias, res, srow_map, scol_map, bias_map, res_map):
         """Declare the fused operands (through their tensor maps), the vectors' shared buffers (one
         row per consumer warpgroup) and the mbarriers of both kinds of load."""
-        rows, cols = self.rows, self.cols
-        self.vectors = {}
-        for op, buf, tmap, width in (("row_scale", srow, srow_map, rows), ("col_scale", scol, scol_map, cols),
-                                     ("bias", bias, bias_map, cols)):
-            if op in self.ops:
-                self.vectors[op] = (Ax.param(buf, tensormap=tmap), Ax.shared((2, width), "float32", name=f"{op}_tile"))
+        given = {"row_scale": (srow, srow_map), "col_scale": (scol, scol_map), "bias": (bias, bias_map)}
+        self.vectors = {op: (Ax.param(given[op][0], tensormap=given[op][1]),
+                             Ax.shared((2, width), "float32", name=f"{op}_tile")) for op, width in self.widths.items()}
         if self.vectors:
             self.vec_bar = Ax.cuda.mbarrier(len(self.vectors), 2, name="vectors")
         if "residual" in self.ops:
