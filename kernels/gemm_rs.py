@@ -94,6 +94,9 @@ def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, rs_comm=Tru
     if k % 8 or k < gemm.BK:
         raise ValueError(f"gemm_rs: the local K={k} must be a multiple of 8 and at least {gemm.BK}")
     cfg = gemm.Config.of(config, "gemm_rs")
+    if m < cfg.bm:
+        raise ValueError(f"gemm_rs: the rows per rank M/w={m} are fewer than the tile's {cfg.bm} rows (the owners' "
+                         "order reads whole row blocks); use the non-fused path, axe's GEMM + a reduce-scatter")
     problem = Problem(m, N, k, dtype, b_major, a_shape=(world, m, k))
     try:
         parts(problem, cfg, world, rs_comm, rs_push)

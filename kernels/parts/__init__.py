@@ -6,6 +6,7 @@ a kernel is a **tile scheduler** × a **mainloop** × an **epilogue**, put toget
 ``schedulers/stream_k.py``             stream-K: the last waves split over all CTAs in k-blocks
 ``schedulers/split_k.py``              split-K: K cut into S slices on different CTAs, partials reduced in order
 ``schedulers/owners.py``               the owners' order of a distributed (reduce-scatter) epilogue
+``schedulers/gather.py``               the gather order of an all-gather + GEMM: own rows first, a peer's after its signals
 ``schedulers/grouped.py``              grouped GEMMs (MoE): the tile count read on the device, its stream-K split, two GEMMs in one order
 ``mainloops/tma_wgmma.py``             TMA producer + wgmma consumers (cooperative, ping-pong), B multicast to CTA pairs
 ``mainloops/tcgen05.py``               sm_100a: one MMA thread into a TMEM accumulator, CTA-pair MMAs
@@ -17,6 +18,7 @@ a kernel is a **tile scheduler** × a **mainloop** × an **epilogue**, put toget
 ``epilogues/static_store.py``          the store through a static buffer, stream-K finished at one store site (FP8)
 ``epilogues/handover.py``              a split tile's fp32 partial handed over (stream-K, split-K)
 ``epilogues/reduce_scatter.py``        push peer tiles to their owners, add the peers' partials
+``epilogues/all_gather.py``            push own rows to every peer from the producer warpgroup; store at the owner's rows
 ``epilogues/fused.py``                 SiLU·up or cast, then the store of a tile's own rows (16-row boxes); stream-K hand-over
 ``warp_specialized.py``                the persistent warp-specialized kernel skeleton (sm_90a, sm_100a)
 =====================================  ==================================================================
@@ -56,6 +58,10 @@ RULES = (
      "the reduce-scatter epilogue reads the accumulator from wgmma's registers (not built for TMEM)"),
     (lambda s: s.name == "owners' order", lambda m: m.split != "rows" or m.cluster > 1, lambda e: True,
      "the owners' order is built for the cooperative tile without CTA pairs"),
+    (lambda s: s.name == "gather order", lambda m: m.split != "rows" or m.cluster > 1, lambda e: True,
+     "the gather order is built for the cooperative tile without CTA pairs"),
+    (lambda s: True, lambda m: m.mma == "tcgen05", lambda e: e.name == "all-gather",
+     "the all-gather part is built for the wgmma mainloop's producer warpgroup"),
 )
 
 

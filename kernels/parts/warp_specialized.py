@@ -40,7 +40,7 @@ def kernel(problem, sched, main, epi, sms):
              Srow_: T.Buffer((1, M), "float32"), Scol_: T.Buffer((1, N), "float32"), Bias_: T.Buffer((1, N), "float32"),
              R_: T.Buffer((M, N), dtype), Srow_map: T.handle("tensormap"), Scol_map: T.handle("tensormap"),
              Bias_map: T.handle("tensormap"), R_map: T.handle("tensormap"),
-             P_: T.Buffer(p_shape, dtype), peers: T.Buffer((world,), "int64"), sig: T.Buffer((nsig,), "int32"),
+             P_: T.Buffer(p_shape, dtype), P_map: T.handle("tensormap"), peers: T.Buffer((world,), "int64"), sig: T.Buffer((nsig,), "int32"),
              err: T.Buffer((8,), "int32"), rank_: T.int32, epoch: T.int32, timeout_ns: T.int64,
              Q_: T.Buffer(p_shape, dtype), W_: T.Buffer(sched.workspace, "float32"), F_: T.Buffer(sched.flags(sms), "int32")):
         Ax.cuda.min_blocks_per_sm(1)
@@ -56,7 +56,7 @@ def kernel(problem, sched, main, epi, sms):
         X, Y = (B, A) if problem.swap else (A, B)
         W = Ax.param(W_, scratch=True)          # split tiles' partial sums (fp32)
         F = Ax.param(F_, scratch=True)          # their flags, one per CTA and warpgroup
-        dist = epi.declare(A_, B_, C_, P_, Q_, peers, sig, err, rank_, epoch, timeout_ns, F, cid, tx)
+        dist = epi.declare(A_, B_, C_, P_, P_map, Q_, peers, sig, err, rank_, epoch, timeout_ns, F, cid, tx)
         epi.inputs(rows_view(Srow_, narrow, axis=1), Scol_, Bias_, rows_view(R_, narrow), Srow_map, Scol_map, Bias_map, R_map)
         pool = Ax.cuda.dynamic_shared(main.smem + epi.smem, dtype)
         pipe = main.pipeline()
@@ -65,6 +65,7 @@ def kernel(problem, sched, main, epi, sms):
             with Ax.warps(0, 1):
                 for it in T.serial(sched.trips(sched.count(cid))):
                     m_blk, n_blk = sched.coords(cid, it, rank)
+                    sched.before_tile(m_blk, dist.mesh)
                     for kb in T.serial(k_iters):
                         main.load(pool, pipe, X, Y, it * k_iters + kb, m_blk, n_blk, kb, rank, sched, dist.mesh)
                 sched.produce_rest(cid, lambda i, m_blk, n_blk, kb: main.load(pool, pipe, X, Y, i, m_blk, n_blk, kb, rank,

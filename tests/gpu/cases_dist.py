@@ -1,6 +1,7 @@
-"""Multi-GPU checks: collectives, put/get, the fused GEMM + reduce-scatter, and failure behaviour.
+"""Multi-GPU checks: collectives, put/get, the fused GEMM + reduce-scatter and all-gather + GEMM, and
+failure behaviour.
 
-``BUILDS`` (CPU machine, ``scripts/gpu_build.py``) builds each kernel for world sizes 2 and 4;
+``BUILDS`` (CPU machine, ``scripts/gpu_build.py``) builds each kernel for world sizes 2, 4 and 8;
 ``DIST_CHECKS`` run on the GPU machine under torchrun (``tests/gpu/run_dist.py``), one process
 per GPU, on the artifacts whose world size is the process group's.  Every check draws fresh
 random data, poisons outputs with NaN, runs the kernel several times (the launch epoch advances,
@@ -11,7 +12,7 @@ friends, or an fp32 reference).  Module-level imports stay TVM-free.
 import functools
 import os
 
-WORLDS = (2, 4)
+WORLDS = (2, 4, 8)
 REPEATS = 3
 #: (M, N, K) global problems of gemm_rs: ragged local M (1000 rows) and N, one k-block multiple
 GEMM_SHAPES = {"ragged": lambda w: (w * 1000, 1000, w * 512), "square": lambda w: (w * 1024, 2048, w * 1024),
@@ -25,8 +26,8 @@ def _gemm_name(tag, w, dtype, b_major):
 def _kernels():
     import sys
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-    from kernels import collectives, gemm_rs
-    return collectives, gemm_rs
+    from kernels import ag_gemm, collectives, gemm_rs
+    return collectives, gemm_rs, ag_gemm
 
 
 def _collective(kind, w, dtype, name):
@@ -43,6 +44,20 @@ def _put_signal(w, name):
 
 def _gemm_rs(shape, w, dtype, b_major, name, push="forward"):
     return _kernels()[1].build(*shape, w, dtype, b_major, name=name, rs_push=push)
+
+
+def _ag_gemm(shape, w, dtype, b_major, name):
+    return _kernels()[2].build(*shape, w, dtype, b_major, name=name)
+
+
+#: (M, N, K) global problems of ag_gemm: N/w not a tile multiple, K not a 128 multiple ("ragged");
+#: several row blocks per rank and tiles per CTA ("multi")
+AG_SHAPES = {"ragged": lambda w: (w * 128, w * 1000, 576), "multi": lambda w: (w * 1024, w * 2048, 1024)}
+AG_CASES = [("ragged", "bfloat16", "col"), ("ragged", "float16", "row"), ("multi", "bfloat16", "col")]
+
+
+def _ag_name(tag, w, dtype, b_major):
+    return f"dist_ag_gemm_{tag}_{_short(dtype)}_{b_major}_w{w}"
 
 
 def _short(dtype):
@@ -70,6 +85,9 @@ for _w in WORLDS:
     for _tag, _dt, _bm in BULK_CASES:
         _n = _gemm_name(_tag + "_bulk", _w, _dt, _bm)
         BUILDS[_n] = functools.partial(_gemm_rs, GEMM_SHAPES[_tag](_w), _w, _dt, _bm, _n, "bulk")
+    for _tag, _dt, _bm in AG_CASES:
+        _n = _ag_name(_tag, _w, _dt, _bm)
+        BUILDS[_n] = functools.partial(_ag_gemm, AG_SHAPES[_tag](_w), _w, _dt, _bm, _n)
 
 
 # --- checks (GPU machine, torchrun) -------------------------------------------------------------
@@ -201,6 +219,37 @@ def check_gemm_rs(dtype, b_major):
     return check
 
 
+def check_ag_gemm(dtype, b_major):
+    def check(path, heap, torch, dist):
+        """Every rank's C = all_gather(A) · B_rᵀ against torch (NCCL all-gather + torch.mm) and fp32,
+        over several launches (the gathered buffer's two halves alternate)."""
+        from axe.runtime.distributed import DistKernel
+        k = DistKernel(path, heap, timeout=10.0)
+        w = heap.world
+        d = k.dist["params"]
+        M, K = d["A_"]["shape"]
+        N = d["C_"]["shape"][1]
+        dt = getattr(torch, dtype)
+        errs, errs_torch = [], []
+        for _ in range(REPEATS):
+            A = (torch.randn(M // w, K, device=heap.device) * 0.5).to(dt)
+            Bn = (torch.randn(N // w, K, device=heap.device) * 0.5).to(dt)     # W_r: N/w × K
+            B = Bn if b_major == "col" else Bn.t().contiguous()
+            C = torch.full((M, N // w), float("nan"), device=heap.device, dtype=dt)
+            k(A, B, C, check=True)
+            full = torch.empty(M, K, device=heap.device, dtype=dt)
+            dist.all_gather_into_tensor(full, A)
+            ref = full.float() @ Bn.float().t()
+            errs.append(_rel(C, ref))
+            errs_torch.append(_rel(full @ Bn.t(), ref))
+        tol = max(3 * max(errs_torch), 2e-2)
+        if max(errs) > tol:
+            raise AssertionError(f"ag_gemm: rel. error {max(errs):.3g} > {tol:.3g} (NCCL + torch.mm: {max(errs_torch):.3g})")
+        return (f"{M}x{N}x{K} {dtype} B {b_major}, {REPEATS} launches: rel err {max(errs):.2e} "
+                f"(all_gather + torch.mm {max(errs_torch):.2e})")
+    return check
+
+
 def check_gemm_rs_signature(path, heap, torch, dist):
     """DTensor arguments are accepted; a wrong placement and a wrong local shape are refused
     before launch, naming the parameter."""
@@ -287,6 +336,8 @@ for _w in WORLDS:
         DIST_CHECKS[_gemm_name(_tag, _w, _dt, _bm)] = check_gemm_rs(_dt, _bm)
     for _tag, _dt, _bm in BULK_CASES:
         DIST_CHECKS[_gemm_name(_tag + "_bulk", _w, _dt, _bm)] = check_gemm_rs(_dt, _bm)
+    for _tag, _dt, _bm in AG_CASES:
+        DIST_CHECKS[_ag_name(_tag, _w, _dt, _bm)] = check_ag_gemm(_dt, _bm)
 #: checks that reuse another case's artifact: (artifact, check); run after the correctness checks
 EXTRA = [("dist_gemm_rs_square_bf16_col_w{w}", check_gemm_rs_signature), ("dist_exchange_w{w}", check_timeout),
          ("dist_exchange_w{other}", check_world)]

@@ -59,7 +59,7 @@ class ReduceScatter:
         self.p_shape = (world, sched.m_tiles * bm, sched.n_tiles * bn)     # staging: one padded slot per source
         self.nsig = world * sched.m_tiles * sched.n_tiles * 2
         self.smem = inner.smem
-        self.unused_params = (() if push == "forward" else ("Q_",)) + FUSED_PARAMS
+        self.unused_params = (() if push == "forward" else ("Q_",)) + ("P_map",) + FUSED_PARAMS
 
     m_maps = ()
 
@@ -70,7 +70,7 @@ class ReduceScatter:
         """The signal on the owner that ``src``'s half-tile ``wg`` of (j, n_blk) has arrived."""
         return ((src * self.sched.m_tiles + j) * self.sched.n_tiles + n_blk) * 2 + wg
 
-    def declare(self, A_, B_, C_, P_, Q_, peers, sig, err, rank_, epoch, timeout_ns, F, cid, tx):
+    def declare(self, A_, B_, C_, P_, P_map, Q_, peers, sig, err, rank_, epoch, timeout_ns, F, cid, tx):
         """The mesh and the distributed signature (A and B sharded over K, C's rows scattered, P the
         symmetric staging the runtime supplies)."""
         from axe.layout.interop.dtensor import Shard

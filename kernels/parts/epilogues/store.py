@@ -79,7 +79,7 @@ class ChunkedStore:
     def producer_warps(self, dist):
         """No producer warps."""
 
-    unused_params = ("Q_", "P_", "peers", "sig", "err", "rank_", "epoch", "timeout_ns") + FUSED_PARAMS
+    unused_params = ("Q_", "P_", "P_map", "peers", "sig", "err", "rank_", "epoch", "timeout_ns") + FUSED_PARAMS
     #: static shared bytes of fused operands
     operand_bytes = 0
     #: the tensor maps besides A's and C's whose extents include M (a run-time M reads them at launch)

@@ -146,7 +146,7 @@ class Cooperative:
         pipe.acquire(i)
         lead = sched.a_lead
         a_tile = Ax.view(pool, swizzled(self.bm, self.bk, lead), lead + (self.bm, self.bk), base=self.a_at + s * (self.bm * self.bk))
-        Ax.copy(a_tile, sched.a_region(A, m_blk, kb, self.bm, self.bk, mesh), barrier=pipe.full, stage=s)
+        sched.load_a(lambda src: Ax.copy(a_tile, src, barrier=pipe.full, stage=s), A, m_blk, kb, self.bm, self.bk, mesh)
         self.b.load(self, pool, pipe, B, s, n_blk, kb, rank)
 
     def mma_step(self, pool, pipe, acc, wg, i, accumulate, leader, wait):

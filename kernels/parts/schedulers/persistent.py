@@ -8,6 +8,9 @@ Contract (every scheduler offers it; the kernel skeleton calls nothing else):
   than tiles);
 - ``count(cid)``: the tiles CTA ``cid`` is given; ``trips(count)``: how many of them it runs whole
   (tile by tile, all k-blocks); ``coords(cid, it, rank)``: ``(m block, n block)`` of its ``it``-th;
+- ``before_tile(m_blk, mesh)``: what the producer does before loading a tile's k-blocks (nothing
+  here; the gather order waits for a peer's rows); ``load_a(copy, A, m_blk, kb, rows, depth, mesh)``:
+  ``copy(region)`` of A's k-block (:meth:`a_region` here; the gather order picks the source);
 - ``produce_rest(cid, load)`` / ``consume_rest(cid, k_range, finish)``: what the CTA runs after its
   whole tiles (nothing here; stream-K's pieces);
 - ``workspace``: the fp32 scratch shape its hand-overs need (``(1, 1)``: none); ``flags(sms)``: the
@@ -76,6 +79,13 @@ class Persistent:
     def a_region(self, A, m_blk, kb, rows, depth, mesh=None):
         """A's k-block ``kb`` (``depth`` deep) of scheduled block-row ``m_blk`` (``rows`` high)."""
         return block(A, m_blk, kb, rows, depth)
+
+    def before_tile(self, m_blk, mesh=None):
+        """Nothing to wait for."""
+
+    def load_a(self, copy, A, m_blk, kb, rows, depth, mesh=None):
+        """``copy`` A's k-block ``kb`` of scheduled block-row ``m_blk`` into its slot."""
+        copy(self.a_region(A, m_blk, kb, rows, depth, mesh))
 
     def produce_rest(self, cid, load):
         """Nothing after the whole tiles."""

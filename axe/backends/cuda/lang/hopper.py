@@ -111,11 +111,14 @@ def named_barrier_arrive(barrier_id, threads: int):
                                 T.uint32(threads)))
 
 
-def fence_proxy_async():
-    """``fence.proxy.async.shared::cta``: order this thread's ordinary shared-memory writes before
-    later async-proxy reads (TMA store, wgmma operands)."""
+def fence_proxy_async(space="shared::cta"):
+    """``fence.proxy.async.<space>``: order ordinary (generic-proxy) accesses of ``space`` before
+    later async-proxy accesses (TMA, wgmma operands): ``"shared::cta"`` for this thread's shared
+    writes, ``"global"`` for global memory a peer or another thread wrote before a signal."""
     from tvm.script import tirx as T
-    T.evaluate(T.ptx["fence.proxy.async.shared::cta"]())
+    if space not in ("shared::cta", "shared::cluster", "global"):
+        raise ValueError(f"fence_proxy_async: space must be 'shared::cta', 'shared::cluster' or 'global', got {space!r}")
+    T.evaluate(T.ptx[f"fence.proxy.async.{space}"]())
 
 
 @contextlib.contextmanager

@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""All-gather + GEMM on w GPUs of one host, side by side: axe, cuBLAS, NCCL + cuBLAS, symm_mem.
+
+Tensor-parallel column-parallel layer (the up projection), M ∈ {128, 512, 2048, 8192} (``--m``),
+bf16: the activations A (M×K) are sharded by rows (rank r holds A_r: M/w×K) and the ``nn.Linear``
+weight W (N×K) by rows of N (W_r: N/w×K); rank r computes ``C_r = all_gather(A) · W_rᵀ`` (M×N/w);
+(N, K) = (intermediate, hidden) of the 8 models of ``benchmarks/gemm.py``.  Sides: ``bare``
+(torch.mm of the gathered problem, M×N/w: the ideal), ``nccl`` (``dist.all_gather_into_tensor`` +
+torch.mm), ``symm_mem`` (``torch.ops.symm_mem.fused_all_gather_matmul``), ``axe``
+(``kernels/ag_gemm.py`` through ``axe.runtime.distributed.DistKernel``; built where M/w is a
+multiple of 128), ``axe_nccl`` (the non-fused path: NCCL all-gather + axe's own GEMM, configured by
+``kernels.gemm_select.heuristic``), ``axe_gemm`` (axe's GEMM of the gathered problem alone).
+
+Every side is checked against fp32 (``all_gather(A) · W_rᵀ``) before it is timed; timing as
+:mod:`dist_bench` says.  Usage: ``.venv/bin/python benchmarks/ag_gemm.py build --world 2 4 [--m ...]``
+(CPU machine); ``torchrun --nproc-per-node W benchmarks/ag_gemm.py run [--artifacts DIR] [--json
+PATH]`` (GPU machine; no TVM).  Writes ``benchmarks/results/ag_gemm-<date>-<device>-w<world>.json``.
+"""
+
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+import dist_bench  # noqa: E402
+from dist_bench import check_and_time, why  # noqa: E402
+
+dist_bench.multicast_off("ag_gemm")
+
+import datetime  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+
+sys.path.insert(0, ROOT)
+from gemm import MODELS  # noqa: E402  (torch-free)
+
+MS = (128, 512, 2048, 8192)
+SIDES = ("bare", "nccl", "symm_mem", "axe", "axe_nccl", "axe_gemm")
+TOL, WARMUP, REPEATS = 2e-2, 5, 5
+POOL_BYTES = 12 << 30       # the symmetric pool: the fused kernel's gathered buffer (2·M×K bf16)
+
+
+def artifact_name(world, m, n, k):
+    """The artifact directory name of one up projection at one world size and M."""
+    return f"ag_gemm_bf16_w{world}_m{m}_{n}x{k}"
+
+
+def shapes(only, world, ms):
+    """(model, M, N, K) of the up projections at every M of ``ms``, filtered by ``--only``."""
+    out = [(name, m, i, h) for m in ms for name, (h, i) in MODELS.items()]
+    return [s for s in out if not only or {s[0], f"{s[2]}x{s[3]}", artifact_name(world, *s[1:])} & set(only)]
+
+
+def build(args):
+    """Build the fused kernel and axe's GEMM of the gathered problem for every shape (CPU machine),
+    skipping existing ones; a shape the fused kernel refuses is reported and its side not run."""
+    os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
+    from kernels import ag_gemm, gemm, gemm_select
+    for world in args.world:
+        for model, m, n, k in shapes(args.only, world, args.m):
+            name = artifact_name(world, m, n, k)
+            path = os.path.join(args.out, name)
+            t = time.time()
+            todo = {"": lambda: ag_gemm.build(m, n, k, world, "bfloat16", "col", name=name),
+                    "_gemm": lambda: gemm.build(m, n // world, k, "bfloat16", "col", name=name + "_gemm",
+                                                **gemm_select.heuristic(m, n // world, k))}
+            for suffix, make in todo.items():
+                if os.path.exists(os.path.join(path + suffix, "launch.json")):
+                    continue
+                try:
+                    make().save(path + suffix)
+                    print(f"built {name + suffix:40s} {time.time() - t:5.1f} s", flush=True)
+                except ValueError as e:
+                    print(f"refused {name + suffix}: {e}", flush=True)
+    print(f"artifacts in {args.out}")
+    return 0
+
+
+def make_sides(sel, a, w, rank, world, M, n, heap, artifact, group_name, setup_err):
+    """``{side: (fn, output to poison or None, sync)}``, ``{side: error}``, unbuilt sides."""
+    import torch
+    import torch.distributed as dist
+    from axe.runtime import load
+    from axe.runtime.distributed import DistKernel
+    k_ = a.shape[1]
+    wt = w.t()
+    full = torch.empty(M, k_, device=a.device, dtype=a.dtype)
+    c = torch.empty(M, n // world, device=a.device, dtype=a.dtype)
+    sync = torch.cuda.synchronize
+    sides, errs = {}, {}
+
+    def nccl():
+        dist.all_gather_into_tensor(full, a)
+        return torch.mm(full, wt, out=c)
+    dist.all_gather_into_tensor(full, a)
+    bare_a = full.clone()
+    sides["bare"] = (lambda: torch.mm(bare_a, wt, out=c), c, sync)
+    sides["nccl"] = (nccl, c, sync)
+    sides["symm_mem"] = (lambda: torch.ops.symm_mem.fused_all_gather_matmul(a, [wt], 0, group_name)[1][0], None, sync)
+    unbuilt = {s for s, x in (("axe", ""), ("axe_nccl", "_gemm"), ("axe_gemm", "_gemm"))
+               if s in sel and not os.path.exists(os.path.join(artifact + x, "launch.json"))}
+    for s in ("axe", "axe_nccl", "axe_gemm"):
+        if s not in sel or s in unbuilt:
+            continue
+        try:
+            if s == "axe":
+                if setup_err.get("axe"):
+                    raise RuntimeError(setup_err["axe"])
+                kf = DistKernel(artifact, heap)
+                ca = torch.empty_like(c)
+                sides[s] = (lambda kf=kf, ca=ca: (kf(a, w, ca), ca)[1], ca, kf.synchronize)
+                continue
+            kg = load(artifact + "_gemm")
+            cg = torch.empty_like(c)
+            if s == "axe_gemm":
+                sides[s] = (lambda kg=kg, cg=cg: (kg(bare_a, w, cg), cg)[1], cg, sync)
+            else:
+                fa = torch.empty_like(full)
+
+                def axe_nccl(kg=kg, cg=cg, fa=fa):
+                    dist.all_gather_into_tensor(fa, a)
+                    kg(fa, w, cg)
+                    return cg
+                sides[s] = (axe_nccl, cg, sync)
+        except Exception as e:
+            errs[s] = why(e, rank)
+    if setup_err.get("symm_mem"):
+        errs["symm_mem"] = setup_err["symm_mem"]
+    return {s: v for s, v in sides.items() if s in sel and s not in errs}, errs, unbuilt
+
+
+def run_shape(args, model, M, n, k, rank, world, heap, group_name, setup_err):
+    """Check, then time every selected side on one shape; returns the JSON row (the same on all ranks)."""
+    import torch
+    import torch.distributed as dist
+    name = artifact_name(world, M, n, k)
+    torch.manual_seed(2000 + rank)
+    a = (torch.randn(M // world, k, device="cuda") * 0.5).to(torch.bfloat16)
+    w = (torch.randn(n // world, k, device="cuda") * 0.5).to(torch.bfloat16)
+    full = torch.empty(M, k, device="cuda", dtype=torch.bfloat16)
+    dist.all_gather_into_tensor(full, a)
+    exact = full.float() @ w.float().t()
+    del full
+    ref = {s: exact for s in SIDES}
+    sides, errs, unbuilt = make_sides(args.sides, a, w, rank, world, M, n, heap, os.path.join(args.artifacts, name),
+                                      group_name, setup_err)
+    ms, err_all, errs_all = check_and_time(args, SIDES, sides, ref, errs, rank, world, WARMUP, REPEATS, TOL)
+    del ref, exact
+    row = {"model": model, "M": M, "N": n, "K": k, "N_local": n // world, "world": world, "artifact": name, "ms": ms,
+           "status": {s: "not run" if s not in args.sides else "not built" if s in unbuilt else "ok" if ms[s]
+                      else "FAIL" for s in SIDES},
+           "rel_err_per_rank": {s: [e[s] for e in err_all] for s in args.sides},
+           "errors": {s: [r[s] for r in errs_all if s in r] for s in SIDES if any(s in r for r in errs_all)},
+           "tflops_per_gpu": {s: 2.0 * M * (n // world) * k / (v * 1e-3) / 1e12 for s, v in ms.items() if v}}
+    dist_bench.summarize(row, ms)
+    if rank == 0:
+        print(f"{model} M={M} {n}x{k} w{world}: " + "  ".join(f"{s} {v:.3f} ms" if v else f"{s} {row['status'][s]}"
+                                                                for s, v in ms.items()), flush=True)
+    del sides, a, w
+    torch.cuda.empty_cache()
+    return row
+
+
+def report(args, rows, world):
+    """Write the JSON and print the table (rank 0)."""
+    import torch
+    dev, date = torch.cuda.get_device_name(), datetime.date.today().isoformat()
+    path = args.json or os.path.join(os.environ.get("OUT", os.path.join(ROOT, "benchmarks", "results")),
+                                     f"ag_gemm-{date}-{dist_bench.device_tag()}-w{world}.json")
+    g = dist_bench.goal(rows)
+    result = {"benchmark": "ag_gemm", "date": date, "device": dev, "world": world,
+              "sms": torch.cuda.get_device_properties(0).multi_processor_count, "versions": dist_bench.versions(),
+              "problem": "C_r = all_gather(A) W_r^T; A_r M/w x K, W_r N/w x K (nn.Linear weight); "
+                         f"M in {sorted({r['M'] for r in rows})}, bf16, (N, K) = (intermediate, hidden)",
+              "check": f"max abs err / max abs ref < {TOL} vs fp32; fresh randn x0.5; outputs NaN-poisoned",
+              "timing": f"dist_bench.check_and_time: {args.iters} launches per block, {WARMUP} warm-ups, "
+                        f"{REPEATS} interleaved rounds, median per rank, max over ranks; multicast off",
+              "figures": rows, "summary": g}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+
+    def f(v, fmt, unit=""):
+        return "-" if v is None else format(v, fmt) + unit
+    print(f"\n{date}  {dev} x{world}  torch {torch.__version__}  -> {path}")
+    print(f"{'model':15s} {'M':>5s} {'N×K':>11s} {'bare':>7s} {'nccl':>7s} {'symm_mem':>8s} {'axe':>9s} {'axe_nccl':>8s} "
+          f"{'axe_gemm':>8s} {'pick':>8s} {'vs nccl':>7s} {'vs symm':>7s} {'axe/bare':>8s}  (ms; vs = peer/pick)")
+    for r in rows:
+        c = {s: f(v, ".3f") if v else r["status"][s] for s, v in r["ms"].items()}
+        print(f"{r['model']:15s} {r['M']:5d} {r['N']:>5d}×{r['K']:<5d} {c['bare']:>7s} {c['nccl']:>7s} {c['symm_mem']:>8s} "
+              f"{c['axe']:>9s} {c['axe_nccl']:>8s} {c['axe_gemm']:>8s} {r['axe_pick'] or '-':>8s} "
+              f"{f(r['pick_vs_nccl'], '.3f'):>7s} {f(r['pick_vs_symm_mem'], '.3f'):>7s} "
+              f"{f(r['axe_over_bare_pct'], '+.1f', '%'):>8s}")
+        for s, texts in r["errors"].items():
+            print(f"  {s} FAILED: " + " | ".join(texts))
+    print(f"goal ({g['goal']}): {'met' if g['met'] else 'NOT met'}" + "".join(f"\n  {m}" for m in g["misses"]))
+
+
+def main(argv=None):
+    """``build`` (CPU machine) or ``run`` (under torchrun on the GPU machine)."""
+    return dist_bench.cli(argv, __doc__, SIDES, MS, "ag_gemm", build,
+                          lambda args: dist_bench.launch(args, shapes, run_shape, report, POOL_BYTES))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,232 @@
+"""What the multi-GPU benchmarks share (``gemm_rs.py``, ``ag_gemm.py``, ``tp_mlp.py``): multicast kept
+off, one-line errors naming the rank, the versions of the run, and the check-then-time loop.
+
+Timing law (:func:`check_and_time`): every side is checked before it is timed (a side failing on
+any rank is dropped on all); then 5 warm-ups, and ``repeats`` rounds in which the sides take turns,
+each a block of ``iters`` back-to-back launches between CUDA events after ``dist.barrier()`` +
+synchronize; per-launch ms = the median over the rounds on each rank, then the max over ranks (a
+collective is as slow as its slowest rank).  No L2 flush, for any side.
+"""
+
+import os
+import sys
+
+#: NVLink multicast stays off on the shared machines, whatever the environment said
+SAFE_ENV = (("NCCL_NVLS_ENABLE", "0"), ("TORCH_SYMM_MEM_DISABLE_MULTICAST", "1"), ("NVSHMEM_DISABLE_NVLS", "1"))
+
+
+def multicast_off(tag):
+    """Set the three variables that keep NVLink multicast off (before torch or NCCL start)."""
+    for k, v in SAFE_ENV:
+        if os.environ.get(k) != v:
+            if k in os.environ:
+                print(f"{tag}: {k}={os.environ[k]!r} overridden to {v!r} (no NVLink multicast)", file=sys.stderr)
+            os.environ[k] = v
+
+
+def why(e, rank, when=""):
+    """One line naming the rank and the exception (its first line, at most 300 characters)."""
+    return f"rank {rank}: {when}{type(e).__name__}: {(str(e).splitlines() or [''])[0][:300]}"
+
+
+def _driver():
+    """The NVIDIA driver version: NVML, else nvidia-smi."""
+    try:
+        import pynvml
+        pynvml.nvmlInit()
+        return pynvml.nvmlSystemGetDriverVersion()
+    except ImportError:
+        import subprocess
+        return subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"], check=True,
+                              capture_output=True, text=True, timeout=60).stdout.split()[0]
+
+
+def _version(get):
+    """``get()`` as a string, or "unknown (<error>)"."""
+    try:
+        v = get()
+        return v.decode() if isinstance(v, bytes) else str(v)
+    except Exception as e:
+        return f"unknown ({type(e).__name__})"
+
+
+def versions():
+    """torch, CUDA, Python, driver and NCCL versions of this run."""
+    import platform
+
+    import torch
+    return {"torch": torch.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
+            "driver": _version(_driver), "nccl": _version(lambda: ".".join(map(str, torch.cuda.nccl.version())))}
+
+
+def device_tag():
+    """``h100``, ``h200``, ...: the device name's model, for file names."""
+    import torch
+    return torch.cuda.get_device_name().replace("NVIDIA ", "").split()[0].lower()
+
+
+def check_and_time(args, all_sides, sides, ref, errs, rank, world, warmup=5, repeats=5, tol=2e-2):
+    """Check every side of ``sides`` (``{side: (fn returning the output, output to poison or None,
+    sync)}``) against ``ref[side]`` (sides without a reference are timing aids, run unchecked), then
+    time them (the module's law).  ``errs`` collects ``{side: message}`` of this rank.  Returns
+    ``(ms, err_all, errs_all)``: ``{side: ms or None}`` over ``all_sides``, each rank's relative
+    errors and each rank's error messages."""
+    import statistics
+
+    import torch
+    import torch.distributed as dist
+    err = {s: None for s in args.sides}
+    for s, (fn, out, sync) in sides.items():
+        try:
+            if out is not None:
+                out.fill_(float("nan"))
+            got = fn()
+            sync()
+            if s not in ref:
+                continue
+            e = ((got.float() - ref[s]).abs().max() / ref[s].abs().max()).item()   # NaN if a NaN is left
+            err[s] = e if e == e else None
+            if not e < tol:
+                errs[s] = f"rank {rank}: max abs err / max abs ref {e:.3e} (tolerance {tol})"
+        except Exception as e:
+            errs[s] = why(e, rank)
+    ok = torch.tensor([0.0 if s in errs or s not in sides else 1.0 for s in all_sides], device="cuda")
+    dist.all_reduce(ok, op=dist.ReduceOp.MIN)     # a side wrong on one rank is dropped on all
+    err_all = [None] * world
+    dist.all_gather_object(err_all, err)
+    timed = [s for i, s in enumerate(all_sides) if ok[i].item() == 1.0]
+    times = {s: [] for s in timed}
+
+    def guarded(s, body):
+        """Run ``body`` for side ``s``; if it raised on any rank, every rank drops the side."""
+        bad = 0.0
+        try:
+            body()
+        except Exception as e:
+            errs.setdefault(s, why(e, rank, "while timing: "))
+            bad = 1.0
+        flag = torch.tensor([bad], device="cuda")
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        if flag.item():
+            timed.remove(s)
+
+    def block(s):
+        """One measured block: barrier, then ``iters`` back-to-back launches between CUDA events."""
+        fn, _, sync = sides[s]
+        dist.barrier()
+        torch.cuda.synchronize()
+        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0.record()
+        for _ in range(args.iters):
+            fn()
+        t1.record()
+        sync()
+        times[s].append(t0.elapsed_time(t1) / args.iters)
+
+    for s in list(timed):
+        guarded(s, lambda: ([sides[s][0]() for _ in range(warmup)], sides[s][2]()))
+    for _ in range(repeats):
+        for s in list(timed):
+            guarded(s, lambda: block(s))
+    errs_all = [None] * world
+    dist.all_gather_object(errs_all, errs)
+    med = torch.tensor([statistics.median(times[s]) if s in timed else 0.0 for s in all_sides], device="cuda")
+    dist.all_reduce(med, op=dist.ReduceOp.MAX)    # a collective is as slow as its slowest rank
+    return {s: med[i].item() if s in timed else None for i, s in enumerate(all_sides)}, err_all, errs_all
+
+
+def summarize(row, ms):
+    """Add to ``row`` what a per-shape choice between axe's fused kernel and its non-fused path would
+    run (``axe_pick``, ``axe_pick_ms``), and the ratios against the peers and the bare GEMM; the
+    exposed communication is the fused kernel's time minus axe's own GEMM's."""
+    ax, nc, sm, ba, an, ag = (ms.get(s) for s in ("axe", "nccl", "symm_mem", "bare", "axe_nccl", "axe_gemm"))
+    pick = min((v, s) for s, v in (("axe", ax), ("axe_nccl", an)) if v) if ax or an else None
+    row["axe_pick"], row["axe_pick_ms"] = (pick[1], pick[0]) if pick else (None, None)
+    row["axe_vs_nccl"] = nc / ax if ax and nc else None
+    row["axe_vs_symm_mem"] = sm / ax if ax and sm else None
+    row["axe_over_bare_pct"] = (ax / ba - 1) * 100 if ax and ba else None
+    row["exposed_ms"] = ax - ag if ax and ag else None
+    row["pick_vs_nccl"] = nc / pick[0] if pick and nc else None
+    row["pick_vs_symm_mem"] = sm / pick[0] if pick and sm else None
+    return row
+
+
+def goal(rows):
+    """The goal check: on every shape the pick (fused or non-fused) faster than nccl and symm_mem; at
+    M = 8192 the fused kernel within 3% of the bare GEMM (the exchange hidden)."""
+    miss = []
+    for r in rows:
+        tag = f"{r['model']} M={r['M']} {r['N']}x{r['K']}"
+        tests = [("pick_vs_nccl", lambda v: v <= 1.0), ("pick_vs_symm_mem", lambda v: v <= 1.0)]
+        if r["M"] >= 8192:
+            tests.append(("axe_over_bare_pct", lambda v: v > 3.0))
+        for key, bad in tests:
+            if r[key] is None or bad(r[key]):
+                miss.append(f"{tag}: {key} {'missing' if r[key] is None else format(r[key], '.3f')}")
+    return {"goal": "the pick (fused or non-fused) faster than both peers on every shape; at M = 8192 the fused "
+                    "kernel within 3% of bare", "met": not miss, "misses": miss}
+
+
+def launch(args, shapes, run_shape, report, pool_bytes):
+    """The torchrun entry: one process per GPU; the symm_mem ops registered, axe's symmetric heap of
+    ``pool_bytes``; ``run_shape(args, *shape, rank, world, heap, group_name, setup_err)`` per shape;
+    rank 0 reports."""
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+    local_rank = int(os.environ.get("LOCAL_RANK", 0))
+    torch.cuda.set_device(local_rank)
+    dist.init_process_group("nccl", timeout=datetime.timedelta(seconds=120), device_id=torch.device("cuda", local_rank))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    group_name = dist.group.WORLD.group_name
+    setup_err, heap = {}, None
+    if "symm_mem" in args.sides:
+        try:
+            import warnings
+
+            import torch.distributed._symmetric_memory as symm   # registers torch.ops.symm_mem
+            with warnings.catch_warnings():                      # deprecated (a no-op) in newer torch
+                warnings.simplefilter("ignore")
+                getattr(symm, "enable_symm_mem_for_group", lambda g: None)(group_name)
+        except Exception as e:
+            setup_err["symm_mem"] = why(e, rank, "setup: ")
+    if "axe" in args.sides:
+        try:
+            from axe.runtime.symmetric import SymmetricHeap
+            heap = SymmetricHeap(pool_bytes=pool_bytes)
+        except Exception as e:
+            setup_err["axe"] = why(e, rank, "SymmetricHeap(): ")
+    rows = [run_shape(args, *s, rank, world, heap, group_name, setup_err) for s in shapes(args.only, world, args.m)]
+    dist.barrier()
+    if rank == 0:
+        report(args, rows, world)
+    dist.destroy_process_group()
+    return 0
+
+
+def cli(argv, doc, sides, ms, bench, build, run):
+    """Parse ``build`` / ``run`` command lines (no torch needed) and dispatch; ``bench``: the
+    benchmark's name (artifact folder ``.carry/<bench>_bench``, JSON ``<bench>-<date>-<device>-w<W>.json``)."""
+    import argparse
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
+    sub = ap.add_subparsers(dest="mode", required=True)
+    b = sub.add_parser("build", help="build the axe artifacts (CPU machine, TVM)")
+    b.add_argument("--world", type=int, nargs="+", action="extend", help="world sizes (default 2), e.g. --world 2 4")
+    b.add_argument("--out", default=os.path.join(root, ".carry", f"{bench}_bench"))
+    b.add_argument("--diagnostics", action="store_true", help="also build the diagnostic sides' kernels")
+    r = sub.add_parser("run", help="check and time the sides (under torchrun on the GPU machine, no TVM)")
+    r.add_argument("--artifacts", default=os.path.join(root, ".carry", f"{bench}_bench"))
+    r.add_argument("--json", default=None, help=f"default benchmarks/results/{bench}-<date>-<device>-w<W>.json")
+    r.add_argument("--iters", type=int, default=20, help="launches per measured block")
+    r.add_argument("--sides", nargs="+", choices=sides, default=list(sides))
+    for p in (b, r):
+        p.add_argument("--m", type=int, nargs="+", default=list(ms), help=f"values of M (default {ms})")
+        p.add_argument("--only", nargs="+", default=None, metavar="NAME",
+                       help="model names, NxK or artifact names (e.g. Llama-3.1-8B 4096x14336)")
+    args = ap.parse_args(argv)
+    if args.mode == "build":
+        args.world = args.world or [2]
+        return build(args)
+    return run(args)
