@@ -1,4 +1,5 @@
-"""axe's kernels as ``torch.library`` custom ops: ``torch.ops.axe.rmsnorm``, ``.softmax``, ``.gemm``.
+"""axe's kernels as ``torch.library`` custom ops: ``torch.ops.axe.rmsnorm``, ``.fused_add_rmsnorm``,
+``.softmax``, ``.silu_and_mul``, ``.rotary_embedding``, ``.gemm``.
 
 Each op allocates its output, launches an axe kernel through a :class:`~axe.torch.jit.JitKernel`
 (built on the first call of a specialization, cached on disk) and has a fake implementation
@@ -7,10 +8,23 @@ Each op allocates its output, launches an axe kernel through a :class:`~axe.torc
 current stream through torch's allocator so that CUDA graphs capture it (call it once before
 capturing: the first call builds or loads the kernel).
 
-- ``rmsnorm(x, weight, eps=1e-6)``: ``x`` (..., n) fp16/bf16, ``weight`` (n,): one artifact per
-  (n, dtype) serves every number of rows (``kernels/rmsnorm.py:dynamic``);
-- ``softmax(x)``: over the last dimension, one artifact per (n, dtype)
+- ``rmsnorm(x, weight, eps=1e-6)``: ``x`` (..., n) fp16/bf16 with ``n`` any multiple of 8,
+  ``weight`` (n,): one artifact per (n, dtype) serves every number of rows
+  (``kernels/rmsnorm.py:dynamic``);
+- ``fused_add_rmsnorm(x, residual, weight, eps=1e-6)``: in place, returns nothing (vLLM's
+  ``fused_add_rms_norm`` and FlashInfer's ``fused_add_rmsnorm``): ``residual`` becomes
+  ``x + residual`` (rounded to the dtype), then ``x`` becomes ``rmsnorm(residual) * weight``
+  (``kernels/rmsnorm.py:dynamic_add``).  The schema marks both as mutated
+  (``Tensor(a!) x, Tensor(b!) residual``), so ``torch.compile`` functionalizes the call;
+- ``softmax(x)``: over the last dimension (any multiple of 8), one artifact per (n, dtype)
   (``kernels/softmax.py:dynamic``);
+- ``silu_and_mul(x)``: ``x`` (..., 2d) -> ``silu(x[..., :d]) * x[..., d:]`` (..., d), vLLM's
+  convention, one artifact per (d, dtype) (``kernels/silu_mul.py:dynamic``);
+- ``rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox)``: vLLM's
+  signature and semantics, ``query`` and ``key`` (``key`` may be None) rotated in place, returns
+  nothing; ``cos_sin_cache`` (max_position, head_size) holds cos in its first half and sin in its
+  second; NeoX (half-split) or GPT-J (interleaved) pairs; one artifact per (head_size, query
+  heads, key heads, style, dtype, positions dtype) (``kernels/rotary.py:dynamic``);
 - ``gemm(a, b, transpose_b=False)``: ``a @ b`` (``b`` (K, N)) or ``a @ b.T`` (``b`` (N, K)),
   fp16/bf16, through the dynamic-M GEMM of ``kernels/gemm.py`` (``make_dynamic``) — one artifact
   per (N, K, dtype, layout of b) and bucket of M (``kernels/gemm_select.py``: M ≤ 128 runs a
@@ -18,7 +32,8 @@ capturing: the first call builds or loads the kernel).
   measures the configurations (:mod:`axe.torch.tune`).
 
 Inputs that are not contiguous, or whose data is not 16-byte aligned (a sliced view), are
-copied first: the kernels load 16-byte vectors.
+copied first: the kernels load 16-byte vectors.  The in-place ops then copy their results back
+into the caller's tensors.
 """
 
 from __future__ import annotations
@@ -30,7 +45,8 @@ import torch
 from . import tune
 from .jit import JitKernel
 
-__all__ = ["rmsnorm", "softmax", "gemm", "KERNELS", "spec_rows", "spec_gemm"]
+__all__ = ["rmsnorm", "fused_add_rmsnorm", "softmax", "silu_and_mul", "rotary_embedding", "gemm", "KERNELS",
+           "spec_rows", "spec_gemm", "spec_silu", "spec_rotary"]
 
 #: the repository root, where ``kernels/`` lives (not an installed package)
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,18 +60,33 @@ def _dtype(op: str, name: str, t) -> str:
     return _DTYPES[t.dtype]
 
 
-def _row_length(op: str, x) -> int:
-    """The checked row length of ``x`` for a row-wise kernel (a multiple of 1024; every element
-    index of the (M, n) view fits the kernel's int32 arithmetic)."""
+def _row_length(op: str, x, name: str = "x", multiple: int = 8) -> int:
+    """The checked row length of ``x`` for a row-wise kernel (a positive multiple of
+    ``multiple``: rows move in 16-byte chunks; every element index of the (M, n) view fits the
+    kernel's int32 arithmetic)."""
     if x.dim() < 1:
-        raise ValueError(f"axe::{op}: x must have at least one dimension, got a scalar")
+        raise ValueError(f"axe::{op}: {name} must have at least one dimension, got a scalar")
     n = int(x.shape[-1])
-    if n <= 0 or n % 1024:
-        raise ValueError(f"axe::{op}: the last dimension of x is {n}; the axe kernel needs a positive "
-                         "multiple of 1024")
-    if x.numel() > _INT32:
-        raise ValueError(f"axe::{op}: x has {x.numel()} elements; the kernel indexes with int32 (at most {_INT32})")
+    if n <= 0 or n % multiple:
+        raise ValueError(f"axe::{op}: the last dimension of {name} is {n}; the axe kernel needs a positive "
+                         f"multiple of {multiple}")
+    _int32_elements(op, name, x)
     return n
+
+
+def _int32_elements(op: str, name: str, t):
+    if t.numel() > _INT32:
+        raise ValueError(f"axe::{op}: {name} has {t.numel()} elements; the kernel indexes with int32 (at most {_INT32})")
+
+
+def _same(op: str, name: str, t, like, like_name: str = "x", shape: bool = True):
+    """``t`` agrees with ``like`` in dtype, device and (``shape``) shape, or an error naming both."""
+    if shape and tuple(t.shape) != tuple(like.shape):
+        raise ValueError(f"axe::{op}: {name} has shape {tuple(t.shape)}, {like_name} has {tuple(like.shape)}; they must agree")
+    if t.dtype != like.dtype:
+        raise TypeError(f"axe::{op}: {name} has dtype {t.dtype}, {like_name} has {like.dtype}; they must agree")
+    if t.device != like.device:
+        raise ValueError(f"axe::{op}: {name} is on {t.device}, {like_name} on {like.device}")
 
 
 def spec_rows(X, *rest) -> dict:
@@ -85,10 +116,30 @@ def spec_gemm(b_major: str):
     return spec
 
 
+def spec_silu(X, Y) -> dict:
+    """SiLU-and-multiply's specialization: ``d`` (the output's row length) and the dtype."""
+    return {"d": int(Y.shape[1]), "dtype": _DTYPES.get(Y.dtype, str(Y.dtype))}
+
+
+def spec_rotary(is_neox: bool):
+    """The rotary kernel's specialization for one style: the head size (the cache's row), the
+    query and key heads, the dtype and the positions' dtype (the token count is read at launch)."""
+    def spec(P, Q, *rest) -> dict:
+        K, C = rest if len(rest) == 2 else (None, rest[0])
+        hs = int(C.shape[1])
+        return {"head_size": hs, "q_heads": int(Q.shape[1]) // hs, "kv_heads": 0 if K is None else int(K.shape[1]) // hs,
+                "is_neox": is_neox, "dtype": _DTYPES.get(Q.dtype, str(Q.dtype)), "pos_dtype": str(P.dtype)[6:]}
+    return spec
+
+
 #: the jit kernels behind the ops (their ``loader``, ``cache`` and ``target`` may be replaced)
 KERNELS = {
     "rmsnorm": JitKernel("kernels.rmsnorm:dynamic", spec_rows, path=ROOT),
+    "fused_add_rmsnorm": JitKernel("kernels.rmsnorm:dynamic_add", spec_rows, path=ROOT),
     "softmax": JitKernel("kernels.softmax:dynamic", spec_rows, path=ROOT),
+    "silu_and_mul": JitKernel("kernels.silu_mul:dynamic", spec_silu, path=ROOT),
+    "rotary_neox": JitKernel("kernels.rotary:dynamic", spec_rotary(True), path=ROOT),
+    "rotary_gptj": JitKernel("kernels.rotary:dynamic", spec_rotary(False), path=ROOT),
     "gemm": JitKernel("kernels.gemm:make_dynamic", spec_gemm("row"), path=ROOT),
     "gemm_nt": JitKernel("kernels.gemm:make_dynamic", spec_gemm("col"), path=ROOT),
 }
@@ -122,15 +173,12 @@ def _ready(t, align: int = 16):
 
 # --- rmsnorm ---------------------------------------------------------------------------------
 
-def _check_rmsnorm(x, weight):
-    n = _row_length("rmsnorm", x)
-    dt = _dtype("rmsnorm", "x", x)
+def _check_rmsnorm(x, weight, op="rmsnorm"):
+    n = _row_length(op, x)
+    dt = _dtype(op, "x", x)
     if tuple(weight.shape) != (n,):
-        raise ValueError(f"axe::rmsnorm: weight has shape {tuple(weight.shape)}, expected ({n},) (x's last dimension)")
-    if weight.dtype != x.dtype:
-        raise TypeError(f"axe::rmsnorm: weight has dtype {weight.dtype}, x has {x.dtype}; they must agree")
-    if weight.device != x.device:
-        raise ValueError(f"axe::rmsnorm: weight is on {weight.device}, x on {x.device}")
+        raise ValueError(f"axe::{op}: weight has shape {tuple(weight.shape)}, expected ({n},) (x's last dimension)")
+    _same(op, "weight", weight, x, shape=False)
     return n, dt
 
 
@@ -149,6 +197,45 @@ def _rmsnorm_fake(x, weight, eps=1e-6):
 
 
 rmsnorm = _define("rmsnorm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor", _rmsnorm, _rmsnorm_fake)
+
+
+# --- fused_add_rmsnorm ----------------------------------------------------------------------
+
+def _check_fused_add(x, residual, weight):
+    n, _ = _check_rmsnorm(x, weight, "fused_add_rmsnorm")
+    _same("fused_add_rmsnorm", "residual", residual, x)
+    return n
+
+
+def _writable(t):
+    """``(t itself, False)`` when the kernel can write it in place (contiguous, 16-byte aligned),
+    else ``(a contiguous copy, True)``: the caller copies the result back into ``t``."""
+    r = _ready(t)
+    return r, r is not t
+
+
+def _fused_add_rmsnorm(x, residual, weight, eps=1e-6):
+    """In place: ``residual = x + residual`` (fp32 sum rounded to the dtype), then ``x =
+    residual / sqrt(mean(residual², -1) + eps) * weight`` from the rounded residual; returns
+    nothing."""
+    n = _check_fused_add(x, residual, weight)
+    if x.numel() and x.data_ptr() == residual.data_ptr():
+        raise ValueError("axe::fused_add_rmsnorm: x and residual are the same memory; they must be distinct tensors")
+    xw, x_copied = _writable(x)
+    rw, r_copied = _writable(residual)
+    KERNELS["fused_add_rmsnorm"](xw.view(-1, n), _ready(weight).view(1, n), rw.view(-1, n), float(eps))
+    if x_copied:
+        x.copy_(xw)
+    if r_copied:
+        residual.copy_(rw)
+
+
+def _fused_add_rmsnorm_fake(x, residual, weight, eps=1e-6):
+    _check_fused_add(x, residual, weight)
+
+
+fused_add_rmsnorm = _define("fused_add_rmsnorm(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps=1e-06) -> ()",
+                            _fused_add_rmsnorm, _fused_add_rmsnorm_fake)
 
 
 # --- softmax ---------------------------------------------------------------------------------
@@ -170,6 +257,104 @@ def _softmax_fake(x):
 
 
 softmax = _define("softmax(Tensor x) -> Tensor", _softmax, _softmax_fake)
+
+
+# --- silu_and_mul ---------------------------------------------------------------------------
+
+def _check_silu(x):
+    two_d = _row_length("silu_and_mul", x, multiple=16)      # each half a multiple of 8
+    _dtype("silu_and_mul", "x", x)
+    return two_d // 2
+
+
+def _silu_and_mul(x):
+    """``silu(x[..., :d]) * x[..., d:]`` for ``x`` (..., 2d): fp32 inside, the result in x's dtype."""
+    d = _check_silu(x)
+    rows = _ready(x).reshape(-1, 2 * d)
+    y = x.new_empty((rows.shape[0], d))
+    KERNELS["silu_and_mul"](rows, y)
+    return y.view(*x.shape[:-1], d)
+
+
+def _silu_and_mul_fake(x):
+    d = _check_silu(x)
+    return x.new_empty((*x.shape[:-1], d))
+
+
+silu_and_mul = _define("silu_and_mul(Tensor x) -> Tensor", _silu_and_mul, _silu_and_mul_fake)
+
+
+# --- rotary_embedding -----------------------------------------------------------------------
+
+_ROTARY_HEAD_SIZES = (64, 128, 256)
+
+
+def _heads(name: str, t, tokens: int, head_size: int) -> int:
+    """How many heads of ``head_size`` each of ``tokens`` tokens has in ``t`` (checked)."""
+    if tokens == 0:
+        return 0
+    per = tokens * head_size
+    if t.numel() % per:
+        raise ValueError(f"axe::rotary_embedding: {name} has shape {tuple(t.shape)} ({t.numel()} elements), not "
+                         f"{tokens} tokens (positions.numel()) of whole heads of head_size={head_size}")
+    return t.numel() // per
+
+
+def _check_rotary(positions, query, key, head_size, cos_sin_cache):
+    op = "rotary_embedding"
+    if positions.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"axe::{op}: positions has dtype {positions.dtype}, expected int64 or int32")
+    _dtype(op, "query", query)
+    if head_size not in _ROTARY_HEAD_SIZES:
+        raise ValueError(f"axe::{op}: head_size={head_size}; the axe kernel supports {_ROTARY_HEAD_SIZES}")
+    if cos_sin_cache.dim() != 2:
+        raise ValueError(f"axe::{op}: cos_sin_cache has shape {tuple(cos_sin_cache.shape)}, expected "
+                         "(max_position, rot_dim)")
+    if cos_sin_cache.shape[1] != head_size:
+        raise ValueError(f"axe::{op}: cos_sin_cache rows hold rot_dim={cos_sin_cache.shape[1]} values; the axe kernel "
+                         f"rotates whole heads (rot_dim == head_size={head_size})")
+    _same(op, "cos_sin_cache", cos_sin_cache, query, "query", shape=False)
+    if positions.device != query.device:
+        raise ValueError(f"axe::{op}: positions is on {positions.device}, query on {query.device}")
+    tokens = positions.numel()
+    hq = _heads("query", query, tokens, head_size)
+    if tokens and not hq:
+        raise ValueError(f"axe::{op}: query has no heads")
+    hk = 0
+    if key is not None:
+        _same(op, "key", key, query, "query", shape=False)
+        hk = _heads("key", key, tokens, head_size)
+    for name, t in (("query", query), ("key", key), ("cos_sin_cache", cos_sin_cache)):
+        if t is not None:
+            _int32_elements(op, name, t)
+    return tokens, hq, hk
+
+
+def _rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
+    """vLLM's ``rotary_embedding``: rotates ``query`` and ``key`` (if not None) in place by the
+    angles of ``cos_sin_cache[positions]``; returns nothing."""
+    tokens, hq, hk = _check_rotary(positions, query, key, head_size, cos_sin_cache)
+    if tokens == 0:
+        return
+    qw, q_copied = _writable(query)
+    args = [_ready(positions.reshape(-1), positions.element_size()), qw.view(tokens, hq * head_size)]
+    if key is not None:
+        kw, k_copied = _writable(key)
+        args.append(kw.view(tokens, hk * head_size))
+    args.append(_ready(cos_sin_cache))
+    KERNELS["rotary_neox" if is_neox else "rotary_gptj"](*args)
+    if q_copied:
+        query.copy_(qw)
+    if key is not None and k_copied:
+        key.copy_(kw)
+
+
+def _rotary_embedding_fake(positions, query, key, head_size, cos_sin_cache, is_neox):
+    _check_rotary(positions, query, key, head_size, cos_sin_cache)
+
+
+rotary_embedding = _define("rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size, "
+                           "Tensor cos_sin_cache, bool is_neox) -> ()", _rotary_embedding, _rotary_embedding_fake)
 
 
 # --- gemm ------------------------------------------------------------------------------------
