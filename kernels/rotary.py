@@ -33,23 +33,6 @@ POS_DTYPES = ("int64", "int32")
 POS_ALIGN = {"int64": 8, "int32": 4}        # positions are read one at a time: any element-aligned view
 
 
-def reference(positions, query, key, cos_sin_cache, is_neox):
-    """The rotated ``(query, key)`` in fp32 (torch), query/key ``(tokens, heads, head_size)``."""
-    import torch
-    cache = cos_sin_cache.float()[positions.long()]
-    cos, sin = cache.chunk(2, dim=-1)
-    cos, sin = cos[:, None, :], sin[:, None, :]
-
-    def rotate(x):
-        x = x.float()
-        if is_neox:
-            a, b = x.chunk(2, dim=-1)
-            return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1)
-        a, b = x[..., 0::2], x[..., 1::2]
-        return torch.stack([a * cos - b * sin, b * cos + a * sin], dim=-1).flatten(-2)
-    return rotate(query), None if key is None else rotate(key)
-
-
 class Plan:
     """Who holds what for ``head_size`` and a style: ``per_head`` threads a head, ``heads``
     heads a pass of the CTA's 128 threads; ``x`` the register layout of a pass over shape
@@ -138,7 +121,8 @@ def dynamic(head_size: int = 128, q_heads: int = 32, kv_heads: int = 8, is_neox:
         for buf, H, nm in ((Q_, q_heads, "q"), (K_, kv_heads, "k")):
             if H == 0:
                 continue
-            X = Ax.param(T.decl_buffer((H, head_size), dtype, data=buf.data, elem_offset=bx * (H * head_size)), name=nm.upper())
+            X = Ax.param(T.decl_buffer((H, head_size), dtype, data=buf.data, elem_offset=bx * (H * head_size)),
+                         name=nm.upper())
             work += [(X, h, cnt, _load(X, h, cnt, plan, dtype, f"{nm}{h}_")) for h, cnt in _passes(H, plan)]
         for X, h, cnt, tiles in work:       # every load is in flight before the first rotation
             _rotate(tiles, cos, sin, plan, dtype)

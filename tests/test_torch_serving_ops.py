@@ -34,6 +34,19 @@ from axe.torch.jit import JitKernel  # noqa: E402
 from kernels import rotary, silu_mul  # noqa: E402
 from test_torch_jit import REFS, CpuLaunch  # noqa: E402
 
+
+def _load_cases():
+    """tests/gpu/cases_serving.py (not a package: loaded by path, as scripts/gpu_build.py does)."""
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu", "cases_serving.py")
+    spec = importlib.util.spec_from_file_location("cases_serving", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+CASES = _load_cases()
+
 ROW_COUNTS = (1, 7, 33)
 HIDDEN = (2048, 2304, 2880, 3584, 4096, 5120, 7168, 8192)
 
@@ -138,13 +151,14 @@ def _f32_rms(x, w, eps):
 
 
 def _rotary_standin(t, env, is_neox):
-    P, Q, C = t["P_"], t["Q_"], t["C_"]
+    """The rotation in fp32 by tests/gpu/cases_serving.py's torch reference (what the GPU checks use)."""
+    P, C = t["P_"], t["C_"]
     hs = C.shape[1]
-    K = t.get("K_")
-    q, k = rotary.reference(P, Q.view(Q.shape[0], -1, hs), None if K is None else K.view(K.shape[0], -1, hs), C, is_neox)
-    Q.copy_(q.reshape(Q.shape))
-    if K is not None:
-        K.copy_(k.reshape(K.shape))
+    cos, sin = C.float()[P.long()].chunk(2, dim=-1)
+    for name in ("Q_", "K_"):
+        if name in t:
+            X = t[name]
+            X.copy_(CASES.rotate(torch, X.view(X.shape[0], -1, hs).float(), cos, sin, is_neox).reshape(X.shape))
 
 
 def _fused_standin(t, env):
@@ -422,7 +436,8 @@ def test_fake_tensors_give_shapes_without_launching(ops):
     with FakeTensorMode():
         x = torch.empty(9, 3, 5760, dtype=torch.bfloat16)
         assert torch.ops.axe.silu_and_mul(x).shape == (9, 3, 2880)
-        xr, r, w = torch.empty(5, 2880, dtype=torch.bfloat16), torch.empty(5, 2880, dtype=torch.bfloat16), torch.empty(2880, dtype=torch.bfloat16)
+        xr, r = torch.empty(5, 2880, dtype=torch.bfloat16), torch.empty(5, 2880, dtype=torch.bfloat16)
+        w = torch.empty(2880, dtype=torch.bfloat16)
         assert torch.ops.axe.fused_add_rmsnorm(xr, r, w) is None
         assert torch.ops.axe.rmsnorm(xr, w).shape == (5, 2880)
         q, k = torch.empty(5, 2560, dtype=torch.bfloat16), torch.empty(5, 512, dtype=torch.bfloat16)

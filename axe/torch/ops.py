@@ -82,7 +82,8 @@ def _int32_elements(op: str, name: str, t):
 def _same(op: str, name: str, t, like, like_name: str = "x", shape: bool = True):
     """``t`` agrees with ``like`` in dtype, device and (``shape``) shape, or an error naming both."""
     if shape and tuple(t.shape) != tuple(like.shape):
-        raise ValueError(f"axe::{op}: {name} has shape {tuple(t.shape)}, {like_name} has {tuple(like.shape)}; they must agree")
+        raise ValueError(f"axe::{op}: {name} has shape {tuple(t.shape)}, {like_name} has {tuple(like.shape)}; "
+                         "they must agree")
     if t.dtype != like.dtype:
         raise TypeError(f"axe::{op}: {name} has dtype {t.dtype}, {like_name} has {like.dtype}; they must agree")
     if t.device != like.device:

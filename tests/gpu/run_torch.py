@@ -12,9 +12,12 @@ Two steps, one list of specializations (:data:`SPECS`) so both sides compute the
   check fails.
 
 Checks: ``axe::rmsnorm`` / ``axe::softmax`` for many row counts (one artifact each, against
-torch in fp32), ``axe::gemm`` (the dynamic-M builds: one artifact per (N, K, dtype, layout of b) and
-bucket of M, for every M in ``GEMM_ROWS``), a miss without TVM naming the
-build command, ``torch.compile(fullgraph=True)`` (inductor) of a function using the ops, CUDA
+torch in fp32), the serving ops of a decoder layer (``axe::rmsnorm`` at row lengths that are not
+multiples of 1024, ``axe::fused_add_rmsnorm``, ``axe::silu_and_mul``, ``axe::rotary_embedding`` —
+in place, through strided views of a fused qkv tensor — eager, under ``torch.compile`` with
+inductor and in a CUDA graph, and their GPU time beside torch's own ops), ``axe::gemm`` (the
+dynamic-M builds: one artifact per (N, K, dtype, layout of b) and bucket of M, for every M in
+``GEMM_ROWS``), a miss without TVM naming the build command, ``torch.compile(fullgraph=True)`` (inductor) of a function using the ops, CUDA
 graph capture and replay, and the host time per call (jit + runtime) beside torch's own ops.
 """
 
@@ -27,6 +30,9 @@ import traceback
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cases_serving  # noqa: E402  (the serving ops' references, shared with the artifact checks)
+
 CACHE = os.path.join(ROOT, ".carry", "axe_cache")
 TARGET = "sm_90a"
 
@@ -49,8 +55,28 @@ def _gemm_specs():
     return out
 
 
+#: the serving ops' sizes: Gemma-2-2B, gpt-oss and Gemma-2-9B hidden sizes (not multiples of 1024)
+#: and Llama-3-8B's; MLP widths; rotary (head_size, query heads, key heads) of Llama-3-8B and a GPT-J
+SERVING_HIDDEN = (2304, 2880, 3584, 4096)
+SERVING_MLP = (2880, 14336)
+SERVING_ROTARY = ((128, 32, 8, True), (64, 16, 16, False))
+
+
+def _serving_specs():
+    out = [(k, {"n": n, "dtype": "bfloat16"}) for n in SERVING_HIDDEN for k in ("rmsnorm", "fused_add_rmsnorm")]
+    out += [("softmax", {"n": 2880, "dtype": "bfloat16"})]
+    out += [("silu_and_mul", {"d": d, "dtype": "bfloat16"}) for d in SERVING_MLP]
+    for hs, hq, hk, neox in SERVING_ROTARY:
+        for kv in (hk, 0):                      # with a key and without (key=None)
+            out.append(("rotary_neox" if neox else "rotary_gptj",
+                        {"head_size": hs, "q_heads": hq, "kv_heads": kv, "is_neox": neox, "dtype": "bfloat16",
+                         "pos_dtype": "int64"}))
+    return [s for s in out if s[0] != "rmsnorm" or s[1]["n"] != 4096]     # rmsnorm 4096 bf16 is in SPECS already
+
+
 SPECS = [("rmsnorm", {"n": n, "dtype": dt}) for n in (1024, 4096) for dt in ("float16", "bfloat16")] + \
-        [("softmax", {"n": n, "dtype": dt}) for n in (1024, 4096) for dt in ("float16", "bfloat16")] + _gemm_specs()
+        [("softmax", {"n": n, "dtype": dt}) for n in (1024, 4096) for dt in ("float16", "bfloat16")] + _gemm_specs() + \
+        _serving_specs()
 
 
 def build(args):
@@ -280,8 +306,185 @@ def check_readme(ops, res):
     return f"ran ({len(code.splitlines())} lines); y, f(x, w) right; c {tuple(scope['c'].shape)}"
 
 
+# --- the serving ops ----------------------------------------------------------------------------
+
+SERVING_ROWS = (1, 7, 33, 1000)
+
+
+def _fused_ref(x, r, w, eps):
+    """(x, residual) after vLLM's fused_add_rms_norm, from torch ops: the residual rounded once."""
+    r2 = (x.float() + r.float()).to(x.dtype)
+    return _rms_ref(r2, w, eps), r2
+
+
+def _rope_cache(hs):
+    return cases_serving.rope_cache(torch, hs, torch.bfloat16)
+
+
+def _rope_ref(pos, x, cache, neox):
+    """``x`` (tokens, heads, hs) rotated by ``cache[pos]`` in fp32."""
+    cos, sin = cache.float()[pos].chunk(2, dim=-1)
+    return cases_serving.rotate(torch, x.float(), cos, sin, neox)
+
+
+def check_serving(ops, res):
+    """The decoder-layer ops at every row count in SERVING_ROWS against torch: rmsnorm and
+    fused_add_rmsnorm at hidden sizes that are not multiples of 1024, softmax with -inf entries,
+    silu_and_mul, rotary_embedding on the q and k slices of a fused qkv tensor (strided: rotated
+    through copies written back) and on contiguous q (key None); nothing built here."""
+    worst = 0.0
+    bf = torch.bfloat16
+    for n in SERVING_HIDDEN:
+        w = torch.randn(n, dtype=bf, device="cuda")
+        for m in SERVING_ROWS:
+            x, r = torch.randn(m, n, dtype=bf, device="cuda"), torch.randn(m, n, dtype=bf, device="cuda") * 4
+            worst = max(worst, _close(torch.ops.axe.rmsnorm(x, w, 1e-5), _rms_ref(x, w, 1e-5), f"rmsnorm {m}x{n}", 2e-2))
+            want_x, want_r = _fused_ref(x, r, w, 1e-6)
+            torch.ops.axe.fused_add_rmsnorm(x, r, w, 1e-6)
+            assert torch.equal(r, want_r), f"fused_add_rmsnorm {m}x{n}: residual is not round(x + residual)"
+            worst = max(worst, _close(x, want_x, f"fused_add_rmsnorm {m}x{n}", 2e-2))
+    for m in SERVING_ROWS:
+        x = torch.randn(m, 2880, dtype=bf, device="cuda") * 4
+        x[:, ::3] = float("-inf")
+        worst = max(worst, _close(torch.ops.axe.softmax(x), torch.softmax(x.float(), -1), f"softmax {m}x2880", 2e-2))
+        for d in SERVING_MLP:
+            g = torch.randn(m, 2 * d, dtype=bf, device="cuda") * 3
+            want = torch.nn.functional.silu(g[:, :d].float()) * g[:, d:].float()
+            worst = max(worst, _close(torch.ops.axe.silu_and_mul(g), want, f"silu_and_mul {m}x{d}", 2e-2))
+    for hs, hq, hk, neox in SERVING_ROTARY:
+        cache = _rope_cache(hs)
+        for m in SERVING_ROWS:
+            pos = torch.randint(0, cache.shape[0], (m,), device="cuda")
+            qkv = torch.randn(m, (hq + 2 * hk) * hs, dtype=bf, device="cuda")
+            q, k, v = qkv.split([hq * hs, hk * hs, hk * hs], dim=-1)
+            q0, k0, v0 = q.clone(), k.clone(), v.clone()
+            torch.ops.axe.rotary_embedding(pos, q, k, hs, cache, neox)
+            worst = max(worst, _close(q.view(m, hq, hs), _rope_ref(pos, q0.view(m, hq, hs), cache, neox), f"rope q {m}", 2e-2))
+            worst = max(worst, _close(k.view(m, hk, hs), _rope_ref(pos, k0.view(m, hk, hs), cache, neox), f"rope k {m}", 2e-2))
+            assert torch.equal(v, v0), "rotary_embedding touched v"
+            qc = q0.clone()
+            torch.ops.axe.rotary_embedding(pos, qc, None, hs, cache, neox)
+            _close(qc.view(m, hq, hs), _rope_ref(pos, q0.view(m, hq, hs), cache, neox), f"rope q (key None) {m}", 2e-2)
+    for name in ("fused_add_rmsnorm", "silu_and_mul", "rotary_neox", "rotary_gptj"):
+        assert ops.KERNELS[name].builds == 0, f"{name}: built on the GPU machine"
+    res["serving_max_rel_err"] = worst
+    return (f"hidden {SERVING_HIDDEN}, mlp {SERVING_MLP}, rope {SERVING_ROTARY}, rows {SERVING_ROWS}; "
+            f"residual exact; worst rel err {worst:.1e}")
+
+
+def _decoder_piece(x, residual, w, pos, q, k, cache, gate_up):
+    torch.ops.axe.fused_add_rmsnorm(x, residual, w, 1e-5)
+    torch.ops.axe.rotary_embedding(pos, q, k, 128, cache, True)
+    return x * 2, residual + 1, q * 1, k * 1, torch.ops.axe.silu_and_mul(gate_up)
+
+
+def _decoder_args(m, cache):
+    bf = torch.bfloat16
+    return (torch.randn(m, 4096, dtype=bf, device="cuda"), torch.randn(m, 4096, dtype=bf, device="cuda"),
+            torch.randn(4096, dtype=bf, device="cuda"), torch.randint(0, cache.shape[0], (m,), device="cuda"),
+            torch.randn(m, 32 * 128, dtype=bf, device="cuda"), torch.randn(m, 8 * 128, dtype=bf, device="cuda"),
+            cache, torch.randn(m, 2 * 14336, dtype=bf, device="cuda"))
+
+
+def check_serving_compile(ops, res):
+    """torch.compile(fullgraph=True, dynamic=True) of the mutating ops (functionalized by
+    torch, re-inplaced by inductor): outputs and the mutated inputs equal eager's."""
+    cache = _rope_cache(128)
+    out = []
+    for backend in ("inductor", "aot_eager"):
+        torch._dynamo.reset()
+        g = torch.compile(_decoder_piece, fullgraph=True, backend=backend, dynamic=True)
+        for m in (5, 64, 333):
+            a = _decoder_args(m, cache)
+            e = [t.clone() for t in a]
+            want = _decoder_piece(*e)
+            got = g(*a)
+            for i, (x, y) in enumerate(zip(got, want)):
+                assert torch.equal(x, y), f"compiled ({backend}) M={m}: output {i} differs from eager"
+            for i in (0, 1, 4, 5):
+                assert torch.equal(a[i], e[i]), f"compiled ({backend}) M={m}: mutated input {i} differs from eager"
+        out.append(backend)
+    return f"fullgraph=True, dynamic=True, backends {', '.join(out)}: equal to eager for M in (5, 64, 333)"
+
+
+def check_serving_graph(ops, res):
+    """fused_add_rmsnorm, rotary_embedding and silu_and_mul captured in a CUDA graph, replayed
+    on new inputs."""
+    cache = _rope_cache(128)
+    a = _decoder_args(64, cache)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):                  # warm up (loads the kernels) off the capture
+        for _ in range(2):
+            _decoder_piece(*a)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        outs = _decoder_piece(*a)
+    for i in range(3):
+        fresh = _decoder_args(64, cache)
+        for t, f in zip(a, fresh):
+            if t is not cache:
+                t.copy_(f)
+        e = [f.clone() for f in fresh]
+        want = _decoder_piece(*e)
+        g.replay()
+        torch.cuda.synchronize()
+        for j, (x, y) in enumerate(zip(outs, want)):
+            assert torch.equal(x, y), f"graph replay {i}: output {j} differs from eager"
+    return "fused_add_rmsnorm -> rotary -> silu_and_mul captured once, 3 replays equal to eager"
+
+
+def _gpu_us(fn, n=50):
+    for _ in range(5):
+        fn()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    a.record()
+    for _ in range(n):
+        fn()
+    b.record()
+    torch.cuda.synchronize()
+    return round(a.elapsed_time(b) / n * 1e3, 2)
+
+
+def check_serving_speed(ops, res):
+    """GPU time per call (CUDA events, back to back) of the serving ops beside torch's eager
+    equivalents (not fused: what a model without custom kernels runs)."""
+    rows = {}
+    cache = _rope_cache(128)
+    for m in (1, 33, 1000, 8192):
+        x, r, w, pos, q, k, _, gu = _decoder_args(m, cache)
+        xs = x[:, :3584].contiguous()
+        ws = w[:3584].contiguous()
+
+        def torch_fused():
+            r2 = x + r
+            return torch.nn.functional.rms_norm(r2, (4096,), w, 1e-6)
+
+        def torch_rope():
+            c = cache[pos]
+            cos, sin = c.chunk(2, -1)
+            for t, h in ((q, 32), (k, 8)):
+                v = t.view(m, h, 128)
+                a, b = v.chunk(2, -1)
+                cs, sn = cos[:, None], sin[:, None]
+                torch.cat([a * cs - b * sn, b * cs + a * sn], -1)
+        rows[f"M={m}"] = {
+            "axe_fused_add_rmsnorm_4096": _gpu_us(lambda: torch.ops.axe.fused_add_rmsnorm(x, r, w, 1e-6)),
+            "torch_add_rms_norm_4096": _gpu_us(torch_fused),
+            "axe_rmsnorm_3584": _gpu_us(lambda: torch.ops.axe.rmsnorm(xs, ws, 1e-6)),
+            "torch_rms_norm_3584": _gpu_us(lambda: torch.nn.functional.rms_norm(xs, (3584,), ws, 1e-6)),
+            "axe_silu_and_mul_14336": _gpu_us(lambda: torch.ops.axe.silu_and_mul(gu)),
+            "torch_silu_mul_14336": _gpu_us(lambda: torch.nn.functional.silu(gu[:, :14336]) * gu[:, 14336:]),
+            "axe_rope_32q8k": _gpu_us(lambda: torch.ops.axe.rotary_embedding(pos, q, k, 128, cache, True)),
+            "torch_rope_32q8k": _gpu_us(torch_rope),
+        }
+    res["serving_gpu_us"] = rows
+    return "; ".join(f"{k}: " + " ".join(f"{n}={v}" for n, v in t.items()) for k, t in rows.items())
+
+
 CHECKS = [check_rows, check_gemm, check_missing, check_compile, check_graphs, check_overhead, check_speed,
-          check_readme]
+          check_readme, check_serving, check_serving_compile, check_serving_graph, check_serving_speed]
 
 
 def run(args):
