@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """All-gather + GEMM on w GPUs of one host, side by side: axe, cuBLAS, NCCL + cuBLAS, symm_mem.
 
-Tensor-parallel column-parallel layer (the up projection), M ∈ {128, 512, 2048, 8192} (``--m``),
+Tensor-parallel column-parallel layer (the up projection), M ∈ {128, 512, 2048, 8192} (``--rows``),
 bf16: the activations A (M×K) are sharded by rows (rank r holds A_r: M/w×K) and the ``nn.Linear``
 weight W (N×K) by rows of N (W_r: N/w×K); rank r computes ``C_r = all_gather(A) · W_rᵀ`` (M×N/w);
 (N, K) = (intermediate, hidden) of the 8 models of ``benchmarks/gemm.py``.  Sides: ``bare``
@@ -12,7 +12,7 @@ multiple of 128), ``axe_nccl`` (the non-fused path: NCCL all-gather + axe's own 
 ``kernels.gemm_select.heuristic``), ``axe_gemm`` (axe's GEMM of the gathered problem alone).
 
 Every side is checked against fp32 (``all_gather(A) · W_rᵀ``) before it is timed; timing as
-:mod:`dist_bench` says.  Usage: ``.venv/bin/python benchmarks/ag_gemm.py build --world 2 4 [--m ...]``
+:mod:`dist_bench` says.  Usage: ``.venv/bin/python benchmarks/ag_gemm.py build --world 2 4 [--rows ...]``
 (CPU machine); ``torchrun --nproc-per-node W benchmarks/ag_gemm.py run [--artifacts DIR] [--json
 PATH]`` (GPU machine; no TVM).  Writes ``benchmarks/results/ag_gemm-<date>-<device>-w<world>.json``.
 """

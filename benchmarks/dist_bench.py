@@ -222,7 +222,8 @@ def cli(argv, doc, sides, ms, bench, build, run):
     r.add_argument("--iters", type=int, default=20, help="launches per measured block")
     r.add_argument("--sides", nargs="+", choices=sides, default=list(sides))
     for p in (b, r):
-        p.add_argument("--m", type=int, nargs="+", default=list(ms), help=f"values of M (default {ms})")
+        # not --m: torchrun reads an abbreviation of its own options in it, even after the script
+        p.add_argument("--rows", dest="m", type=int, nargs="+", default=list(ms), help=f"values of M (default {ms})")
         p.add_argument("--only", nargs="+", default=None, metavar="NAME",
                        help="model names, NxK or artifact names (e.g. Llama-3.1-8B 4096x14336)")
     args = ap.parse_args(argv)

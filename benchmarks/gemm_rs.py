@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """GEMM + reduce-scatter on w GPUs of one host, side by side: axe, cuBLAS, cuBLAS+NCCL, symm_mem.
 
-Tensor-parallel down projection, M ∈ {128, 512, 2048, 8192} (``--m``), bf16: A (M×K) and the ``nn.Linear`` weight W (N×K) are
+Tensor-parallel down projection, M ∈ {128, 512, 2048, 8192} (``--rows``), bf16: A (M×K) and the ``nn.Linear`` weight W (N×K) are
 sharded on K over w ranks (rank r holds A_r: M×K/w, W_r: N×K/w); rank r receives
 ``Y_r = Σ_g (A_g·W_gᵀ)[rows r·M/w .. (r+1)·M/w − 1]``; (N, K) = (hidden, intermediate) of the 8
 models of ``benchmarks/gemm.py``.  Sides: ``bare`` (torch.mm of the local problem, M×N: the
@@ -17,7 +17,7 @@ abs ref < 2e-2; a side failing on any rank is reported and not timed.  Timing: C
 block, sides interleaved per repeat, 5 repeats; per-launch ms = median over the repeats on each
 rank, then max over ranks.  No L2 flush, for any side.  NVLink multicast is kept off (env below).
 
-Usage: ``.venv/bin/python benchmarks/gemm_rs.py build --world 2 4 [--m 128 8192] [--diagnostics] [--out DIR]``
+Usage: ``.venv/bin/python benchmarks/gemm_rs.py build --world 2 4 [--rows 128 8192] [--diagnostics] [--out DIR]``
 (CPU machine; the diagnostic sides' artifacts only with ``--diagnostics``);
 ``torchrun --nproc-per-node W benchmarks/gemm_rs.py run [--artifacts DIR] [--json PATH] [--iters N]
 [--only NAME...] [--sides ...]`` (GPU machine; no TVM).  Writes

@@ -11,7 +11,9 @@ layouts (see ``axe/backends/cuda/schedules/devices.py``):
 - all-gather — ``X`` (M, N) sharded on dim 0, copied into ``Y`` (M, N) replicated;
 - exchange — put and get at CTA scope: each rank stores its ``X`` into its right neighbour's slot
   of ``Y`` (``Ax.copy(Y[next, rows], X[rows])``: a peer's memory, SM stores over NVLink), signals
-  it, waits for its left neighbour's signal, then reads the left neighbour's slot into ``Z``
+  it, waits for its left neighbour's signal, then tells its right neighbour that its own ``Y`` is
+  complete and waits to hear the same from its left neighbour (on more than 2 GPUs the left
+  neighbour's ``Y`` is written by a third rank), then reads the left neighbour's ``Y`` into ``Z``
   (``Ax.copy(Z[rows], Y[prev, rows])``: SM loads from a peer);
 - put_signal — each CTA puts its row block of ``X`` into its right neighbour's ``Y`` with a
   signal (``Ax.copy(Y[next, rows], X[rows], signal=(S, bx))``): NVSHMEM's put-with-signal, built
@@ -75,7 +77,7 @@ def _exchange(M, N, world, dtype, ctas, threads, name):
     if M % ctas:
         raise ValueError(f"collectives: exchange needs M={M} to be a multiple of ctas={ctas}")
     w, rows = world, M // ctas
-    nsig = ctas
+    nsig = 2 * ctas
 
     def factory():
         @T.prim_func
@@ -84,7 +86,7 @@ def _exchange(M, N, world, dtype, ctas, threads, name):
                      rank: T.int32, epoch: T.int32, timeout_ns: T.int64):
             bx, tx = Ax.launch(ctas, threads)
             mesh = Ax.mesh(w, peers, sig, err, rank, epoch, timeout_ns)
-            mesh.alloc(nsig, "exchange: a CTA's put has landed")
+            mesh.alloc(nsig, "exchange: a CTA's put has landed (then: the sender's own Y is complete)")
             X = Ax.param(X_)
             Z = Ax.param(Z_)
             Y = Ax.dtensor(Y_, (w, M, N), f"S[({w},{M},{N}):(1@gpuid,{N},1)]", symmetric=True)
@@ -95,7 +97,9 @@ def _exchange(M, N, world, dtype, ctas, threads, name):
             Ax.sync()
             if tx == 0:
                 Ax.signal(bx, nxt)
-                Ax.wait(bx, prv)
+                Ax.wait(bx, prv)              # my Y holds my left neighbour's rows
+                Ax.signal(ctas + bx, nxt)     # ... which my right neighbour may now read
+                Ax.wait(ctas + bx, prv)       # my left neighbour's Y holds its left neighbour's rows
             Ax.sync()
             Ax.copy(Z[bx * rows:(bx + 1) * rows, :], Y[prv, bx * rows:(bx + 1) * rows, :])    # get
         return exchange

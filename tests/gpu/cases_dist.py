@@ -288,8 +288,8 @@ def check_gemm_rs_signature(path, heap, torch, dist):
 
 
 def check_timeout(path, heap, torch, dist):
-    """Rank 0 launches, the others do not: rank 0 must raise PeerTimeoutError naming rank 1
-    within the timeout, never hang."""
+    """Rank 0 launches, the others do not: rank 0 must raise PeerTimeoutError naming the rank it
+    waits for first — its left neighbour, rank w − 1 — within the timeout, never hang."""
     import time
 
     from axe.runtime.distributed import DistKernel, PeerTimeoutError
@@ -306,7 +306,7 @@ def check_timeout(path, heap, torch, dist):
             k(X, Y, Z, check=True)
         except PeerTimeoutError as e:
             took = time.time() - t
-            if "rank 1" not in str(e) or took > 10:
+            if f"rank {heap.world - 1} did not arrive" not in str(e) or took > 10:
                 raise AssertionError(f"timeout report after {took:.1f} s: {e}") from None
             detail = f"PeerTimeoutError after {took:.1f} s: {str(e)[:150]}"
         else:
