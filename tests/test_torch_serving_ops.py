@@ -377,6 +377,9 @@ def test_rotary_embedding_key_none_and_strided_query(ops):
     q2 = q0.clone()
     torch.ops.axe.rotary_embedding(pos, q2, None, hs, cache, True)
     close(q2.view(m, hq, hs), rotary_np(pos, q0.view(m, hq, hs), cache, True), 1e-2)
+    q3 = q0.clone()
+    torch.ops.axe.rotary_embedding(pos, q3, q3.new_empty(m, 0), hs, cache, True)    # an empty key: as None
+    assert torch.equal(q3, q2)
     assert {s["kv_heads"] for s in _loaded(ops, "rotary_neox") if s["q_heads"] == hq and s["head_size"] == hs} >= {0, hk}
 
 

@@ -339,6 +339,7 @@ def _rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
         return
     qw, q_copied = _writable(query)
     args = [_ready(positions.reshape(-1), positions.element_size()), qw.view(tokens, hq * head_size)]
+    key = key if hk else None          # an empty key has nothing to turn: the build without one
     if key is not None:
         kw, k_copied = _writable(key)
         args.append(kw.view(tokens, hk * head_size))
