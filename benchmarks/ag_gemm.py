@@ -9,7 +9,9 @@ weight W (N×K) by rows of N (W_r: N/w×K); rank r computes ``C_r = all_gather(A
 torch.mm), ``symm_mem`` (``torch.ops.symm_mem.fused_all_gather_matmul``), ``axe``
 (``kernels/ag_gemm.py`` through ``axe.runtime.distributed.DistKernel``; built where M/w is a
 multiple of 128), ``axe_nccl`` (the non-fused path: NCCL all-gather + axe's own GEMM, configured by
-``kernels.gemm_select.heuristic``), ``axe_gemm`` (axe's GEMM of the gathered problem alone).
+``kernels.gemm_select.heuristic``), ``axe_gemm`` (axe's GEMM of the gathered problem alone),
+``axe_ce`` (the fused kernel with ``push="copy_engine"``: the runtime stages the rows with
+``cudaMemcpyAsync`` beside the kernel instead of the producer warps pushing them).
 
 Every side is checked against fp32 (``all_gather(A) · W_rᵀ``) before it is timed; timing as
 :mod:`dist_bench` says.  Usage: ``.venv/bin/python benchmarks/ag_gemm.py build --world 2 4 [--rows ...]``
@@ -35,7 +37,7 @@ sys.path.insert(0, ROOT)
 from gemm import MODELS  # noqa: E402  (torch-free)
 
 MS = (128, 512, 2048, 8192)
-SIDES = ("bare", "nccl", "symm_mem", "axe", "axe_nccl", "axe_gemm")
+SIDES = ("bare", "nccl", "symm_mem", "axe", "axe_ce", "axe_nccl", "axe_gemm")
 TOL, WARMUP, REPEATS = 2e-2, 5, 5
 POOL_BYTES = 12 << 30       # the symmetric pool: the fused kernel's gathered buffer (2·M×K bf16)
 
@@ -62,6 +64,8 @@ def build(args):
             path = os.path.join(args.out, name)
             t = time.time()
             todo = {"": lambda: ag_gemm.build(m, n, k, world, "bfloat16", "col", name=name),
+                    "_ce": lambda: ag_gemm.build(m, n, k, world, "bfloat16", "col", name=name + "_ce",
+                                                 push="copy_engine"),
                     "_gemm": lambda: gemm.build(m, n // world, k, "bfloat16", "col", name=name + "_gemm",
                                                 **gemm_select.heuristic(m, n // world, k))}
             for suffix, make in todo.items():
@@ -97,16 +101,16 @@ def make_sides(sel, a, w, rank, world, M, n, heap, artifact, group_name, setup_e
     sides["bare"] = (lambda: torch.mm(bare_a, wt, out=c), c, sync)
     sides["nccl"] = (nccl, c, sync)
     sides["symm_mem"] = (lambda: torch.ops.symm_mem.fused_all_gather_matmul(a, [wt], 0, group_name)[1][0], None, sync)
-    unbuilt = {s for s, x in (("axe", ""), ("axe_nccl", "_gemm"), ("axe_gemm", "_gemm"))
-               if s in sel and not os.path.exists(os.path.join(artifact + x, "launch.json"))}
-    for s in ("axe", "axe_nccl", "axe_gemm"):
+    suffix = {"axe": "", "axe_ce": "_ce", "axe_nccl": "_gemm", "axe_gemm": "_gemm"}
+    unbuilt = {s for s, x in suffix.items() if s in sel and not os.path.exists(os.path.join(artifact + x, "launch.json"))}
+    for s in suffix:
         if s not in sel or s in unbuilt:
             continue
         try:
-            if s == "axe":
+            if s in ("axe", "axe_ce"):
                 if setup_err.get("axe"):
                     raise RuntimeError(setup_err["axe"])
-                kf = DistKernel(artifact, heap)
+                kf = DistKernel(artifact + suffix[s], heap)
                 ca = torch.empty_like(c)
                 sides[s] = (lambda kf=kf, ca=ca: (kf(a, w, ca), ca)[1], ca, kf.synchronize)
                 continue
@@ -183,12 +187,12 @@ def report(args, rows, world):
     def f(v, fmt, unit=""):
         return "-" if v is None else format(v, fmt) + unit
     print(f"\n{date}  {dev} x{world}  torch {torch.__version__}  -> {path}")
-    print(f"{'model':15s} {'M':>5s} {'N×K':>11s} {'bare':>7s} {'nccl':>7s} {'symm_mem':>8s} {'axe':>9s} {'axe_nccl':>8s} "
+    print(f"{'model':15s} {'M':>5s} {'N×K':>11s} {'bare':>7s} {'nccl':>7s} {'symm_mem':>8s} {'axe':>9s} {'axe_ce':>9s} {'axe_nccl':>8s} "
           f"{'axe_gemm':>8s} {'pick':>8s} {'vs nccl':>7s} {'vs symm':>7s} {'axe/bare':>8s}  (ms; vs = peer/pick)")
     for r in rows:
         c = {s: f(v, ".3f") if v else r["status"][s] for s, v in r["ms"].items()}
         print(f"{r['model']:15s} {r['M']:5d} {r['N']:>5d}×{r['K']:<5d} {c['bare']:>7s} {c['nccl']:>7s} {c['symm_mem']:>8s} "
-              f"{c['axe']:>9s} {c['axe_nccl']:>8s} {c['axe_gemm']:>8s} {r['axe_pick'] or '-':>8s} "
+              f"{c['axe']:>9s} {c['axe_ce']:>9s} {c['axe_nccl']:>8s} {c['axe_gemm']:>8s} {r['axe_pick'] or '-':>8s} "
               f"{f(r['pick_vs_nccl'], '.3f'):>7s} {f(r['pick_vs_symm_mem'], '.3f'):>7s} "
               f"{f(r['axe_over_bare_pct'], '+.1f', '%'):>8s}")
         for s, texts in r["errors"].items():

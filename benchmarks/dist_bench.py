@@ -140,7 +140,10 @@ def summarize(row, ms):
     run (``axe_pick``, ``axe_pick_ms``), and the ratios against the peers and the bare GEMM; the
     exposed communication is the fused kernel's time minus axe's own GEMM's."""
     ax, nc, sm, ba, an, ag = (ms.get(s) for s in ("axe", "nccl", "symm_mem", "bare", "axe_nccl", "axe_gemm"))
-    pick = min((v, s) for s, v in (("axe", ax), ("axe_nccl", an)) if v) if ax or an else None
+    fused = [(v, s) for s, v in ms.items() if s in ("axe", "axe_ce", "axe_bulk") and v]
+    if fused:           # the fused kernel: the faster of its variants (SM push, copy engine, bulk push)
+        ax, row["axe_fused"] = min(fused)
+    pick = min([(v, s) for v, s in fused] + ([(an, "axe_nccl")] if an else [])) if fused or an else None
     row["axe_pick"], row["axe_pick_ms"] = (pick[1], pick[0]) if pick else (None, None)
     row["axe_vs_nccl"] = nc / ax if ax and nc else None
     row["axe_vs_symm_mem"] = sm / ax if ax and sm else None

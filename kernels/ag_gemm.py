@@ -52,21 +52,24 @@ def fits(M, N, K, world):
     return None
 
 
-def parts(problem, cfg, world, m):
+def parts(problem, cfg, world, m, push="sm"):
     """``(scheduler, mainloop, epilogue)``: the gather order, :func:`kernels.gemm.mainloop`'s sm_90a
     mainloop, the all-gather part over the chunked store; composed, so a configuration that cannot
     work (stream-K, CTA pairs, ping-pong) is refused naming the parts."""
     main = gemm.mainloop(problem, cfg, "wgmma")
-    sched = GatherOrder(m, problem.N, cfg.bm, cfg.bn, cfg.ctas, cfg.band, world, cfg.bm // PIECE, stack=cfg.cluster)
+    pieces = cfg.bm // PIECE if push == "sm" else 0
+    sched = GatherOrder(m, problem.N, cfg.bm, cfg.bn, cfg.ctas, cfg.band, world, pieces, stack=cfg.cluster)
     store = ChunkedStore(main, sched, problem.dtype, cfg.epilogue or gemm.EPILOGUE["wgmma"], cfg.epilogue_bufs)
-    epi = AllGather(store, sched, m, problem.K, problem.N, world, problem.b_major, problem.b_shape, cfg.sms)
+    epi = AllGather(store, sched, m, problem.K, problem.N, world, problem.b_major, problem.b_shape, cfg.sms, push)
     return compose(sched, main, epi)
 
 
-def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, **config):
+def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, push="sm", **config):
     """The fused kernel (an :class:`axe.lang.Kernel`) for global M × N × K on ``world`` GPUs;
-    ``config``: :class:`kernels.gemm.Config`'s keywords (stream-K, split-K, CTA pairs and ping-pong
-    are refused: the gather order is built for the cooperative tile)."""
+    ``push``: ``"sm"`` (the producer warpgroup's idle warps push the rows) or ``"copy_engine"`` (the
+    runtime stages them with ``cudaMemcpyAsync`` before the launch); ``config``:
+    :class:`kernels.gemm.Config`'s keywords (stream-K, split-K, CTA pairs and ping-pong are refused:
+    the gather order is built for the cooperative tile)."""
     why = fits(M, N, K, world)
     if why:
         raise ValueError(f"ag_gemm: {why}")
@@ -77,7 +80,7 @@ def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, **config):
         raise ValueError("ag_gemm: stream-K and split-K are not built with the gather order")
     problem = Problem(M, n, K, dtype, b_major, a_shape=(m, K))
     try:
-        parts(problem, cfg, world, m)
+        parts(problem, cfg, world, m, push)
     except CompositionError as err:
         raise ValueError(f"ag_gemm: {err}") from None
     sizes = gemm.gpu_sizes(None, n, K)
@@ -88,7 +91,7 @@ def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, **config):
             raise Ax.TargetError(f"ag_gemm on {target}: the gather order is built for sm_90a's wgmma mainloop")
         if sizes:
             raise Ax.TargetError(f"ag_gemm on {target}: {sizes}")
-        return kernel(problem, *parts(problem, cfg, world, m), cfg.sms)
+        return kernel(problem, *parts(problem, cfg, world, m, push), cfg.sms)
 
     short = "bf16" if dtype == "bfloat16" else "f16"
     return Ax.Kernel(name or f"ag_gemm_{short}_w{world}", factory, reference=gemm.reference, outputs=("C",),

@@ -123,3 +123,74 @@ def test_ag_gemm_reference_is_the_gathered_product():
     full = np.concatenate([a.numpy() for a in A])
     for got, b in zip(ag_gemm.reference(A, B), B):
         np.testing.assert_allclose(got.numpy(), full @ b.numpy().T, rtol=1e-5, atol=1e-5)
+
+
+def test_copy_engine_variant_declares_its_staging():
+    art = ag_gemm.build(2 * 256, 2 * 1000, 576, 2, push="copy_engine", name="ag_gemm_ce_test")
+    d = art.launch["distributed"]
+    assert d["copies"] == [{"src": "A_", "dst": "P_", "rows": 256, "signal": 0}] and d["signals_used"] == 2
+    assert "st.release.sys.global.b32" not in art.ptx          # no warp pushes or signals
+    assert "ld.acquire.sys.global.b32" in art.ptx and "fence.proxy.async.global" in art.ptx
+    res = art.launch["resources"]
+    assert res["spill_stores"] == 0 and res["spill_loads"] == 0, res
+    with pytest.raises(ValueError, match="push must be 'sm' or 'copy_engine'"):
+        ag_gemm.make(512, 2048, 512, 2, push="dma")
+
+
+def test_copy_stage_follows_its_law(monkeypatch):
+    """CopyStage on CPU tensors (streams and the driver's signal write replaced by recorders): every
+    peer receives the rank's rows in the epoch's half, in the order rank-1, rank-2, ..., each copy
+    followed by its signal; a wrong source is refused naming the argument."""
+    torch = pytest.importorskip("torch")
+    import contextlib
+
+    import axe.runtime.staging as staging
+    events = []
+
+    class Stream:
+        cuda_stream = 7
+
+        def __init__(self, device=None):
+            pass
+
+        def wait_stream(self, other):
+            events.append(("wait",))
+
+    class Driver:
+        CUstream = CUdeviceptr = staticmethod(lambda v: v)
+
+        class CUresult:
+            CUDA_SUCCESS = 0
+
+        def cuStreamWriteValue32(self, stream, addr, value, flags):
+            events.append(("signal", addr, value))
+            return (0,)
+
+    monkeypatch.setattr(torch.cuda, "Stream", Stream)
+    monkeypatch.setattr(torch.cuda, "stream", lambda s: contextlib.nullcontext())
+    monkeypatch.setattr(staging, "cuda_driver", lambda: Driver())
+    world, rank, rows, cols = 4, 1, 3, 2
+
+    class Sym:
+        def __init__(self, shape, dtype):
+            self.copies = [torch.zeros(shape, dtype=dtype) for _ in range(world)]
+
+        def peer(self, g):
+            return self.copies[g]
+
+    heap = type("Heap", (), {"world": world, "rank": rank, "device": "cpu"})()
+    sym = {"P_": Sym((2 * world * rows, cols), torch.float32), "sig": Sym((world,), torch.int32)}
+    stage = staging.CopyStage("k", [{"src": "A_", "dst": "P_", "rows": rows, "signal": 0}], heap, sym, "sig")
+    A = torch.arange(rows * cols, dtype=torch.float32).reshape(rows, cols) + 1
+    for epoch in (1, 2):
+        events.clear()
+        stage.before({"A_": A}, epoch, Stream())
+        half = (epoch % 2) * world
+        for p in range(world):
+            got = sym["P_"].peer(p)[(half + rank) * rows:(half + rank + 1) * rows]
+            assert torch.equal(got, A if p != rank else torch.zeros_like(A))
+        order = [e[1] for e in events if e[0] == "signal"]
+        assert order == [sym["sig"].peer((rank - s) % world).data_ptr() + 4 * rank for s in range(1, world)]
+        assert all(e[2] == epoch for e in events if e[0] == "signal")
+    with pytest.raises(Exception, match="'A_' is staged to the peers as 3 contiguous rows"):
+        stage.before({"A_": A[:2]}, 3, Stream())

@@ -57,6 +57,7 @@ class Mesh:
     multicast: object = None
     used: int = 0
     names_of: dict = field(default_factory=dict)
+    copies: list = field(default_factory=list)
 
     @property
     def capacity(self) -> int:
@@ -71,6 +72,19 @@ class Mesh:
                              f"{self.signals.name} holds {self.capacity}; declare it with at least {base + n}")
         self.used += n
         self.names_of[base] = what
+        return base
+
+
+    def copy_before_launch(self, src, dst, rows: int, what: str) -> int:
+        """Ask the runtime to stage this rank's ``src`` (a contiguous buffer of ``rows`` rows) into
+        every peer's symmetric ``dst`` with the copy engine before each launch, on a stream beside
+        the caller's: peers in the order ``rank − 1, rank − 2, …``, into ``dst``'s rows from
+        ``((epoch mod 2) · world + rank) · rows`` (two halves: a launch never overwrites the rows a
+        peer may still read in the previous one), each copy followed by setting the peer's signal
+        ``base + rank`` to the epoch.  Reserves ``world`` signals; returns ``base`` (wait on
+        ``base + g`` for rank g's rows)."""
+        base = self.alloc(self.world, what)
+        self.copies.append({"src": src.name, "dst": dst.name, "rows": int(rows), "signal": base})
         return base
 
 

@@ -125,12 +125,17 @@ class DistKernel:
             self._nvshmem_module_init()
         sig = {a["name"]: a for a in self.launch["args"]}
         rt = dist["runtime"]
-        self._fill = {rt["peers"]: heap.deltas(),
-                      rt["signals"]: heap.zeros(tuple(sig[rt["signals"]]["shape"]), torch.int32).local,
-                      rt["errors"]: torch.zeros(_ERROR_WORDS, dtype=torch.int32, device=self.device)}
+        symmetric = {rt["signals"]: heap.zeros(tuple(sig[rt["signals"]]["shape"]), torch.int32)}
         for n, d in dist.get("params", {}).items():
             if d.get("scratch"):
-                self._fill[n] = heap.zeros(tuple(sig[n]["shape"]), getattr(torch, sig[n]["dtype"])).local
+                symmetric[n] = heap.zeros(tuple(sig[n]["shape"]), getattr(torch, sig[n]["dtype"]))
+        self._fill = {rt["peers"]: heap.deltas(),
+                      rt["errors"]: torch.zeros(_ERROR_WORDS, dtype=torch.int32, device=self.device)}
+        self._fill.update({n: t.local for n, t in symmetric.items()})
+        self._stage = None
+        if dist.get("copies"):
+            from .staging import CopyStage
+            self._stage = CopyStage(self.name, dist["copies"], heap, symmetric, rt["signals"])
         # every rank's zero-filled signals and scratch are in place before any rank can launch: a peer's
         # first signal must not land before this rank's zero-fill, which would erase it
         if torch.device(self.device).type == "cuda":
@@ -209,7 +214,15 @@ class DistKernel:
         full = self.arguments(*args)
         if self.epoch + 1 >= 2**31 - 1:
             raise LaunchError(f"{self.name}: launch count overflows the int32 epoch")
+        if self._stage is not None:
+            import torch
+            caller = (torch.cuda.current_stream(self.device) if stream is None else stream
+                      if isinstance(stream, torch.cuda.Stream)
+                      else torch.cuda.ExternalStream(int(getattr(stream, "cuda_stream", stream)), device=self.device))
+            self._stage.before({a["name"]: v for a, v in zip(self.launch["args"], full)}, self.epoch + 1, caller)
         bound = self.kernel(*full, stream=stream)
+        if self._stage is not None:
+            self._stage.after(caller)
         self.epoch += 1
         if check:
             self.synchronize()

@@ -60,7 +60,7 @@ RULES = (
      "the owners' order is built for the cooperative tile without CTA pairs"),
     (lambda s: s.name == "gather order", lambda m: m.split != "rows" or m.cluster > 1, lambda e: True,
      "the gather order is built for the cooperative tile without CTA pairs"),
-    (lambda s: True, lambda m: m.mma == "tcgen05", lambda e: e.name == "all-gather",
+    (lambda s: True, lambda m: m.mma == "tcgen05", lambda e: e.name.startswith("all-gather"),
      "the all-gather part is built for the wgmma mainloop's producer warpgroup"),
 )
 

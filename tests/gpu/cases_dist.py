@@ -46,14 +46,16 @@ def _gemm_rs(shape, w, dtype, b_major, name, push="forward"):
     return _kernels()[1].build(*shape, w, dtype, b_major, name=name, rs_push=push)
 
 
-def _ag_gemm(shape, w, dtype, b_major, name):
-    return _kernels()[2].build(*shape, w, dtype, b_major, name=name)
+def _ag_gemm(shape, w, dtype, b_major, name, push="sm"):
+    return _kernels()[2].build(*shape, w, dtype, b_major, name=name, push=push)
 
 
 #: (M, N, K) global problems of ag_gemm: N/w not a tile multiple, K not a 128 multiple ("ragged");
 #: several row blocks per rank and tiles per CTA ("multi")
 AG_SHAPES = {"ragged": lambda w: (w * 128, w * 1000, 576), "multi": lambda w: (w * 1024, w * 2048, 1024)}
 AG_CASES = [("ragged", "bfloat16", "col"), ("ragged", "float16", "row"), ("multi", "bfloat16", "col")]
+#: the copy-engine staging of ag_gemm (push="copy_engine")
+AG_CE_CASES = [("ragged", "bfloat16", "col"), ("multi", "bfloat16", "col")]
 
 
 def _ag_name(tag, w, dtype, b_major):
@@ -88,6 +90,9 @@ for _w in WORLDS:
     for _tag, _dt, _bm in AG_CASES:
         _n = _ag_name(_tag, _w, _dt, _bm)
         BUILDS[_n] = functools.partial(_ag_gemm, AG_SHAPES[_tag](_w), _w, _dt, _bm, _n)
+    for _tag, _dt, _bm in AG_CE_CASES:
+        _n = _ag_name(_tag + "_ce", _w, _dt, _bm)
+        BUILDS[_n] = functools.partial(_ag_gemm, AG_SHAPES[_tag](_w), _w, _dt, _bm, _n, "copy_engine")
 
 
 # --- checks (GPU machine, torchrun) -------------------------------------------------------------
@@ -338,6 +343,8 @@ for _w in WORLDS:
         DIST_CHECKS[_gemm_name(_tag + "_bulk", _w, _dt, _bm)] = check_gemm_rs(_dt, _bm)
     for _tag, _dt, _bm in AG_CASES:
         DIST_CHECKS[_ag_name(_tag, _w, _dt, _bm)] = check_ag_gemm(_dt, _bm)
+    for _tag, _dt, _bm in AG_CE_CASES:
+        DIST_CHECKS[_ag_name(_tag + "_ce", _w, _dt, _bm)] = check_ag_gemm(_dt, _bm)
 #: checks that reuse another case's artifact: (artifact, check); run after the correctness checks
 EXTRA = [("dist_gemm_rs_square_bf16_col_w{w}", check_gemm_rs_signature), ("dist_exchange_w{w}", check_timeout),
          ("dist_exchange_w{other}", check_world)]

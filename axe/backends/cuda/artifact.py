@@ -53,7 +53,9 @@ On disk an artifact is a folder::
                                               [, "partial_dim": int]}},
                                    "signals_used": int, "signal_owners": [[int, str]],
                                    "features": [str][, "multicast": bool][, "nvshmem": bool,
-                                   "nvshmem_version": "major.minor.patch" of the device library linked in]}
+                                   "nvshmem_version": "major.minor.patch" of the device library linked in]
+                                   [, "copies": [{"src", "dst": argument names, "rows", "signal": int}]:
+                                   the copy-engine staging before each launch, Mesh.copy_before_launch]}
 
 Expressions are Python integer expressions over argument and symbol names using only
 ``+ - * // %``, unary minus, parentheses, ``min`` and ``max`` (at least one argument);
@@ -379,6 +381,14 @@ class _Checker:
         for k in ("multicast", "nvshmem"):
             self.key(d, k, path, self.bool_, optional=True)
         self.key(d, "nvshmem_version", path, self.str_, optional=True)
+        self.key(d, "copies", path, lambda v, p: self.list_(v, p, self.staged_copy), optional=True)
+
+    def staged_copy(self, v, path):
+        self.obj(v, path)
+        for k in ("src", "dst"):
+            self.key(v, k, path, self.arg_name)
+        for k in ("rows", "signal"):
+            self.key(v, k, path, self.int_)
 
     def arg_name(self, v, path):
         self.str_(v, path)

@@ -30,5 +30,7 @@ def signature(ctx):
     if ctx.mesh is not None:
         sig["signals_used"] = ctx.mesh.used
         sig["signal_owners"] = [[base, what] for base, what in sorted(ctx.mesh.names_of.items())]
+        if ctx.mesh.copies:
+            sig["copies"] = [dict(c) for c in ctx.mesh.copies]
     sig["features"] = list(ctx.features)
     return sig

@@ -10,6 +10,8 @@ changes nothing in the mainloop:
   index, 16-byte stores over NVLink), fence at system scope and signal the peer, one flag per piece.
   Pieces go out step by step — every rank's first peer ``r − 1`` (which reads this rank's rows
   right after its own), then ``r − 2``, … — spread over all CTAs' forwarding warps;
+  With ``push="copy_engine"`` no warp pushes: the runtime stages the rows with the copy engines
+  before each launch (:meth:`axe.lang.Mesh.copy_before_launch`, one signal per rank's rows);
 - **wait**: the producer's loads of a peer's row block wait for its pieces' flags
   (:meth:`GatherOrder.before_tile`), bounded by the mesh timeout like every wait on a peer;
 - **store**: a tile of owner g's row block j is stored at C's rows ``g·M/w + j·bm`` (the chunked
@@ -46,13 +48,17 @@ class AllGather:
     ``inner``: the chunked store it stores through; ``sched``: a :class:`GatherOrder`."""
 
     hands_over = False
-    name = "all-gather"
     m_maps = ()
 
-    def __init__(self, inner, sched, M, K, N, world, b_major, b_shape, sms):
+    def __init__(self, inner, sched, M, K, N, world, b_major, b_shape, sms, push="sm"):
+        if push not in ("sm", "copy_engine"):
+            raise ValueError(f"ag_gemm: push must be 'sm' or 'copy_engine', got {push!r}")
+        if (push == "sm") != (sched.pieces > 0):
+            raise ValueError("ag_gemm: the SM push signals pieces (pieces > 0), the copy engine whole shards (pieces=0)")
         if K % 64:
             raise ValueError(f"ag_gemm: K={K} must be a multiple of 64 (the rows are pushed 64 columns at a time)")
-        self.inner, self.sched = inner, sched
+        self.inner, self.sched, self.push_by = inner, sched, push
+        self.name = "all-gather" if push == "sm" else "all-gather (copy engine)"
         self.M, self.K, self.N, self.world, self.b_major, self.b_shape, self.sms = M, K, N, world, b_major, b_shape, sms
         self.p_shape = (2 * world * M, K)         # two halves × world slots × M rows
         self.nsig = sched.nsig
@@ -70,7 +76,10 @@ class AllGather:
         from axe.layout.interop.dtensor import Shard
         world, M, K, N = self.world, self.M, self.K, self.N
         mesh = Ax.mesh(world, peers, sig, err, rank_, epoch, timeout_ns)
-        mesh.alloc(self.nsig, "ag_gemm: a piece of a peer's rows has landed")
+        if self.push_by == "sm":
+            mesh.alloc(self.nsig, "ag_gemm: a piece of a peer's rows has landed")
+        else:
+            mesh.copy_before_launch(A_, P_, M, "ag_gemm: a peer's rows have landed (copy engine)")
         Ax.dtensor(A_, (M * world, K), placements=[Shard(0)])
         n_dim = 0 if self.b_major == "col" else 1           # N is B's dim 0 when B is stored N×K
         b_global = tuple(x * (world if d == n_dim else 1) for d, x in enumerate(self.b_shape))
@@ -116,7 +125,9 @@ class AllGather:
                     Ax.signal(sched.flag(me, j, piece), peer)
 
     def producer_warps(self, dist):
-        """Warps 1 … FWD_WARPS of the producer warpgroup push this rank's rows."""
+        """Warps 1 … FWD_WARPS of the producer warpgroup push this rank's rows (the SM push)."""
+        if self.push_by != "sm":
+            return
         for wi in range(FWD_WARPS):
             with Ax.warps(1 + wi, 2 + wi):
                 self.push(dist, wi)

@@ -6,7 +6,8 @@ Law: the scheduled block-rows are ``world`` segments of ``m_tiles`` (the persist
 over ``world · m_tiles`` block-rows); block-row ``p`` is row block ``p mod m_tiles`` of segment
 ``p div m_tiles``, owned by rank ``(r + segment) mod world``; every (owner, row block, column) is
 visited exactly once per rank, and segment 0 is the rank's own.  A peer's row block ``j`` is read
-only after all ``pieces`` of it have been signalled (flag :meth:`flag` ``(owner, j, piece)``), from
+only after all ``pieces`` of it have been signalled (flag :meth:`flag` ``(owner, j, piece)``; with
+``pieces=0`` one signal per owner covers all its rows, the copy engine's staging), from
 the gathered buffer's slot of that owner in this launch's half (:meth:`slot_row`: launches alternate
 between two halves, so a peer that starts the next launch early never overwrites rows still read).
 """
@@ -31,7 +32,8 @@ class GatherOrder(Persistent):
             raise ValueError(f"gather order: the rows per rank ({M}) must be a multiple of the tile's {bm} rows")
         super().__init__(M, N, bm, bn, ctas, group, stack=stack, segments=world)
         self.M, self.world, self.pieces, self.bm = M, world, pieces, bm
-        self.nsig = world * self.m_tiles * pieces
+        self.per_owner = self.m_tiles * pieces if pieces else 1       # signals per owner
+        self.nsig = world * self.per_owner
         self.gathered = None     # the gathered buffer's tensor-mapped view (the all-gather declares it)
 
     def segment(self, p):
@@ -44,7 +46,7 @@ class GatherOrder(Persistent):
 
     def flag(self, src, j, piece):
         """The signal on a receiver that piece ``piece`` of row block ``j`` of ``src``'s rows arrived."""
-        return (src * self.m_tiles + j) * self.pieces + piece
+        return src * self.per_owner + (j * self.pieces + piece if self.pieces else 0)
 
     def slot_row(self, epoch, owner):
         """The first row of ``owner``'s slot in the gathered buffer's half of launch ``epoch``."""
@@ -57,7 +59,7 @@ class GatherOrder(Persistent):
         owner = self.owner(mesh.rank, seg)
         with Ax.guard(seg > 0):
             with Ax.cuda.elect_one():
-                for piece in range(self.pieces):
+                for piece in range(max(self.pieces, 1)):
                     Ax.wait(self.flag(owner, j, piece), owner)
             T.evaluate(T.cuda.warp_sync())
             Ax.cuda.fence_proxy_async("global")
