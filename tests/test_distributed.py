@@ -297,7 +297,8 @@ def test_nvshmem_put_compiles_to_nvshmem_calls(coll):
     # device-linked with libnvshmem_device.a into one loadable image: the kernel and NVSHMEM's device
     # functions (relocatable code alone holds unresolved calls that cuModuleLoadData refuses)
     assert art.cubin.startswith(b"\x7fELF") and b"put_signal_kernel" in art.cubin
-    assert b".text._Z37nvshmemi_transfer_put_signal_dispatch" in art.cubin   # code from libnvshmem_device.a
+    # code from libnvshmem_device.a (the function's mangled name differs between NVSHMEM releases)
+    assert re.search(rb"\.text\._Z\d+nvshmemi_transfer_put_signal", art.cubin)
     from axe.backends.cuda.build import nvshmem_version
     assert art.launch["distributed"]["nvshmem_version"] == nvshmem_version() and \
         re.fullmatch(r"\d+\.\d+\.\d+", nvshmem_version())

@@ -66,12 +66,20 @@ def distribute(dims, tensors, scope, axis_values, prefer=(0,), chunk=1):
     return Distribution(None, {}, list(range(len(dims))), None, round_robin=True, chunk=chunk)
 
 
+def count(dims, dist, scope, inner=()):
+    """How many elements (or chunks) :func:`iterate` yields to each thread (at most)."""
+    loop_dims = [i for i in dist.loop_dims if i not in inner]
+    total = prod(dims[i].extent for i in loop_dims)
+    return -(-total // scope.threads) if dist.round_robin else total
+
+
 @contextlib.contextmanager
-def iterate(dims, dist, scope, axis_values, inner=()):
+def iterate(dims, dist, scope, axis_values, inner=(), index=False):
     """Yield the digit map {dim index: expr} for one element (or chunk) of this thread.
 
     ``inner``: trailing dim indices left out of the iteration (a vector run handled by the
-    caller, digit 0 in the yielded map).
+    caller, digit 0 in the yielded map).  ``index``: yield ``(digits, i)`` with ``i`` the
+    element's position ``0 ≤ i <`` :func:`count` in this thread's sequence.
     """
     t = _tir()
     loop_dims = [i for i in dist.loop_dims if i not in inner]
@@ -81,7 +89,10 @@ def iterate(dims, dist, scope, axis_values, inner=()):
                 digits = dict(dist.thread_dims)
                 digits.update(zip(loop_dims, vs))
                 digits.update({i: 0 for i in inner})
-                yield digits
+                pos = 0
+                for i, v in zip(loop_dims, vs):
+                    pos = pos * dims[i].extent + v
+                yield (digits, pos) if index else digits
             return
         total = prod(dims[i].extent for i in loop_dims)
         per = -(-total // scope.threads)
@@ -93,4 +104,4 @@ def iterate(dims, dist, scope, axis_values, inner=()):
                 for i in reversed(loop_dims):
                     digits[i] = t.floormod(rest, dims[i].extent)
                     rest = t.floordiv(rest, dims[i].extent)
-                yield digits
+                yield (digits, j) if index else digits

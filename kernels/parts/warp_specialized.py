@@ -21,6 +21,13 @@ from kernels.parts.tiles import rows_view, unbake_rows
 THREADS, PRODUCER_REGS, CONSUMER_REGS = 384, 40, 232
 
 
+def role_registers(producer):
+    """``(producer, consumer)`` registers per thread: the producer warpgroup's ``producer`` (the
+    epilogue's ``producer_regs``: more where its warps copy to peers), the two consumer warpgroups
+    what is left of the SM's 64 Ki registers, at most ``CONSUMER_REGS``, in multiples of 8."""
+    return producer, min(CONSUMER_REGS, (65536 // 128 - producer) // 2 // 8 * 8)
+
+
 def kernel(problem, sched, main, epi, sms):
     """The ``tvm.tirx`` PrimFunc of ``problem`` (a :class:`~kernels.parts.Problem`) composed of the
     scheduler ``sched``, the mainloop ``main`` and the epilogue ``epi`` on ``sms`` persistent CTAs.
@@ -33,6 +40,7 @@ def kernel(problem, sched, main, epi, sms):
     narrow = not isinstance(M, int) or M < main.bm
     wrows, wcols = main.part
     world, p_shape, nsig = epi.world, epi.p_shape, epi.nsig
+    producer_regs, consumer_regs = role_registers(epi.producer_regs)
 
     @T.prim_func
     def gemm(A_: T.Buffer(problem.a_shape, dtype), B_: T.Buffer(problem.b_shape, dtype), C_: T.Buffer((M, N), dtype),
@@ -61,7 +69,7 @@ def kernel(problem, sched, main, epi, sms):
         pool = Ax.cuda.dynamic_shared(main.smem + epi.smem, dtype)
         pipe = main.pipeline()
         main.setup()
-        with Ax.cuda.role(0, 1, regs=PRODUCER_REGS):
+        with Ax.cuda.role(0, 1, regs=producer_regs):
             with Ax.warps(0, 1):
                 for it in T.serial(sched.trips(sched.count(cid))):
                     m_blk, n_blk = sched.coords(cid, it, rank)
@@ -72,7 +80,7 @@ def kernel(problem, sched, main, epi, sms):
                                                                               sched))
             epi.producer_warps(dist)
             main.producer_warps(pool, pipe, sched, cid, rank)
-        with Ax.cuda.role(1, 3, regs=CONSUMER_REGS, each=True):
+        with Ax.cuda.role(1, 3, regs=consumer_regs, each=True):
             wg = Ax.cuda.warpgroup_index()
             leader = tx % 128 == 0
             acc = Ax.registers((wrows, wcols), "float32", acc_layout, name="acc")

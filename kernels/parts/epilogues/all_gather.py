@@ -31,6 +31,8 @@ from kernels.parts.epilogues.store import FUSED_PARAMS
 PIECE = 32              # rows per signalled piece
 FWD_WARPS = 3           # forwarding warps per CTA (producer warps 1..3)
 VECTORS = 1024          # elements a forwarding warp copies per loop iteration (4 × 16 B per lane)
+BATCH = 4               # of them in flight per lane: all loaded before the first store
+PUSH_REGS = 56          # the producer warpgroup's registers when its warps push (40 spilled the batch)
 
 
 class _Gathered:
@@ -64,6 +66,7 @@ class AllGather:
         self.nsig = sched.nsig
         self.smem = inner.smem
         self.unused_params = ("Q_",) + FUSED_PARAMS
+        self.producer_regs = PUSH_REGS if push == "sm" else inner.producer_regs
         self.cols = next(c for c in (256, 128, 64) if K % c == 0)
         self.rows = VECTORS // self.cols
 
@@ -118,7 +121,7 @@ class AllGather:
                     with T.serial(self.K // self.cols, unroll=1) as c:
                         r0, c0 = r * self.rows, c * self.cols
                         Ax.copy(dist.G[peer, dst + r0:dst + r0 + self.rows, c0:c0 + self.cols],
-                                dist.A[src + r0:src + r0 + self.rows, c0:c0 + self.cols], schedule="vector")
+                                dist.A[src + r0:src + r0 + self.rows, c0:c0 + self.cols], schedule="vector", batch=BATCH)
                 Ax.fence_system()
                 T.evaluate(T.cuda.warp_sync())
                 with Ax.guard(lead):

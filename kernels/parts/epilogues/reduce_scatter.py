@@ -27,7 +27,9 @@ from axe.layout import Iter, Layout, Swizzle, SwizzledLayout
 from kernels.parts.epilogues.store import FUSED_PARAMS
 
 HALF = 64               # rows per consumer warpgroup
-FWD_ROWS = 8            # rows a forwarding warp copies per loop iteration
+FWD_ROWS = 4            # rows a forwarding warp copies per loop iteration (4 × 16 B per lane)
+BATCH = 4               # of them in flight per lane: all loaded before the first store
+PUSH_REGS = 56          # the producer warpgroup's registers when its warps forward (40 spilled the batch)
 
 
 class _Distributed:
@@ -60,6 +62,7 @@ class ReduceScatter:
         self.nsig = world * sched.m_tiles * sched.n_tiles * 2
         self.smem = inner.smem
         self.unused_params = (() if push == "forward" else ("Q_",)) + ("P_map",) + FUSED_PARAMS
+        self.producer_regs = PUSH_REGS if push == "forward" and comm is True else inner.producer_regs
 
     m_maps = ()
 
@@ -146,12 +149,14 @@ class ReduceScatter:
                 T.evaluate(T.cuda.warp_sync())
                 # FWD_ROWS rows at a time, in a loop TVM leaves rolled (pragma_unroll_explicit 0):
                 # unrolled whole, the copy's 64 lane offsets are invariant in the tile loop, nvcc
-                # hoists them out of it, and 64 live offsets overflow the producer's 40 registers
+                # hoists them out of it, and 64 live offsets overflow the producer's registers;
+                # each iteration's BATCH vectors are all loaded before the first store (one memory
+                # latency per iteration, not one per vector)
                 with T.serial(HALF // FWD_ROWS, annotations={"pragma_unroll_explicit": 0}) as c:
                     row = j * bm + wg * HALF + c * FWD_ROWS
                     at = owner * self.p_shape[1] + row
                     Ax.copy(dist.P[owner, me, row:row + FWD_ROWS, n_blk * bn:(n_blk + 1) * bn],
-                            dist.Q[at:at + FWD_ROWS, n_blk * bn:(n_blk + 1) * bn], schedule="vector")
+                            dist.Q[at:at + FWD_ROWS, n_blk * bn:(n_blk + 1) * bn], schedule="vector", batch=BATCH)
                 Ax.fence_system()
                 T.evaluate(T.cuda.warp_sync())
                 with Ax.guard(lead):

@@ -82,6 +82,8 @@ class ChunkedStore:
     unused_params = ("Q_", "P_", "P_map", "peers", "sig", "err", "rank_", "epoch", "timeout_ns") + FUSED_PARAMS
     #: static shared bytes of fused operands
     operand_bytes = 0
+    #: registers per thread of the producer warpgroup (its warps run only the loads here)
+    producer_regs = 40
     #: the tensor maps besides A's and C's whose extents include M (a run-time M reads them at launch)
     m_maps = ()
     #: the mesh-wide parameters' sizes (one GPU: placeholders, dropped from the signature)

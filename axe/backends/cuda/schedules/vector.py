@@ -14,7 +14,7 @@ from axe.ops.scope import thread_axis_values
 from axe.schedules.emit import is_zero, mem_offset
 from axe.schedules.generic import operand_shapes
 from axe.schedules.plan import Dim, contiguous_run, inner_layout, pair_dims
-from axe.schedules.pointwise import distribute, iterate
+from axe.schedules.pointwise import count, distribute, iterate
 from axe.schedules.registry import register
 from axe.layout import SwizzledLayout
 
@@ -144,6 +144,10 @@ def emit_vector_copy(call, plan: VectorPlan, async_copy: bool = False, ctx=None)
     av = thread_axis_values(call.scope)
     last = len(plan.dims) - 1
     nwords = plan.nbytes // 4
+    n = count(plan.dims, plan.dist, call.scope, inner=(last,))
+    if not async_copy and dst.mem != "local" and src.mem != "local" and 1 < n <= call.config.get("batch", 1):
+        _loads_then_stores(call, plan, gs, gd, ctx, av, last, nwords, n)
+        return
     with iterate(plan.dims, plan.dist, call.scope, av, inner=(last,)) as digits:
         d_off = mem_offset(dst, plan.dims, 0, digits)
         s_off = mem_offset(src, plan.dims, 1, digits)
@@ -164,6 +168,25 @@ def emit_vector_copy(call, plan: VectorPlan, async_copy: bool = False, ctx=None)
     if async_copy and call.config.get("wait", True):
         T.evaluate(T.ptx["cp.async.commit_group"]())
         T.evaluate(T.ptx["cp.async.wait_group"](0))
+
+
+def _loads_then_stores(call, plan, gs, gd, ctx, av, last, nwords, n):
+    """Memory to memory through ``n`` vectors of registers per thread: every load issued before the
+    first store, so the copy waits for one memory latency instead of one per vector (the ld/st are
+    volatile asm: the compiler keeps their order).  Asked for with ``batch=n`` in the copy's config
+    (it costs ``n`` vectors of registers)."""
+    from tvm.script import tirx as T
+    dst, src = call.operands["dst"], call.operands["src"]
+    tmp = T.alloc_buffer((n * nwords,), "uint32", scope="local")
+    for phase in ("ld", "st"):
+        with iterate(plan.dims, plan.dist, call.scope, av, inner=(last,), index=True) as (digits, i):
+            regs = [tmp[i * nwords + w] for w in range(nwords)]
+            if phase == "ld":
+                T.evaluate(T.ptx[f"ld.{_space(src)}.{_tail(plan.nbytes)}"](
+                    *regs, _ptr(src, mem_offset(src, plan.dims, 1, digits), gs, ctx)))
+            else:
+                T.evaluate(T.ptx[f"st.{_space(dst)}.{_tail(plan.nbytes)}"](
+                    _ptr(dst, mem_offset(dst, plan.dims, 0, digits), gd, ctx), *regs))
 
 
 @register("copy", "vector", "cuda", priority=10, devices=True,
