@@ -303,13 +303,17 @@ def test_stream_k_producer_loads_the_stream_k_tiles():
 def test_gemm_rs_default_build_keeps_its_register_budgets():
     """The default fused GEMM + reduce-scatter (Llama-3.1-8B down, 2 GPUs, rs_push="forward"): the
     mesh waits are inline (no call: the call made ptxas ignore setmaxnreg, C7507, with 8 B of
-    spills), and each forwarding warp copies its half-tile 8 rows per iteration of a rolled loop
-    (unrolled whole, its 64 hoisted lane offsets overflowed the producer's 40 registers: 596 B of
-    spills); ``rs_push="bulk"``, which has no forwarding warps, likewise."""
+    spills), and each forwarding warp copies its half-tile 4 rows per iteration of a rolled loop
+    (unrolled whole, its 64 hoisted lane offsets overflowed the producer's registers: 596 B of
+    spills), the 4 loads of an iteration issued before its stores in a producer warpgroup of 56
+    registers; ``rs_push="bulk"``, which has no forwarding warps, likewise (and keeps 40)."""
     from kernels import gemm_rs
     art = gemm_rs.build(8192, 4096, 14336, 2)
     assert_call_free(art)
     assert "axe_wait_signal" in art.cuda_source and "ld.acquire.sys.global.b32" in art.ptx
-    # 2 forwarding warps x 8 rows of 256 bf16 columns: 8 16-byte loads per lane each, looped
-    assert art.ptx.count("ld.global.v4.u32") == 2 * 8, art.ptx.count("ld.global.v4.u32")
-    assert_call_free(gemm_rs.build(8192, 4096, 14336, 2, rs_push="bulk"))
+    # 2 forwarding warps x 4 rows of 256 bf16 columns: 4 16-byte loads per lane each, looped
+    assert art.ptx.count("ld.global.v4.u32") == 2 * 4, art.ptx.count("ld.global.v4.u32")
+    assert "setmaxnreg.dec.sync.aligned.u32 56" in art.ptx and "setmaxnreg.inc.sync.aligned.u32 224" in art.ptx
+    bulk = gemm_rs.build(8192, 4096, 14336, 2, rs_push="bulk")
+    assert_call_free(bulk)
+    assert "setmaxnreg.dec.sync.aligned.u32 40" in bulk.ptx
