@@ -26,6 +26,7 @@ from kernels.parts.epilogues.all_gather import PIECE, AllGather
 from kernels.parts.epilogues.store import ChunkedStore
 from kernels.parts.schedulers.gather import GatherOrder
 from kernels.parts.warp_specialized import THREADS, kernel
+from kernels.tp_shapes import ag_gemm_fits as fits
 
 __all__ = ["make", "build", "reference", "fits"]
 
@@ -35,21 +36,6 @@ def reference(A_parts, B_parts, b_major="col"):
     import torch
     A = torch.cat([a.float() for a in A_parts])
     return [A @ (b.float().t() if b_major == "col" else b.float()) for b in B_parts]
-
-
-def fits(M, N, K, world):
-    """None if the fused kernel is built for this global problem, else why not (one line)."""
-    if world < 2:
-        return f"world must be at least 2, got {world} (use kernels/gemm.py on one GPU)"
-    if M % world or N % world:
-        return f"M={M} and N={N} must be multiples of world={world} (unequal shards are not supported)"
-    if (M // world) % gemm.BM:
-        return f"the rows per rank M/w={M // world} must be a multiple of {gemm.BM} (the tile's rows)"
-    if K % 64:
-        return f"K={K} must be a multiple of 64"
-    if (N // world) % 8:
-        return f"the columns per rank N/w={N // world} must be a multiple of 8"
-    return None
 
 
 def parts(problem, cfg, world, m, push="sm"):

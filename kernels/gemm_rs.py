@@ -55,6 +55,7 @@ from kernels.parts.epilogues.store import ChunkedStore
 from kernels.parts.schedulers.owners import OwnerOrder
 from kernels.parts.schedulers.stream_k import StreamKSchedule
 from kernels.parts.warp_specialized import THREADS, kernel
+from kernels.tp_shapes import gemm_rs_fits
 
 __all__ = ["make", "build", "reference"]
 
@@ -85,18 +86,12 @@ def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, rs_comm=Tru
     ``config``: :class:`kernels.gemm.Config`'s keywords; ``rs_push``: ``"forward"`` or ``"bulk"``;
     ``rs_comm=False`` / ``"nowait"``: the measurement aids (wrong results: nothing exchanged, or
     pushed without the owners waiting)."""
-    if world < 2:
-        raise ValueError(f"gemm_rs: world must be at least 2, got {world} (use kernels/gemm.py on one GPU)")
+    why = gemm_rs_fits(M, N, K, world)
+    if why:
+        raise ValueError(f"gemm_rs: {why}")
     gemm.check(M, N, K, dtype, b_major)
-    if M % world or K % world:
-        raise ValueError(f"gemm_rs: M={M} and K={K} must be multiples of world={world} (unequal shards are not supported)")
     m, k = M // world, K // world        # each rank: its K slice of every owner's M/world rows
-    if k % 8 or k < gemm.BK:
-        raise ValueError(f"gemm_rs: the local K={k} must be a multiple of 8 and at least {gemm.BK}")
     cfg = gemm.Config.of(config, "gemm_rs")
-    if m < cfg.bm:
-        raise ValueError(f"gemm_rs: the rows per rank M/w={m} are fewer than the tile's {cfg.bm} rows (the owners' "
-                         "order reads whole row blocks); use the non-fused path, axe's GEMM + a reduce-scatter")
     problem = Problem(m, N, k, dtype, b_major, a_shape=(world, m, k))
     try:
         parts(problem, cfg, world, rs_comm, rs_push)

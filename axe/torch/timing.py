@@ -20,6 +20,27 @@ def eager_ms(torch, fn, reps, warmup=3):
     return median(times)
 
 
+def burst_ms(torch, fn, calls=10, blocks=5, warmup=3, before=None):
+    """Median milliseconds per call over ``blocks`` blocks of ``calls`` back-to-back ``fn()``
+    between two CUDA events (``before()`` runs ahead of each block, e.g. a barrier of the ranks);
+    the stream is idle before each block."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(blocks):
+        if before is not None:
+            before()
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(calls):
+            fn()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b) / calls)
+    return median(times)
+
+
 def capture(torch, fn, warmup=2):
     """``(graph, out)``: ``fn`` captured once into a CUDA graph; ``out`` is what the captured call
     returned, the buffer every replay rewrites.  Warm-up calls run first on the capture stream, so

@@ -436,15 +436,8 @@ def check_serving_graph(ops, res):
 
 
 def _gpu_us(fn, n=50):
-    for _ in range(5):
-        fn()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    a.record()
-    for _ in range(n):
-        fn()
-    b.record()
-    torch.cuda.synchronize()
-    return round(a.elapsed_time(b) / n * 1e3, 2)
+    from axe.torch.timing import burst_ms
+    return round(burst_ms(torch, fn, calls=n, blocks=1, warmup=5) * 1e3, 2)
 
 
 def check_serving_speed(ops, res):

@@ -1,0 +1,38 @@
+"""The shapes the fused tensor-parallel kernels are built for, without TVM (a serving machine that
+only runs shipped artifacts asks them before choosing a path: :mod:`axe.torch.tp`).
+
+Law: ``ag_gemm_fits(M, N, K, w)`` is None exactly when :func:`kernels.ag_gemm.make` builds the global
+problem; ``gemm_rs_fits`` likewise for :func:`kernels.gemm_rs.make` (default tile); otherwise each
+says why not in one line.
+"""
+
+TILE_ROWS = 128          # the cooperative tile's rows (kernels.gemm_config.BM)
+
+
+def ag_gemm_fits(M, N, K, world):
+    """None if the fused all-gather + GEMM is built for global M × N × K on ``world`` GPUs, else why not."""
+    if world < 2:
+        return f"world must be at least 2, got {world} (use kernels/gemm.py on one GPU)"
+    if M % world or N % world:
+        return f"M={M} and N={N} must be multiples of world={world} (unequal shards are not supported)"
+    if (M // world) % TILE_ROWS:
+        return f"the rows per rank M/w={M // world} must be a multiple of {TILE_ROWS} (the tile's rows)"
+    if K % 64:
+        return f"K={K} must be a multiple of 64"
+    if (N // world) % 8:
+        return f"the columns per rank N/w={N // world} must be a multiple of 8"
+    return None
+
+
+def gemm_rs_fits(M, N, K, world):
+    """None if the fused GEMM + reduce-scatter is built for global M × N × K on ``world`` GPUs, else why not."""
+    if world < 2:
+        return f"world must be at least 2, got {world} (use kernels/gemm.py on one GPU)"
+    if M % world or K % world:
+        return f"M={M} and K={K} must be multiples of world={world} (unequal shards are not supported)"
+    if M // world < TILE_ROWS:
+        return (f"the rows per rank M/w={M // world} are fewer than the tile's {TILE_ROWS} rows (the owners' "
+                "order reads whole row blocks); use the non-fused path, axe's GEMM + a reduce-scatter")
+    if (K // world) % 8 or K // world < 64:
+        return f"the local K={K // world} must be a multiple of 8 and at least 64"
+    return None
