@@ -23,6 +23,7 @@ import axe.lang as Ax
 from kernels import gemm
 from kernels.parts import CompositionError, Problem, compose
 from kernels.parts.epilogues.all_gather import PIECE, AllGather
+from kernels.parts.epilogues.silu_mul import SiluMulStore
 from kernels.parts.epilogues.store import ChunkedStore
 from kernels.parts.schedulers.gather import GatherOrder
 from kernels.parts.warp_specialized import THREADS, kernel
@@ -31,34 +32,45 @@ from kernels.tp_shapes import ag_gemm_fits as fits
 __all__ = ["make", "build", "reference", "fits"]
 
 
-def reference(A_parts, B_parts, b_major="col"):
-    """The fp32 result each rank should hold: ``cat(A_parts) · B_r`` for each rank's ``B_r``."""
+def reference(A_parts, B_parts, b_major="col", act=None, bn=256):
+    """The fp32 result each rank should hold: ``cat(A_parts) · B_r`` for each rank's ``B_r``; with
+    ``act="silu_mul"`` then silu(gate)·up of each ``bn``-column tile's halves."""
     import torch
     A = torch.cat([a.float() for a in A_parts])
-    return [A @ (b.float().t() if b_major == "col" else b.float()) for b in B_parts]
+    out = [A @ (b.float().t() if b_major == "col" else b.float()) for b in B_parts]
+    if act == "silu_mul":
+        h = bn // 2
+        out = [torch.nn.functional.silu(c.reshape(c.shape[0], -1, 2, h)[:, :, 0]).mul(
+               c.reshape(c.shape[0], -1, 2, h)[:, :, 1]).reshape(c.shape[0], -1) for c in out]
+    return out
 
 
-def parts(problem, cfg, world, m, push="sm"):
+def parts(problem, cfg, world, m, push="sm", act=None):
     """``(scheduler, mainloop, epilogue)``: the gather order, :func:`kernels.gemm.mainloop`'s sm_90a
     mainloop, the all-gather part over the chunked store; composed, so a configuration that cannot
     work (stream-K, CTA pairs, ping-pong) is refused naming the parts."""
     main = gemm.mainloop(problem, cfg, "wgmma")
     pieces = cfg.bm // PIECE if push == "sm" else 0
     sched = GatherOrder(m, problem.N, cfg.bm, cfg.bn, cfg.ctas, cfg.band, world, pieces, stack=cfg.cluster)
-    store = ChunkedStore(main, sched, problem.dtype, cfg.epilogue or gemm.EPILOGUE["wgmma"], cfg.epilogue_bufs)
+    store = (SiluMulStore if act == "silu_mul" else ChunkedStore)(
+        main, sched, problem.dtype, cfg.epilogue or gemm.EPILOGUE["wgmma"], cfg.epilogue_bufs)
     epi = AllGather(store, sched, m, problem.K, problem.N, world, problem.b_major, problem.b_shape, cfg.sms, push)
     return compose(sched, main, epi)
 
 
-def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, push="sm", **config):
+def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, push="sm", act=None, **config):
     """The fused kernel (an :class:`axe.lang.Kernel`) for global M × N × K on ``world`` GPUs;
     ``push``: ``"sm"`` (the producer warpgroup's idle warps push the rows) or ``"copy_engine"`` (the
-    runtime stages them with ``cudaMemcpyAsync`` before the launch); ``config``:
+    runtime stages them with ``cudaMemcpyAsync`` before the launch); ``act="silu_mul"``: the fused
+    gate/up projection — B's rows interleaved by tile (:func:`kernels.parts.epilogues.silu_mul.interleave`),
+    C = silu(gate)·up with N/(2w) columns per rank; ``config``:
     :class:`kernels.gemm.Config`'s keywords (stream-K, split-K, CTA pairs and ping-pong are refused:
     the gather order is built for the cooperative tile)."""
     why = fits(M, N, K, world)
     if why:
         raise ValueError(f"ag_gemm: {why}")
+    if act not in (None, "silu_mul"):
+        raise ValueError(f"ag_gemm: act must be None or 'silu_mul', got {act!r}")
     gemm.check(M, N, K, dtype, b_major)
     m, n = M // world, N // world        # each rank: its rows of A, its columns of C
     cfg = gemm.Config.of(config, "ag_gemm")
@@ -66,7 +78,8 @@ def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, push="sm", 
         raise ValueError("ag_gemm: stream-K and split-K are not built with the gather order")
     problem = Problem(M, n, K, dtype, b_major, a_shape=(m, K))
     try:
-        parts(problem, cfg, world, m, push)
+        epi = parts(problem, cfg, world, m, push, act)[2]
+        epi.out_cols(problem.N)
     except CompositionError as err:
         raise ValueError(f"ag_gemm: {err}") from None
     sizes = gemm.gpu_sizes(None, n, K)
@@ -77,7 +90,7 @@ def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, push="sm", 
             raise Ax.TargetError(f"ag_gemm on {target}: the gather order is built for sm_90a's wgmma mainloop")
         if sizes:
             raise Ax.TargetError(f"ag_gemm on {target}: {sizes}")
-        return kernel(problem, *parts(problem, cfg, world, m, push), cfg.sms)
+        return kernel(problem, *parts(problem, cfg, world, m, push, act), cfg.sms)
 
     short = "bf16" if dtype == "bfloat16" else "f16"
     return Ax.Kernel(name or f"ag_gemm_{short}_w{world}", factory, reference=gemm.reference, outputs=("C",),

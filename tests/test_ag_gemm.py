@@ -194,3 +194,31 @@ def test_copy_stage_follows_its_law(monkeypatch):
         assert all(e[2] == epoch for e in events if e[0] == "signal")
     with pytest.raises(Exception, match="'A_' is staged to the peers as 3 contiguous rows"):
         stage.before({"A_": A[:2]}, 3, Stream())
+
+
+def test_silu_mul_variant_fuses_the_gate_up_activation():
+    art = ag_gemm.build(2 * 256, 2 * 1024, 576, 2, act="silu_mul", name="ag_gemm_silu_test")
+    p = art.launch["distributed"]["params"]
+    assert p["C_"]["shape"] == [512, 1024] and p["C_"]["local_shape"] == [512, 512]   # half the GEMM's columns
+    ew = [r for r in art.records if r.call.op == "elementwise"]
+    assert ew and all(r.chosen == "per_thread" for r in ew)        # gate and up halves meet in each thread
+    res = art.launch["resources"]
+    assert res["spill_stores"] == 0 and res["spill_loads"] == 0, res
+    with pytest.raises(ValueError, match="act must be None or 'silu_mul'"):
+        ag_gemm.make(512, 2048, 512, 2, act="gelu")
+
+
+def test_interleave_and_the_silu_reference_agree_with_the_unfused_mlp():
+    torch = pytest.importorskip("torch")
+    from kernels.parts.epilogues.silu_mul import interleave
+    g = torch.Generator().manual_seed(1)
+    x = [torch.randn(3, 8, generator=g) for _ in range(2)]
+    gate, up = torch.randn(256, 8, generator=g), torch.randn(256, 8, generator=g)
+    W = interleave(gate, up)
+    assert W.shape == (512, 8) and torch.equal(W[:128], gate[:128]) and torch.equal(W[128:256], up[:128])
+    (got,) = ag_gemm.reference(x, [W], act="silu_mul")
+    xf = torch.cat(x)
+    want = torch.nn.functional.silu(xf @ gate.t()) * (xf @ up.t())
+    torch.testing.assert_close(got, want)
+    with pytest.raises(ValueError, match="must match"):
+        interleave(gate, up[:128])

@@ -43,7 +43,7 @@ def kernel(problem, sched, main, epi, sms):
     producer_regs, consumer_regs = role_registers(epi.producer_regs)
 
     @T.prim_func
-    def gemm(A_: T.Buffer(problem.a_shape, dtype), B_: T.Buffer(problem.b_shape, dtype), C_: T.Buffer((M, N), dtype),
+    def gemm(A_: T.Buffer(problem.a_shape, dtype), B_: T.Buffer(problem.b_shape, dtype), C_: T.Buffer((M, epi.out_cols(N)), dtype),
              A_map: T.handle("tensormap"), B_map: T.handle("tensormap"), C_map: T.handle("tensormap"),
              Srow_: T.Buffer((1, M), "float32"), Scol_: T.Buffer((1, N), "float32"), Bias_: T.Buffer((1, N), "float32"),
              R_: T.Buffer((M, N), dtype), Srow_map: T.handle("tensormap"), Scol_map: T.handle("tensormap"),

@@ -46,8 +46,8 @@ def _gemm_rs(shape, w, dtype, b_major, name, push="forward"):
     return _kernels()[1].build(*shape, w, dtype, b_major, name=name, rs_push=push)
 
 
-def _ag_gemm(shape, w, dtype, b_major, name, push="sm"):
-    return _kernels()[2].build(*shape, w, dtype, b_major, name=name, push=push)
+def _ag_gemm(shape, w, dtype, b_major, name, push="sm", act=None):
+    return _kernels()[2].build(*shape, w, dtype, b_major, name=name, push=push, act=act)
 
 
 #: (M, N, K) global problems of ag_gemm: N/w not a tile multiple, K not a 128 multiple ("ragged");
@@ -56,6 +56,8 @@ AG_SHAPES = {"ragged": lambda w: (w * 128, w * 1000, 576), "multi": lambda w: (w
 AG_CASES = [("ragged", "bfloat16", "col"), ("ragged", "float16", "row"), ("multi", "bfloat16", "col")]
 #: the copy-engine staging of ag_gemm (push="copy_engine")
 AG_CE_CASES = [("ragged", "bfloat16", "col"), ("multi", "bfloat16", "col")]
+#: the fused gate/up projection (act="silu_mul"): N/w a multiple of the 256-column tile
+AG_SILU_SHAPES = {"silu": lambda w: (w * 256, w * 1024, 576)}
 
 
 def _ag_name(tag, w, dtype, b_major):
@@ -93,6 +95,8 @@ for _w in WORLDS:
     for _tag, _dt, _bm in AG_CE_CASES:
         _n = _ag_name(_tag + "_ce", _w, _dt, _bm)
         BUILDS[_n] = functools.partial(_ag_gemm, AG_SHAPES[_tag](_w), _w, _dt, _bm, _n, "copy_engine")
+    _n = _ag_name("silu", _w, "bfloat16", "col")
+    BUILDS[_n] = functools.partial(_ag_gemm, AG_SILU_SHAPES["silu"](_w), _w, "bfloat16", "col", _n, "sm", "silu_mul")
 
 
 # --- checks (GPU machine, torchrun) -------------------------------------------------------------
@@ -255,6 +259,35 @@ def check_ag_gemm(dtype, b_major):
     return check
 
 
+def check_ag_gemm_silu(path, heap, torch, dist):
+    """The fused gate/up projection: C_r = silu(gate)·up of all_gather(A) against the unfused fp32
+    MLP activation, B_r's rows interleaved by tile (kernels.parts.epilogues.silu_mul.interleave)."""
+    import sys
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    import torch.nn.functional as F
+    from axe.runtime.distributed import DistKernel
+    from kernels.parts.epilogues.silu_mul import interleave
+    k = DistKernel(path, heap, timeout=10.0)
+    w = heap.world
+    d = k.dist["params"]
+    M, K = d["A_"]["shape"]
+    n = d["C_"]["local_shape"][1]                  # this rank's SiLU·up columns
+    errs = []
+    for _ in range(REPEATS):
+        A = (torch.randn(M // w, K, device=heap.device) * 0.5).to(torch.bfloat16)
+        gate = (torch.randn(n, K, device=heap.device) * K ** -0.5).to(torch.bfloat16)
+        up = (torch.randn(n, K, device=heap.device) * K ** -0.5).to(torch.bfloat16)
+        C = torch.full((M, n), float("nan"), device=heap.device, dtype=torch.bfloat16)
+        k(A, interleave(gate, up).contiguous(), C, check=True)
+        full = torch.empty(M, K, device=heap.device, dtype=torch.bfloat16)
+        dist.all_gather_into_tensor(full, A)
+        ref = F.silu(full.float() @ gate.float().t()) * (full.float() @ up.float().t())
+        errs.append(_rel(C, ref))
+    if max(errs) > 2e-2:
+        raise AssertionError(f"ag_gemm silu_mul: rel. error {max(errs):.3g} > 2e-2")
+    return f"{M}x{2 * n}x{K} SiLU·up, {REPEATS} launches: rel err {max(errs):.2e}"
+
+
 def check_gemm_rs_signature(path, heap, torch, dist):
     """DTensor arguments are accepted; a wrong placement and a wrong local shape are refused
     before launch, naming the parameter."""
@@ -345,6 +378,7 @@ for _w in WORLDS:
         DIST_CHECKS[_ag_name(_tag, _w, _dt, _bm)] = check_ag_gemm(_dt, _bm)
     for _tag, _dt, _bm in AG_CE_CASES:
         DIST_CHECKS[_ag_name(_tag + "_ce", _w, _dt, _bm)] = check_ag_gemm(_dt, _bm)
+    DIST_CHECKS[_ag_name("silu", _w, "bfloat16", "col")] = check_ag_gemm_silu
 #: checks that reuse another case's artifact: (artifact, check); run after the correctness checks
 EXTRA = [("dist_gemm_rs_square_bf16_col_w{w}", check_gemm_rs_signature), ("dist_exchange_w{w}", check_timeout),
          ("dist_exchange_w{other}", check_world)]

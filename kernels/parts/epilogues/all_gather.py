@@ -15,7 +15,8 @@ changes nothing in the mainloop:
 - **wait**: the producer's loads of a peer's row block wait for its pieces' flags
   (:meth:`GatherOrder.before_tile`), bounded by the mesh timeout like every wait on a peer;
 - **store**: a tile of owner g's row block j is stored at C's rows ``g·M/w + j·bm`` (the chunked
-  TMA store of :mod:`.store`).
+  TMA store of :mod:`.store`, or its SiLU·up variant :mod:`.silu_mul` for a fused gate/up
+  projection).
 
 Law: every rank receives every peer's M/w rows exactly once per launch, into the half of its
 gathered buffer that the launch's epoch names, and computes each of the ``world · M/w`` rows of its
@@ -70,6 +71,10 @@ class AllGather:
         self.cols = next(c for c in (256, 128, 64) if K % c == 0)
         self.rows = VECTORS // self.cols
 
+    def out_cols(self, N):
+        """C's columns: the inner store's (half the GEMM's for SiLU·up)."""
+        return self.inner.out_cols(N)
+
     def inputs(self, *params):
         """No fused operands."""
 
@@ -87,7 +92,7 @@ class AllGather:
         n_dim = 0 if self.b_major == "col" else 1           # N is B's dim 0 when B is stored N×K
         b_global = tuple(x * (world if d == n_dim else 1) for d, x in enumerate(self.b_shape))
         Ax.dtensor(B_, b_global, placements=[Shard(n_dim)])
-        Ax.dtensor(C_, (M * world, N * world), placements=[Shard(1)])
+        Ax.dtensor(C_, (M * world, self.out_cols(N) * world), placements=[Shard(1)])
         rows = self.p_shape[0]
         G = Ax.dtensor(P_, (world, rows, K), f"S[({world},{rows},{K}):(1@gpuid,{K},1)]", scratch=True)
         self.sched.gathered = Ax.param(P_, tensormap=P_map)

@@ -66,6 +66,10 @@ class ReduceScatter:
 
     m_maps = ()
 
+    def out_cols(self, N):
+        """C's columns: the GEMM's."""
+        return N
+
     def inputs(self, *params):
         """No fused operands."""
 

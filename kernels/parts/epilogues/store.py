@@ -64,6 +64,23 @@ class ChunkedStore:
         self.c_at = main.smem
         self.smem = 2 * self.bufs * self.rows * epilogue
 
+    def out_cols(self, N):
+        """C's columns for a GEMM of ``N`` columns (a cast stores them all)."""
+        return N
+
+    def convert(self, out, acc):
+        """The finished accumulator into the output registers (here a cast)."""
+        Ax.cast(out, acc)
+
+    def out_part(self, out):
+        """The output registers a warpgroup stores (all of them here)."""
+        return out
+
+    #: C's columns per tile (the GEMM's, for a cast)
+    @property
+    def tile_cols(self):
+        return self.main.bn
+
     def declare(self, *params):
         return NoMesh()
 
@@ -102,14 +119,14 @@ class ChunkedStore:
         owner's peer partials); each chunk is then cast on its own."""
         main, e, dtype = self.main, self.epilogue, self.dtype
         if add_chunk is None and partial is None:
-            Ax.cast(out, acc)
+            self.convert(out, acc)
         elif add_chunk is None:     # a split tile's first k-blocks: add the partial sum of the rest
             Ax.elementwise(out, lambda a, p: T.cast(a + p, dtype), acc, partial)
         row = m_blk * main.bm + main.row0(wg)
         split_cols = main.split == "columns"
 
         def n0_of(j):
-            return n_blk * main.bn + (main.col0(wg) + j * e if split_cols else j * e)
+            return n_blk * self.tile_cols + (main.col0(wg) + j * e if split_cols else j * e)
 
         def add(j, Cw):
             cols = slice(j * e, (j + 1) * e)
@@ -122,7 +139,7 @@ class ChunkedStore:
                 Ax.copy(C[row:row + self.rows, n0:n0 + e], Cw, fence=False, wait=False)
             else:           # one bulk copy of the chunk's image (a peer's staging has no tensor map)
                 Ax.copy(dest(row, n0), Cw, fence=False, wait=False, schedule="bulk")
-        Ax.cuda.staged_store(out, e, lambda j: self.buffer(pool, wg, j), write, 1 + wg, leader, self.bufs,
+        Ax.cuda.staged_store(self.out_part(out), e, lambda j: self.buffer(pool, wg, j), write, 1 + wg, leader, self.bufs,
                              None if add_chunk is None else add)
 
     def store(self, acc, out, pool, C, dist, wg, leader, m_blk, n_blk):
