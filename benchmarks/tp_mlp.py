@@ -13,6 +13,8 @@ bf16, Llama-3.1-8B and -70B sizes, M ∈ {128, 2048, 8192} (``--rows``).  Sides:
 - ``symm_mem``: ``fused_all_gather_matmul`` + SiLU·up (torch) + ``fused_matmul_reduce_scatter``;
 - ``axe``: ``kernels/ag_gemm.py`` (SM push) + ``kernels/silu_mul.py`` + ``kernels/gemm_rs.py`` where
   the fused kernels are built (M/w a multiple of 128), else ``axe_nccl``'s step;
+- ``axe_silu``: as ``axe`` with the SiLU·up fused into the all-gather + GEMM's store
+  (``act="silu_mul"``, the gate/up weight's rows interleaved by tile), where it is built;
 - ``axe_nccl``: NCCL's collectives around axe's own GEMMs (configured by the shape heuristic) and
   ``kernels/silu_mul.py``.
 
@@ -41,7 +43,7 @@ sys.path.insert(0, ROOT)
 from gemm import MODELS  # noqa: E402  (torch-free)
 
 MS = (128, 2048, 8192)
-SIDES = ("nccl", "symm_mem", "axe", "axe_nccl")
+SIDES = ("nccl", "symm_mem", "axe", "axe_silu", "axe_nccl")
 TOL, WARMUP, REPEATS = 3e-2, 5, 5
 POOL_BYTES = 12 << 30
 TP_MODELS = ("Llama-3.1-8B", "Llama-3.1-70B")
@@ -52,7 +54,7 @@ def names(world, m, model):
     the SiLU·up kernel."""
     h, i = MODELS[model]
     tag = f"tp_mlp_bf16_w{world}_m{m}_{h}x{i}"
-    return {"ag": tag + "_ag", "rs": tag + "_rs", "up": tag + "_up", "down": tag + "_down",
+    return {"ag": tag + "_ag", "ag_silu": tag + "_ag_silu", "rs": tag + "_rs", "up": tag + "_up", "down": tag + "_down",
             "silu": f"tp_mlp_silu_mul_{i // world}_bf16"}
 
 
@@ -72,6 +74,8 @@ def build(args):
             h, i = MODELS[model]
             n = names(world, m, model)
             todo = {n["ag"]: lambda: ag_gemm.build(m, 2 * i, h, world, "bfloat16", "col", name=n["ag"]),
+                    n["ag_silu"]: lambda: ag_gemm.build(m, 2 * i, h, world, "bfloat16", "col", name=n["ag_silu"],
+                                                        act="silu_mul"),
                     n["rs"]: lambda: gemm_rs.build(m, h, i, world, "bfloat16", "col", name=n["rs"]),
                     n["up"]: lambda: gemm.build(m, 2 * i // world, h, "bfloat16", "col", name=n["up"],
                                                 **gemm_select.heuristic(m, 2 * i // world, h)),
@@ -170,6 +174,17 @@ def run_shape(args, model, M, rank, world, heap, group_name, setup_err):
             down_nccl(yn)
             return yn
         sides["axe"] = (axe_mlp, ya, sync)
+        if built["ag_silu"] and rs:
+            from kernels.parts.epilogues.silu_mul import interleave
+            ags = DistKernel(art["ag_silu"], heap)
+            wint = interleave(wgu[:il], wgu[il:]).contiguous()
+            ys = torch.empty(ml, h, device="cuda", dtype=bf)
+
+            def axe_silu_mlp():
+                ags(x, wint, abuf)
+                rs(abuf, wd, ys)
+                return ys
+            sides["axe_silu"] = (axe_silu_mlp, ys, sync)
         sides["axe_nccl"] = (axe_nccl_mlp, yn, sync)
     except Exception as e:
         errs["axe"] = errs["axe_nccl"] = why(e, rank)
@@ -177,9 +192,10 @@ def run_shape(args, model, M, rank, world, heap, group_name, setup_err):
     ms, err_all, errs_all = check_and_time(args, SIDES, sides, ref, errs, rank, world, WARMUP, REPEATS, TOL)
     row = {"model": model, "M": M, "world": world, "hidden": h, "intermediate": i, "axe_steps": steps,
            "axe_ms": ms["axe"], "nccl_ms": ms["nccl"], "symm_mem_ms": ms["symm_mem"], "axe_nccl_ms": ms["axe_nccl"],
+           "axe_silu_ms": ms["axe_silu"],
            "rel_err_per_rank": {s: [e[s] for e in err_all] for s in args.sides},
            "errors": {s: [r[s] for r in errs_all if s in r] for s in SIDES if any(s in r for r in errs_all)}}
-    best = min([v for v in (ms["axe"], ms["axe_nccl"]) if v], default=None)
+    best = min([v for v in (ms["axe"], ms["axe_silu"], ms["axe_nccl"]) if v], default=None)
     row["axe_best_ms"] = best
     row["fastest"] = min(((v, s) for s, v in ms.items() if v), default=(None, None))[1]
     if rank == 0:
@@ -196,7 +212,7 @@ def report(args, rows, world):
     path = args.json or os.path.join(os.environ.get("OUT", os.path.join(ROOT, "benchmarks", "results")),
                                      f"tp_mlp-{date}-{dist_bench.device_tag()}-w{world}.json")
     miss = [f"{r['model']} M={r['M']}: fastest is {r['fastest']}" for r in rows
-            if r["fastest"] not in ("axe", "axe_nccl")]
+            if r["fastest"] not in ("axe", "axe_silu", "axe_nccl")]
     result = {"benchmark": "tp_mlp", "date": date, "device": dev, "world": world, "versions": dist_bench.versions(),
               "problem": "y_r = rows r of sum_g silu(x W_g,g^T) (x W_u,g^T) W_d,g^T; x_r M/w x hidden, bf16",
               "check": f"max abs err / max abs ref < {TOL} vs fp32; a failing side is not timed",
@@ -211,10 +227,10 @@ def report(args, rows, world):
     def f(v):
         return "-" if v is None else f"{v:.3f}"
     print(f"\n{date}  {dev} x{world}  -> {path}")
-    print(f"{'model':15s} {'M':>5s} {'nccl':>7s} {'symm_mem':>8s} {'axe':>7s} {'axe_nccl':>8s}  axe steps  (ms per MLP)")
+    print(f"{'model':15s} {'M':>5s} {'nccl':>7s} {'symm_mem':>8s} {'axe':>7s} {'axe_silu':>8s} {'axe_nccl':>8s}  axe steps  (ms per MLP)")
     for r in rows:
         print(f"{r['model']:15s} {r['M']:5d} {f(r['nccl_ms']):>7s} {f(r['symm_mem_ms']):>8s} {f(r['axe_ms']):>7s} "
-              f"{f(r['axe_nccl_ms']):>8s}  {r['axe_steps']}")
+              f"{f(r['axe_silu_ms']):>8s} {f(r['axe_nccl_ms']):>8s}  {r['axe_steps']}")
         for s, texts in r["errors"].items():
             print(f"  {s} FAILED: " + " | ".join(texts))
     print(f"goal (axe fastest in every row): {'met' if not miss else 'NOT met'}" + "".join(f"\n  {m}" for m in miss))
