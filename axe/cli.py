@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 _COMMAND_MODULES = [
@@ -34,6 +35,11 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # the reader went away (`axe layout ... | head`): stop quietly, as Unix tools do; stdout is
+        # pointed at /dev/null so that the interpreter's final flush does not raise again
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
     except Exception as err:
         if not _is_user_error(err):
             raise

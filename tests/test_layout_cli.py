@@ -128,3 +128,15 @@ def test_python_dash_m_axe(tmp_path):
     bad = subprocess.run([sys.executable, "-m", "axe", "layout", "S[2:0]"], capture_output=True, text=True,
                          cwd=ROOT, timeout=120)
     assert bad.returncode == 2 and "stride must be a non-zero int" in bad.stderr
+
+
+def test_a_closed_pipe_ends_quietly(tmp_path):
+    """`axe layout ... --explain | head` stops without a BrokenPipeError traceback, exit status 0."""
+    import subprocess
+    import sys
+    # 110 kB of output: more than a pipe holds, so the writer meets the closed pipe
+    cmd = (f"{sys.executable} -m axe layout 'S[(128,512):(1@tx,1)]' --explain --shape 1,65536 --rows 4096 "
+           "| head -1; echo rc=${PIPESTATUS[0]}")
+    out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in out.stderr and "BrokenPipeError" not in out.stderr, out.stderr
+    assert out.stdout.strip().endswith("rc=0"), out.stdout
