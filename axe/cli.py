@@ -17,6 +17,7 @@ _COMMAND_MODULES = [
     "axe.demo",         # axe demo (the README's main job)
     "axe.torch.cli",    # axe cache list / clear / build
     "axe.torch.tune",   # axe tune gemm plan / run
+    "axe.torch.tp",     # axe tp OP M N K: the tensor-parallel ops' choice
 ]
 
 

@@ -54,3 +54,10 @@ def test_operand_conventions_and_refusals():
         tp.fused_all_gather_matmul(torch.zeros(4, 4), [torch.zeros(4, 4)], 1, "g")
     with pytest.raises(ValueError, match="reduce_op='max' is not supported"):
         tp.fused_matmul_reduce_scatter(torch.zeros(4, 4), torch.zeros(4, 4), "max", 0, "g")
+
+
+def test_axe_tp_command_prints_the_choice(capsys):
+    from axe.cli import main
+    assert main(["tp", "matmul_reduce_scatter", "8192", "4096", "14336", "--world", "4"]) == 0
+    assert capsys.readouterr().out.strip() == tp.explain("matmul_reduce_scatter", 8192, 4096, 14336, 4)
+    assert "fused (M=8192 >= 4096" in tp.explain("matmul_reduce_scatter", 8192, 4096, 14336, 4)

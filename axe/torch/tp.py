@@ -33,7 +33,7 @@ from .jit import JitKernel
 from .ops import ROOT, _DTYPES
 
 __all__ = ["fused_all_gather_matmul", "fused_matmul_reduce_scatter", "choose", "explain", "Choice",
-           "FUSED_MIN_ROWS"]
+           "FUSED_MIN_ROWS", "add_commands"]
 
 #: rows (global M) from which the fused kernels are chosen (see the module docstring)
 FUSED_MIN_ROWS = 4096
@@ -180,3 +180,14 @@ def fused_matmul_reduce_scatter(A, B, reduce_op="sum", scatter_dim=0, group_name
     P = torch.ops.axe.gemm(A.contiguous(), Bk, b_major == "col")
     dist.reduce_scatter_tensor(out, P, group=group)
     return out
+
+
+def add_commands(subparsers) -> None:
+    """``axe tp OP M N K --world W``: which path a call of ``OP`` takes for the global problem, and why."""
+    p = subparsers.add_parser("tp", help="which path axe.torch.tp takes for a tensor-parallel GEMM, and why")
+    p.add_argument("op", choices=("all_gather_matmul", "matmul_reduce_scatter"))
+    p.add_argument("M", type=int, help="global rows")
+    p.add_argument("N", type=int, help="global columns (all ranks')")
+    p.add_argument("K", type=int, help="global reduction length")
+    p.add_argument("--world", type=int, default=2, help="GPUs in the group (default 2)")
+    p.set_defaults(func=lambda a: print(explain(a.op, a.M, a.N, a.K, a.world)))
