@@ -1,8 +1,9 @@
 """Kernels as build recipes: a factory that parses a ``@T.prim_func`` under a build context.
 
 Dispatch happens during parsing, so a kernel is built per target: ``build_func(k, "sm_100a")``
-re-parses it with that target's schedules.  A kernel carries its torch reference and example
-inputs so a GPU runner can check it.
+re-parses it with that target's schedules.  A kernel may carry a torch reference and example
+inputs for the tools that check it (``axe demo`` reads them for the Trainium example); the build
+itself reads only its name and, for trn1, its ``outputs``.
 """
 
 from __future__ import annotations
@@ -23,8 +24,10 @@ __all__ = ["Kernel", "KernelError", "kernel", "build_func", "compile_kernel", "e
 @dataclass
 class Kernel:
     """``factory()`` returns the PrimFunc; ``reference(**inputs)`` (torch) the expected outputs;
-    ``inputs(device)`` example inputs by parameter name; ``outputs`` the names written;
-    ``grid``/``threads`` the launch shape."""
+    ``inputs(device)`` example inputs by parameter name; ``outputs`` the names written (parameter
+    names without a trailing ``_``; on trn1 they decide the NKI kernel's returned tensors);
+    ``meta``: any other keywords, kept for the caller and not read by the build (the launch
+    grid and block come from ``Ax.launch`` in the body)."""
 
     name: str
     factory: Callable
