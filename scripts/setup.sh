@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up axe on a fresh machine: a virtual environment in .venv with axe (editable), its
-# pinned TVM, the local CPU build of torch and the test tools.  Idempotent; one line per step,
+# pinned TVM (the `tvm` extra), the local CPU build of torch and the test tools.  Idempotent; one line per step,
 # pip's whole log only when an install fails (then the script fails too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +23,6 @@ step "[1/4] virtual environment .venv"
 step "[2/4] torch==2.13.0 (the CPU build, pinned before anything can ask for another)"
 pip_install "torch==2.13.0"
 step "[3/4] axe (editable) with apache-tvm, numpy, matplotlib, pytest, hypothesis, pdoc"
-pip_install -e ".[test]"
+pip_install -e ".[tvm,test]"
 step "[4/4] checking the imports"
 .venv/bin/python -c "import axe, tvm, torch, numpy, hypothesis, pdoc; print('axe setup ok: tvm', tvm.__version__, '| torch', torch.__version__)"

@@ -32,13 +32,14 @@ import importlib.util
 import json
 import os
 import shutil
+import sys
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 __all__ = ["ArtifactCache", "ArtifactMissing", "CacheKey", "Entry", "axe_version", "cache_root",
-           "kernel_source_digest", "parse_spec", "shipped_dirs", "tvm_version"]
+           "kernel_source_digest", "kernels_on_path", "kernels_root", "parse_spec", "shipped_dirs", "tvm_version"]
 
 ENV_DIR, ENV_SHIPPED = "AXE_CACHE_DIR", "AXE_SHIPPED_DIRS"
 KEY_FILE = "key.json"
@@ -73,19 +74,61 @@ def tvm_version() -> str | None:
 @functools.lru_cache(maxsize=None)
 def axe_version() -> str:
     """``axe.__version__`` + the first 16 hex digits of the sha256 of axe's Python sources
-    (``axe/torch`` excluded: the cache's own code does not change what a build makes)."""
+    (``axe/torch`` excluded: the cache's own code does not change what a build makes; so is an
+    installed wheel's ``axe/_kernels``: kernels are hashed by :func:`kernel_source_digest`, and a
+    checkout and a wheel of one tree get one fingerprint)."""
     import axe
     root = Path(axe.__file__).parent
     h = hashlib.sha256()
     for p in sorted(root.rglob("*.py")):
         rel = p.relative_to(root).as_posix()
-        if rel.startswith("torch/"):
+        if rel.startswith(("torch/", "_kernels/")):
             continue
         h.update(rel.encode() + b"\0" + p.read_bytes() + b"\0")
     return f"{axe.__version__}+{h.hexdigest()[:16]}"
 
 
+#: the package of axe's kernels, named ``kernels`` in a checkout and in an installed wheel alike (the
+#: cache keys, which hold module names, then agree: a checkout's builds serve a wheel's ops)
+KERNELS = "kernels"
+
+
+@functools.lru_cache(maxsize=None)
+def kernels_root() -> Path:
+    """The folder that holds axe's ``kernels`` package: ``axe/_kernels`` inside an installed axe
+    (where the wheel ships it: a top-level ``kernels`` in site-packages would collide with other
+    distributions of that name), else the parent of the ``axe`` package (a checkout: ``kernels/``
+    beside ``axe/``)."""
+    import axe
+    pkg = Path(axe.__file__).resolve().parent
+    shipped = pkg / "_kernels"
+    return shipped if (shipped / KERNELS / "__init__.py").is_file() else pkg.parent
+
+
+def kernels_on_path() -> Path:
+    """Append :func:`kernels_root` to ``sys.path`` (appended: it shadows nothing) and check that
+    ``import kernels`` finds axe's own package there; returns the root.  Another package named
+    ``kernels`` earlier on ``sys.path`` is an ``ImportError`` naming both (hashing or building
+    its modules would serve the wrong kernels)."""
+    root = kernels_root()
+    if str(root) not in sys.path:
+        sys.path.append(str(root))
+    want = (root / KERNELS / "__init__.py").resolve()
+    spec = importlib.util.find_spec(KERNELS)
+    got = Path(spec.origin).resolve() if spec is not None and spec.origin else None
+    if got == want:
+        return root
+    if not want.is_file():
+        raise ImportError(f"axe's kernels are missing: no {want} (a checkout has kernels/ beside axe/, an "
+                          "installed wheel axe/_kernels/kernels)")
+    raise ImportError(f"axe's kernels are {want.parent}, but 'import {KERNELS}' finds "
+                      f"{got.parent if got else 'a namespace package'}: another package of that name comes first "
+                      "on sys.path (remove it from sys.path, or run elsewhere)")
+
+
 def _module_file(module: str) -> Path:
+    if module.split(".")[0] == KERNELS:
+        kernels_on_path()
     spec = importlib.util.find_spec(module)
     if spec is None or not spec.origin or not spec.origin.endswith(".py"):
         raise ArtifactMissing(f"kernel module {module!r} is not found on sys.path (run from the repository "

@@ -28,7 +28,7 @@ import sys
 import threading
 from typing import Callable
 
-from .cache import ArtifactCache, CacheKey
+from .cache import KERNELS, ArtifactCache, CacheKey, kernels_on_path
 
 __all__ = ["JitKernel", "jit", "target_of", "TARGETS"]
 
@@ -63,8 +63,9 @@ def _device_of(args):
 class JitKernel:
     """``kernel``: ``"module:function"`` of a factory; ``spec(*args) -> dict`` its keyword
     arguments for a call.  ``path``: a folder put on ``sys.path`` before the module is looked up
-    (where the kernels live outside the installed packages).  ``cache``: an
-    :class:`~axe.torch.cache.ArtifactCache` (default: ``$AXE_CACHE_DIR``).  ``target``: a fixed
+    (where the kernels live outside the installed packages); axe's own ``kernels`` package is
+    found without it, in a checkout or an installed wheel (:func:`~axe.torch.cache.kernels_on_path`).
+    ``cache``: an :class:`~axe.torch.cache.ArtifactCache` (default: ``$AXE_CACHE_DIR``).  ``target``: a fixed
     target instead of the device's.  ``progress``: show builds on stderr
     (:class:`axe.progress.Progress`)."""
 
@@ -135,6 +136,8 @@ class JitKernel:
     def _on_path(self):
         if self.path is not None and str(self.path) not in sys.path:
             sys.path.append(str(self.path))
+        if self.kernel.split(".")[0] == KERNELS:
+            kernels_on_path()
 
     def _loader(self):
         if self.loader is None:

@@ -38,18 +38,18 @@ into the caller's tensors.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import torch
 
 from . import tune
+from .cache import kernels_root
 from .jit import JitKernel
 
 __all__ = ["rmsnorm", "fused_add_rmsnorm", "softmax", "silu_and_mul", "rotary_embedding", "gemm", "KERNELS",
            "spec_rows", "spec_gemm", "spec_silu", "spec_rotary"]
 
-#: the repository root, where ``kernels/`` lives (not an installed package)
-ROOT = Path(__file__).resolve().parents[2]
+#: the folder that holds the ``kernels`` package (:func:`axe.torch.cache.kernels_root`): the
+#: repository root in a checkout, ``axe/_kernels`` in an installed wheel
+ROOT = kernels_root()
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 _INT32 = 2**31 - 1
 

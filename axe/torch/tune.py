@@ -25,11 +25,11 @@ import sys
 import threading
 from pathlib import Path
 
-from .cache import cache_root, shipped_dirs
+from .cache import cache_root, kernels_root, shipped_dirs
 
 KERNEL = "kernels.gemm:make_dynamic"
-#: where ``kernels/`` lives (not an installed package)
-ROOT = Path(__file__).resolve().parents[2]
+#: the folder that holds the ``kernels`` package (a checkout's root, an installed wheel's ``axe/_kernels``)
+ROOT = kernels_root()
 TABLE = Path("tune") / "gemm.json"
 _LOCK = threading.Lock()
 _TABLE: dict | None = None
