@@ -29,8 +29,6 @@ from dist_bench import check_and_time, why  # noqa: E402
 
 dist_bench.multicast_off("ag_gemm")
 
-import datetime  # noqa: E402
-import json  # noqa: E402
 import time  # noqa: E402
 
 sys.path.insert(0, ROOT)
@@ -150,16 +148,8 @@ def run_shape(args, model, M, n, k, rank, world, heap, group_name, setup_err):
                                       group_name, setup_err)
     ms, err_all, errs_all = check_and_time(args, SIDES, sides, ref, errs, rank, world, WARMUP, REPEATS, TOL)
     del ref, exact
-    row = {"model": model, "M": M, "N": n, "K": k, "N_local": n // world, "world": world, "artifact": name, "ms": ms,
-           "status": {s: "not run" if s not in args.sides else "not built" if s in unbuilt else "ok" if ms[s]
-                      else "FAIL" for s in SIDES},
-           "rel_err_per_rank": {s: [e[s] for e in err_all] for s in args.sides},
-           "errors": {s: [r[s] for r in errs_all if s in r] for s in SIDES if any(s in r for r in errs_all)},
-           "tflops_per_gpu": {s: 2.0 * M * (n // world) * k / (v * 1e-3) / 1e12 for s, v in ms.items() if v}}
-    dist_bench.summarize(row, ms)
-    if rank == 0:
-        print(f"{model} M={M} {n}x{k} w{world}: " + "  ".join(f"{s} {v:.3f} ms" if v else f"{s} {row['status'][s]}"
-                                                                for s, v in ms.items()), flush=True)
+    row = dist_bench.figure_row(args, SIDES, rank, ms, err_all, errs_all, unbuilt, 2.0 * M * (n // world) * k,
+                                model=model, M=M, N=n, K=k, N_local=n // world, world=world, artifact=name)
     del sides, a, w
     torch.cuda.empty_cache()
     return row
@@ -168,24 +158,13 @@ def run_shape(args, model, M, n, k, rank, world, heap, group_name, setup_err):
 def report(args, rows, world):
     """Write the JSON and print the table (rank 0)."""
     import torch
-    dev, date = torch.cuda.get_device_name(), datetime.date.today().isoformat()
-    path = args.json or os.path.join(os.environ.get("OUT", os.path.join(ROOT, "benchmarks", "results")),
-                                     f"ag_gemm-{date}-{dist_bench.device_tag()}-w{world}.json")
     g = dist_bench.goal(rows)
-    result = {"benchmark": "ag_gemm", "date": date, "device": dev, "world": world,
-              "sms": torch.cuda.get_device_properties(0).multi_processor_count, "versions": dist_bench.versions(),
-              "problem": "C_r = all_gather(A) W_r^T; A_r M/w x K, W_r N/w x K (nn.Linear weight); "
-                         f"M in {sorted({r['M'] for r in rows})}, bf16, (N, K) = (intermediate, hidden)",
-              "check": f"max abs err / max abs ref < {TOL} vs fp32; fresh randn x0.5; outputs NaN-poisoned",
-              "timing": f"dist_bench.check_and_time: {args.iters} launches per block, {WARMUP} warm-ups, "
-                        f"{REPEATS} interleaved rounds, median per rank, max over ranks; multicast off",
-              "figures": rows, "summary": g}
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
-
-    def f(v, fmt, unit=""):
-        return "-" if v is None else format(v, fmt) + unit
+    path, dev, date = dist_bench.write_json(args, "ag_gemm", world, {
+        "problem": "C_r = all_gather(A) W_r^T; A_r M/w x K, W_r N/w x K (nn.Linear weight); "
+        f"M in {sorted({r['M'] for r in rows})}, bf16, (N, K) = (intermediate, hidden)",
+        "check": f"max abs err / max abs ref < {TOL} vs fp32; fresh randn x0.5; outputs NaN-poisoned",
+        "timing": dist_bench.timing_text(args, WARMUP, REPEATS), "figures": rows, "summary": g})
+    f = dist_bench.fmt
     print(f"\n{date}  {dev} x{world}  torch {torch.__version__}  -> {path}")
     print(f"{'model':15s} {'M':>5s} {'N×K':>11s} {'bare':>7s} {'nccl':>7s} {'symm_mem':>8s} {'axe':>9s} {'axe_ce':>9s} {'axe_nccl':>8s} "
           f"{'axe_gemm':>8s} {'pick':>8s} {'vs nccl':>7s} {'vs symm':>7s} {'axe/bare':>8s}  (ms; vs = peer/pick)")
@@ -197,7 +176,7 @@ def report(args, rows, world):
               f"{f(r['axe_over_bare_pct'], '+.1f', '%'):>8s}")
         for s, texts in r["errors"].items():
             print(f"  {s} FAILED: " + " | ".join(texts))
-    print(f"goal ({g['goal']}): {'met' if g['met'] else 'NOT met'}" + "".join(f"\n  {m}" for m in g["misses"]))
+    dist_bench.print_goal(g)
 
 
 def main(argv=None):

@@ -135,6 +135,66 @@ def check_and_time(args, all_sides, sides, ref, errs, rank, world, warmup=5, rep
     return {s: med[i].item() if s in timed else None for i, s in enumerate(all_sides)}, err_all, errs_all
 
 
+def side_outcomes(args, all_sides, err_all, errs_all, ms=None, unbuilt=()):
+    """A JSON row's per-side fields: each rank's relative error, each failing side's messages and,
+    given ``ms``, each side's status (``not run``, ``not built``, ``ok`` or ``FAIL``)."""
+    out = {"rel_err_per_rank": {s: [e[s] for e in err_all] for s in args.sides},
+           "errors": {s: [r[s] for r in errs_all if s in r] for s in all_sides if any(s in r for r in errs_all)}}
+    if ms is not None:
+        out["status"] = {s: "not run" if s not in args.sides else "not built" if s in unbuilt else "ok" if ms[s]
+                         else "FAIL" for s in all_sides}
+    return out
+
+
+def figure_row(args, all_sides, rank, ms, err_all, errs_all, unbuilt, flops, **fields):
+    """A shape's JSON row — ``fields`` (model, sizes, ...), ``ms``, :func:`side_outcomes`, TFLOP/s per
+    GPU from ``flops`` per launch, :func:`summarize`'s pick and ratios — announced on rank 0."""
+    row = {**fields, "ms": ms, **side_outcomes(args, all_sides, err_all, errs_all, ms, unbuilt),
+           "tflops_per_gpu": {s: flops / (v * 1e-3) / 1e12 for s, v in ms.items() if v}}
+    summarize(row, ms)
+    if rank == 0:
+        print(f"{row['model']} M={row['M']} {row['N']}x{row['K']} w{row['world']}: " + "  ".join(
+            f"{s} {v:.3f} ms" if v else f"{s} {row['status'][s]}" for s, v in ms.items()), flush=True)
+    return row
+
+
+def timing_text(args, warmup, repeats):
+    """How :func:`check_and_time` timed, for the JSON."""
+    return (f"CUDA events around {args.iters} back-to-back launches after {warmup} warm-ups; dist.barrier + "
+            f"synchronize before each block; sides interleaved; {repeats} repeats; per-launch ms = median over "
+            "repeats per rank, max over ranks; no L2 flush; multicast off")
+
+
+def write_json(args, bench, world, fields):
+    """Write ``{benchmark, date, device, world, sms, versions, **fields}`` to ``--json`` or
+    ``benchmarks/results/<bench>-<date>-<device>-w<world>.json`` (under ``$OUT`` when set);
+    returns ``(path, device, date)``."""
+    import datetime
+    import json
+
+    import torch
+    dev, date = torch.cuda.get_device_name(), datetime.date.today().isoformat()
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = args.json or os.path.join(os.environ.get("OUT", os.path.join(root, "benchmarks", "results")),
+                                     f"{bench}-{date}-{device_tag()}-w{world}.json")
+    result = {"benchmark": bench, "date": date, "device": dev, "world": world,
+              "sms": torch.cuda.get_device_properties(0).multi_processor_count, "versions": versions(), **fields}
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    return path, dev, date
+
+
+def fmt(v, spec, unit=""):
+    """``v`` formatted for a table (``-`` for None)."""
+    return "-" if v is None else format(v, spec) + unit
+
+
+def print_goal(g):
+    """The goal line of a table and its misses."""
+    print(f"goal ({g['goal']}): {'met' if g['met'] else 'NOT met'}" + "".join(f"\n  {m}" for m in g["misses"]))
+
+
 def summarize(row, ms):
     """Add to ``row`` what a per-shape choice between axe's fused kernel and its non-fused path would
     run (``axe_pick``, ``axe_pick_ms``), and the ratios against the peers and the bare GEMM; the

@@ -35,8 +35,6 @@ from dist_bench import check_and_time, why  # noqa: E402
 
 dist_bench.multicast_off("tp_mlp")
 
-import datetime  # noqa: E402
-import json  # noqa: E402
 import time  # noqa: E402
 
 sys.path.insert(0, ROOT)
@@ -193,8 +191,7 @@ def run_shape(args, model, M, rank, world, heap, group_name, setup_err):
     row = {"model": model, "M": M, "world": world, "hidden": h, "intermediate": i, "axe_steps": steps,
            "axe_ms": ms["axe"], "nccl_ms": ms["nccl"], "symm_mem_ms": ms["symm_mem"], "axe_nccl_ms": ms["axe_nccl"],
            "axe_silu_ms": ms["axe_silu"],
-           "rel_err_per_rank": {s: [e[s] for e in err_all] for s in args.sides},
-           "errors": {s: [r[s] for r in errs_all if s in r] for s in SIDES if any(s in r for r in errs_all)}}
+           **dist_bench.side_outcomes(args, SIDES, err_all, errs_all)}
     best = min([v for v in (ms["axe"], ms["axe_silu"], ms["axe_nccl"]) if v], default=None)
     row["axe_best_ms"] = best
     row["fastest"] = min(((v, s) for s, v in ms.items() if v), default=(None, None))[1]
@@ -207,25 +204,16 @@ def run_shape(args, model, M, rank, world, heap, group_name, setup_err):
 
 def report(args, rows, world):
     """Write the JSON and print the table (rank 0)."""
-    import torch
-    dev, date = torch.cuda.get_device_name(), datetime.date.today().isoformat()
-    path = args.json or os.path.join(os.environ.get("OUT", os.path.join(ROOT, "benchmarks", "results")),
-                                     f"tp_mlp-{date}-{dist_bench.device_tag()}-w{world}.json")
     miss = [f"{r['model']} M={r['M']}: fastest is {r['fastest']}" for r in rows
             if r["fastest"] not in ("axe", "axe_silu", "axe_nccl")]
-    result = {"benchmark": "tp_mlp", "date": date, "device": dev, "world": world, "versions": dist_bench.versions(),
-              "problem": "y_r = rows r of sum_g silu(x W_g,g^T) (x W_u,g^T) W_d,g^T; x_r M/w x hidden, bf16",
-              "check": f"max abs err / max abs ref < {TOL} vs fp32; a failing side is not timed",
-              "timing": f"dist_bench.check_and_time: {args.iters} launches per block, {WARMUP} warm-ups, "
-                        f"{REPEATS} interleaved rounds, median per rank, max over ranks; multicast off",
-              "rows": rows, "summary": {"goal": "axe (fused or non-fused) fastest in every row",
-                                        "met": not miss, "misses": miss}}
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(result, f, indent=1)
+    path, dev, date = dist_bench.write_json(args, "tp_mlp", world, {
+        "problem": "y_r = rows r of sum_g silu(x W_g,g^T) (x W_u,g^T) W_d,g^T; x_r M/w x hidden, bf16",
+        "check": f"max abs err / max abs ref < {TOL} vs fp32; a failing side is not timed",
+        "timing": dist_bench.timing_text(args, WARMUP, REPEATS),
+        "rows": rows, "summary": {"goal": "axe (fused or non-fused) fastest in every row", "met": not miss, "misses": miss}})
 
     def f(v):
-        return "-" if v is None else f"{v:.3f}"
+        return dist_bench.fmt(v, ".3f")
     print(f"\n{date}  {dev} x{world}  -> {path}")
     print(f"{'model':15s} {'M':>5s} {'nccl':>7s} {'symm_mem':>8s} {'axe':>7s} {'axe_silu':>8s} {'axe_nccl':>8s}  axe steps  (ms per MLP)")
     for r in rows:

@@ -26,7 +26,6 @@ from kernels.parts.epilogues.all_gather import PIECE, AllGather
 from kernels.parts.epilogues.silu_mul import SiluMulStore
 from kernels.parts.epilogues.store import ChunkedStore
 from kernels.parts.schedulers.gather import GatherOrder
-from kernels.parts.warp_specialized import THREADS, kernel
 from kernels.tp_shapes import ag_gemm_fits as fits
 
 __all__ = ["make", "build", "reference", "fits"]
@@ -82,20 +81,8 @@ def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, push="sm", 
         epi.out_cols(problem.N)
     except CompositionError as err:
         raise ValueError(f"ag_gemm: {err}") from None
-    sizes = gemm.gpu_sizes(None, n, K)
-
-    def factory():
-        target = Ax.current_build().target
-        if gemm.generation(target) != "wgmma":
-            raise Ax.TargetError(f"ag_gemm on {target}: the gather order is built for sm_90a's wgmma mainloop")
-        if sizes:
-            raise Ax.TargetError(f"ag_gemm on {target}: {sizes}")
-        return kernel(problem, *parts(problem, cfg, world, m, push, act), cfg.sms)
-
-    short = "bf16" if dtype == "bfloat16" else "f16"
-    return Ax.Kernel(name or f"ag_gemm_{short}_w{world}", factory, reference=gemm.reference, outputs=("C",),
-                     meta={"M": M, "N": n, "K": K, "dtype": dtype, "b_major": b_major, "grid": (cfg.sms,),
-                           "threads": THREADS, "cluster": cfg.cluster})
+    return gemm.mesh_kernel("ag_gemm", name, world, problem, cfg, lambda: parts(problem, cfg, world, m, push, act),
+                            "the gather order", gemm.gpu_sizes(None, n, K))
 
 
 def build(M, N, K, world, dtype="bfloat16", b_major="col", name=None, target="sm_90a", **kw):

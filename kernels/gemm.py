@@ -170,6 +170,25 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, max_rows=None, **co
                            "grid": (cfg.sms,), "threads": THREADS, "cluster": cfg.cluster})
 
 
+def mesh_kernel(op, name, world, problem, cfg, parts, built_for, sizes):
+    """The :class:`axe.lang.Kernel` of a distributed GEMM ``op`` on ``world`` GPUs: ``parts()`` composed
+    on the warp-specialized skeleton, built only for wgmma targets (other targets are refused
+    naming ``built_for``, the part that needs it) and where TMA takes the sizes (``sizes``: why not,
+    or None); the per-rank problem is the kernel's ``meta``."""
+    def factory():
+        target = Ax.current_build().target
+        if generation(target) != "wgmma":
+            raise Ax.TargetError(f"{op} on {target}: {built_for} is built for sm_90a's wgmma mainloop")
+        if sizes:
+            raise Ax.TargetError(f"{op} on {target}: {sizes}")
+        return kernel(problem, *parts(), cfg.sms)
+
+    short = "bf16" if problem.dtype == "bfloat16" else "f16"
+    return Ax.Kernel(name or f"{op}_{short}_w{world}", factory, reference=reference, outputs=("C",),
+                     meta={"M": problem.M, "N": problem.N, "K": problem.K, "dtype": problem.dtype,
+                           "b_major": problem.b_major, "grid": (cfg.sms,), "threads": THREADS, "cluster": cfg.cluster})
+
+
 def reference(A, B, b_major="row", row_scale=None, col_scale=None, bias=None, residual=None):
     """fp32 ``A·B`` (B as stored: K×N for ``"row"``, N×K for ``"col"``), then the fused operands
     (``epilogue_ops``): ``· row_scale[m] · col_scale[n] + bias[n] + residual[m, n]``."""

@@ -54,7 +54,6 @@ from kernels.parts.epilogues.reduce_scatter import ReduceScatter
 from kernels.parts.epilogues.store import ChunkedStore
 from kernels.parts.schedulers.owners import OwnerOrder
 from kernels.parts.schedulers.stream_k import StreamKSchedule
-from kernels.parts.warp_specialized import THREADS, kernel
 from kernels.tp_shapes import gemm_rs_fits
 
 __all__ = ["make", "build", "reference"]
@@ -97,20 +96,8 @@ def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, rs_comm=Tru
         parts(problem, cfg, world, rs_comm, rs_push)
     except CompositionError as err:
         raise ValueError(f"gemm_rs: {err}") from None
-    sizes = gemm.gpu_sizes(None, N, K)
-
-    def factory():
-        target = Ax.current_build().target
-        if gemm.generation(target) != "wgmma":
-            raise Ax.TargetError(f"gemm_rs on {target}: the reduce-scatter epilogue is built for sm_90a's wgmma mainloop")
-        if sizes:
-            raise Ax.TargetError(f"gemm_rs on {target}: {sizes}")
-        return kernel(problem, *parts(problem, cfg, world, rs_comm, rs_push), cfg.sms)
-
-    short = "bf16" if dtype == "bfloat16" else "f16"
-    return Ax.Kernel(name or f"gemm_rs_{short}_w{world}", factory, reference=gemm.reference, outputs=("C",),
-                     meta={"M": m, "N": N, "K": k, "dtype": dtype, "b_major": b_major, "grid": (cfg.sms,),
-                           "threads": THREADS, "cluster": cfg.cluster})
+    return gemm.mesh_kernel("gemm_rs", name, world, problem, cfg, lambda: parts(problem, cfg, world, rs_comm, rs_push),
+                            "the reduce-scatter epilogue", gemm.gpu_sizes(None, N, K))
 
 
 def build(M, N, K, world, dtype="bfloat16", b_major="col", name=None, target="sm_90a", **kw):

@@ -42,22 +42,25 @@ def _put_signal(w, name):
     return _kernels()[0].build("put_signal", 132 * 8, 264, w, "bfloat16", features=("nvshmem",), name=name)
 
 
-def _gemm_rs(shape, w, dtype, b_major, name, push="forward"):
-    return _kernels()[1].build(*shape, w, dtype, b_major, name=name, rs_push=push)
+def _gemm_rs(shape, w, dtype, b_major, name, **kw):
+    return _kernels()[1].build(*shape, w, dtype, b_major, name=name, **kw)
 
 
-def _ag_gemm(shape, w, dtype, b_major, name, push="sm", act=None):
-    return _kernels()[2].build(*shape, w, dtype, b_major, name=name, push=push, act=act)
+def _ag_gemm(shape, w, dtype, b_major, name, **kw):
+    return _kernels()[2].build(*shape, w, dtype, b_major, name=name, **kw)
 
 
 #: (M, N, K) global problems of ag_gemm: N/w not a tile multiple, K not a 128 multiple ("ragged");
-#: several row blocks per rank and tiles per CTA ("multi")
-AG_SHAPES = {"ragged": lambda w: (w * 128, w * 1000, 576), "multi": lambda w: (w * 1024, w * 2048, 1024)}
-AG_CASES = [("ragged", "bfloat16", "col"), ("ragged", "float16", "row"), ("multi", "bfloat16", "col")]
-#: the copy-engine staging of ag_gemm (push="copy_engine")
-AG_CE_CASES = [("ragged", "bfloat16", "col"), ("multi", "bfloat16", "col")]
-#: the fused gate/up projection (act="silu_mul"): N/w a multiple of the 256-column tile
-AG_SILU_SHAPES = {"silu": lambda w: (w * 256, w * 1024, 576)}
+#: several row blocks per rank and tiles per CTA ("multi"); N/w a multiple of the 256-column tile
+#: for the fused gate/up projection ("silu")
+AG_SHAPES = {"ragged": lambda w: (w * 128, w * 1000, 576), "multi": lambda w: (w * 1024, w * 2048, 1024),
+             "silu": lambda w: (w * 256, w * 1024, 576)}
+#: ag_gemm variants: (name tag, shape, dtype, B layout, make's keywords) — the SM push, the
+#: copy-engine staging (push="copy_engine") and the fused gate/up projection (act="silu_mul")
+AG_CASES = ([(t, t, dt, bm, {}) for t, dt, bm in (("ragged", "bfloat16", "col"), ("ragged", "float16", "row"),
+                                                  ("multi", "bfloat16", "col"))]
+            + [(t + "_ce", t, "bfloat16", "col", {"push": "copy_engine"}) for t in ("ragged", "multi")]
+            + [("silu", "silu", "bfloat16", "col", {"act": "silu_mul"})])
 
 
 def _ag_name(tag, w, dtype, b_major):
@@ -68,12 +71,12 @@ def _short(dtype):
     return "bf16" if dtype == "bfloat16" else "f16"
 
 
-#: gemm_rs variants: (shape tag, dtype, B layout)
-GEMM_CASES = [(tag, dt, bm) for tag in GEMM_SHAPES for dt, bm in
-              (("bfloat16", "col"), ("float16", "row"), ("bfloat16", "row"), ("float16", "col"))
-              if not (tag in ("square", "multi") and bm == "row") and not (tag == "multi" and dt == "float16")]
-#: the bulk-push variant of gemm_rs (rs_push="bulk"; the default forwards), on one and on several tiles per CTA
-BULK_CASES = [("ragged", "bfloat16", "col"), ("multi", "bfloat16", "col")]
+#: gemm_rs variants: (name tag, shape, dtype, B layout, make's keywords) — the default forwarding
+#: push, and the bulk push (rs_push="bulk") on one and on several tiles per CTA
+GEMM_CASES = ([(tag, tag, dt, bm, {}) for tag in GEMM_SHAPES for dt, bm in
+               (("bfloat16", "col"), ("float16", "row"), ("bfloat16", "row"), ("float16", "col"))
+               if not (tag in ("square", "multi") and bm == "row") and not (tag == "multi" and dt == "float16")]
+              + [(t + "_bulk", t, "bfloat16", "col", {"rs_push": "bulk"}) for t in ("ragged", "multi")])
 
 BUILDS = {}
 for _w in WORLDS:
@@ -83,20 +86,12 @@ for _w in WORLDS:
             BUILDS[_n] = functools.partial(_collective, _kind, _w, _dt, _n)
     BUILDS[f"dist_exchange_w{_w}"] = functools.partial(_exchange, _w, f"dist_exchange_w{_w}")
     BUILDS[f"dist_put_signal_w{_w}"] = functools.partial(_put_signal, _w, f"dist_put_signal_w{_w}")
-    for _tag, _dt, _bm in GEMM_CASES:
+    for _tag, _shape, _dt, _bm, _kw in GEMM_CASES:
         _n = _gemm_name(_tag, _w, _dt, _bm)
-        BUILDS[_n] = functools.partial(_gemm_rs, GEMM_SHAPES[_tag](_w), _w, _dt, _bm, _n)
-    for _tag, _dt, _bm in BULK_CASES:
-        _n = _gemm_name(_tag + "_bulk", _w, _dt, _bm)
-        BUILDS[_n] = functools.partial(_gemm_rs, GEMM_SHAPES[_tag](_w), _w, _dt, _bm, _n, "bulk")
-    for _tag, _dt, _bm in AG_CASES:
+        BUILDS[_n] = functools.partial(_gemm_rs, GEMM_SHAPES[_shape](_w), _w, _dt, _bm, _n, **_kw)
+    for _tag, _shape, _dt, _bm, _kw in AG_CASES:
         _n = _ag_name(_tag, _w, _dt, _bm)
-        BUILDS[_n] = functools.partial(_ag_gemm, AG_SHAPES[_tag](_w), _w, _dt, _bm, _n)
-    for _tag, _dt, _bm in AG_CE_CASES:
-        _n = _ag_name(_tag + "_ce", _w, _dt, _bm)
-        BUILDS[_n] = functools.partial(_ag_gemm, AG_SHAPES[_tag](_w), _w, _dt, _bm, _n, "copy_engine")
-    _n = _ag_name("silu", _w, "bfloat16", "col")
-    BUILDS[_n] = functools.partial(_ag_gemm, AG_SILU_SHAPES["silu"](_w), _w, "bfloat16", "col", _n, "sm", "silu_mul")
+        BUILDS[_n] = functools.partial(_ag_gemm, AG_SHAPES[_shape](_w), _w, _dt, _bm, _n, **_kw)
 
 
 # --- checks (GPU machine, torchrun) -------------------------------------------------------------
@@ -197,6 +192,26 @@ def check_put_signal(path, heap, torch, dist):
             "every signal = the launch's epoch")
 
 
+def _against_torch(op, torch_name, launch, what):
+    """``launch()`` ``REPEATS`` times — each returns ``(axe's output, torch's, the fp32 reference)`` —
+    and hold axe's worst relative error to ``max(3 × torch's, 2e-2)``; the detail line on success."""
+    errs, errs_torch = [], []
+    for _ in range(REPEATS):
+        got, theirs, ref = launch()
+        errs.append(_rel(got, ref))
+        errs_torch.append(_rel(theirs, ref))
+    tol = max(3 * max(errs_torch), 2e-2)
+    if max(errs) > tol:
+        raise AssertionError(f"{op}: rel. error {max(errs):.3g} > {tol:.3g} ({torch_name}: {max(errs_torch):.3g})")
+    return f"{what}, {REPEATS} launches: rel err {max(errs):.2e} ({torch_name} {max(errs_torch):.2e})"
+
+
+def _weight(torch, rows, cols, dt, b_major, device):
+    """A weight shard ``W`` (rows × cols, as ``nn.Linear`` stores it) and the kernel's B of it."""
+    Bn = (torch.randn(rows, cols, device=device) * 0.5).to(dt)
+    return Bn, (Bn if b_major == "col" else Bn.t().contiguous())
+
+
 def check_gemm_rs(dtype, b_major):
     def check(path, heap, torch, dist):
         from axe.runtime.distributed import DistKernel
@@ -206,25 +221,18 @@ def check_gemm_rs(dtype, b_major):
         M, K = d["A_"]["shape"]
         N = d["C_"]["shape"][1]
         dt = getattr(torch, dtype)
-        errs, errs_torch = [], []
-        for _ in range(REPEATS):
+
+        def launch():
             A = (torch.randn(M, K // w, device=heap.device) * 0.5).to(dt)
-            Bn = (torch.randn(N, K // w, device=heap.device) * 0.5).to(dt)     # W_r: N × K/w
-            B = Bn if b_major == "col" else Bn.t().contiguous()
+            Bn, B = _weight(torch, N, K // w, dt, b_major, heap.device)         # W_r: N × K/w
             Y = torch.full((M // w, N), float("nan"), device=heap.device, dtype=dt)
             k(A, B, Y, check=True)
             part = A.float() @ Bn.float().t()
             dist.all_reduce(part)
-            ref = part.chunk(w)[r]
-            errs.append(_rel(Y, ref))
             mine = torch.empty(M // w, N, device=heap.device, dtype=dt)
             dist.reduce_scatter_tensor(mine, (A @ Bn.t()).contiguous())
-            errs_torch.append(_rel(mine, ref))
-        tol = max(3 * max(errs_torch), 2e-2)
-        if max(errs) > tol:
-            raise AssertionError(f"gemm_rs: rel. error {max(errs):.3g} > {tol:.3g} (torch.mm + NCCL: {max(errs_torch):.3g})")
-        return (f"{M}x{N}x{K} {dtype} B {b_major}, {REPEATS} launches: rel err {max(errs):.2e} "
-                f"(torch.mm + reduce_scatter {max(errs_torch):.2e})")
+            return Y, mine, part.chunk(w)[r]
+        return _against_torch("gemm_rs", "torch.mm + reduce_scatter", launch, f"{M}x{N}x{K} {dtype} B {b_major}")
     return check
 
 
@@ -239,23 +247,16 @@ def check_ag_gemm(dtype, b_major):
         M, K = d["A_"]["shape"]
         N = d["C_"]["shape"][1]
         dt = getattr(torch, dtype)
-        errs, errs_torch = [], []
-        for _ in range(REPEATS):
+
+        def launch():
             A = (torch.randn(M // w, K, device=heap.device) * 0.5).to(dt)
-            Bn = (torch.randn(N // w, K, device=heap.device) * 0.5).to(dt)     # W_r: N/w × K
-            B = Bn if b_major == "col" else Bn.t().contiguous()
+            Bn, B = _weight(torch, N // w, K, dt, b_major, heap.device)         # W_r: N/w × K
             C = torch.full((M, N // w), float("nan"), device=heap.device, dtype=dt)
             k(A, B, C, check=True)
             full = torch.empty(M, K, device=heap.device, dtype=dt)
             dist.all_gather_into_tensor(full, A)
-            ref = full.float() @ Bn.float().t()
-            errs.append(_rel(C, ref))
-            errs_torch.append(_rel(full @ Bn.t(), ref))
-        tol = max(3 * max(errs_torch), 2e-2)
-        if max(errs) > tol:
-            raise AssertionError(f"ag_gemm: rel. error {max(errs):.3g} > {tol:.3g} (NCCL + torch.mm: {max(errs_torch):.3g})")
-        return (f"{M}x{N}x{K} {dtype} B {b_major}, {REPEATS} launches: rel err {max(errs):.2e} "
-                f"(all_gather + torch.mm {max(errs_torch):.2e})")
+            return C, full @ Bn.t(), full.float() @ Bn.float().t()
+        return _against_torch("ag_gemm", "all_gather + torch.mm", launch, f"{M}x{N}x{K} {dtype} B {b_major}")
     return check
 
 
@@ -370,15 +371,10 @@ for _w in WORLDS:
             DIST_CHECKS[f"dist_{_kind}_{_short(_dt)}_w{_w}"] = check_collective(_kind, _dt)
     DIST_CHECKS[f"dist_exchange_w{_w}"] = check_exchange
     DIST_CHECKS[f"dist_put_signal_w{_w}"] = check_put_signal
-    for _tag, _dt, _bm in GEMM_CASES:
+    for _tag, _shape, _dt, _bm, _kw in GEMM_CASES:
         DIST_CHECKS[_gemm_name(_tag, _w, _dt, _bm)] = check_gemm_rs(_dt, _bm)
-    for _tag, _dt, _bm in BULK_CASES:
-        DIST_CHECKS[_gemm_name(_tag + "_bulk", _w, _dt, _bm)] = check_gemm_rs(_dt, _bm)
-    for _tag, _dt, _bm in AG_CASES:
-        DIST_CHECKS[_ag_name(_tag, _w, _dt, _bm)] = check_ag_gemm(_dt, _bm)
-    for _tag, _dt, _bm in AG_CE_CASES:
-        DIST_CHECKS[_ag_name(_tag + "_ce", _w, _dt, _bm)] = check_ag_gemm(_dt, _bm)
-    DIST_CHECKS[_ag_name("silu", _w, "bfloat16", "col")] = check_ag_gemm_silu
+    for _tag, _shape, _dt, _bm, _kw in AG_CASES:
+        DIST_CHECKS[_ag_name(_tag, _w, _dt, _bm)] = check_ag_gemm_silu if "act" in _kw else check_ag_gemm(_dt, _bm)
 #: checks that reuse another case's artifact: (artifact, check); run after the correctness checks
 EXTRA = [("dist_gemm_rs_square_bf16_col_w{w}", check_gemm_rs_signature), ("dist_exchange_w{w}", check_timeout),
          ("dist_exchange_w{other}", check_world)]
