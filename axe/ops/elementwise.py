@@ -2,12 +2,15 @@
 
 ``fn`` receives TIR expressions (one per source, already in its dtype) and returns one
 expression, so ``lambda x, r: T.cast(x, "float32") * r`` fuses a cast and a product.  A source
-may broadcast: each of its dimensions equals dst's or is 1.
+may broadcast by numpy's rule: right-aligned to dst's rank, each of its dimensions equals dst's
+or is 1.  A source of lower rank marks the call ``attrs["broadcast"]`` (only schedules that
+declare ``broadcasts`` align ranks).
 """
 
 from __future__ import annotations
 
 from .call import OpCall, OpError
+from .copy import broadcasts_to
 from .scope import ExecScope
 from .tensor import as_operand
 
@@ -40,13 +43,14 @@ def elementwise(dst, fn, *srcs, scope: ExecScope, **config) -> OpCall:
     d = as_operand(dst, "elementwise dst")
     ss = [as_operand(x, f"elementwise src{i}") for i, x in enumerate(srcs)]
     for i, s in enumerate(ss):
-        if s.rank != d.rank or any(a != b and a != 1 for a, b in zip(s.shape, d.shape)):
+        if not broadcasts_to(s.shape, d.shape):
             raise OpError(f"elementwise: src{i} shape {list(s.shape)} does not broadcast to dst shape "
-                          f"{list(d.shape)}")
+                          f"{list(d.shape)} (numpy's rule: right-aligned, each src extent dst's or 1)")
     if not callable(fn):
         raise OpError(f"elementwise: fn {fn!r} is not callable")
     operands = {"dst": d, **{f"src{i}": s for i, s in enumerate(ss)}}
-    return OpCall("elementwise", operands, scope, attrs={"fn": fn}, config=config)
+    attrs = {"fn": fn, **({"broadcast": True} if any(s.rank < d.rank for s in ss) else {})}
+    return OpCall("elementwise", operands, scope, attrs=attrs, config=config)
 
 
 def unary(dst, src, name: str, scope: ExecScope, **config) -> OpCall:

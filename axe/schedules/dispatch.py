@@ -89,6 +89,10 @@ def dispatch(call, ctx: BuildContext | None = None) -> DispatchRecord:
             record.verdicts.append((s.name, f"{remote} on other GPUs (gpuid in its layout, or a peer's memory): "
                                             "only schedules that address peer memory apply"))
             continue
+        if call.attrs.get("broadcast") and not s.broadcasts:
+            record.verdicts.append((s.name, "a source broadcasts to dst's shape (numpy's rule): only schedules "
+                                            "that declare broadcasts apply"))
+            continue
         try:
             plan = s.check(call, ctx)
         except Exception as err:

@@ -11,7 +11,7 @@ from .plan import THREAD_AXES, pair_dims
 from .pointwise import distribute, iterate
 from .registry import add_schedule, register
 
-__all__ = ["PointwisePlan", "squeezed", "operand_shapes"]
+__all__ = ["PointwisePlan", "squeezed", "operand_shapes", "pointwise_check", "pointwise_emit"]
 
 
 def _tir():
@@ -24,11 +24,15 @@ def squeezed(shape):
 
 
 def operand_shapes(call):
-    """(common shape, [(layout, shape_k)]) for the call's operands, dst first."""
+    """(common shape, [(layout, shape_k)]) for the call's operands, dst first.
+
+    Elementwise sources and a broadcasting copy's source are right-aligned to dst's rank (numpy's
+    rule: 1 where they broadcast); a plain copy compares shapes with extent-1 dims dropped."""
+    from axe.layout.broadcast import aligned_shape
     ts = list(call.operands.values())
-    if call.op == "elementwise":
+    if call.op == "elementwise" or call.attrs.get("broadcast"):
         shape = ts[0].shape
-        return shape, [(t.layout, t.shape) for t in ts]
+        return shape, [(t.layout, aligned_shape(t.shape, len(shape))) for t in ts]
     shape = squeezed(ts[0].shape)
     return shape, [(t.layout, squeezed(t.shape)) for t in ts]
 
@@ -42,19 +46,23 @@ class PointwisePlan:
         return f"{len(self.dims)} paired dims {[d.extent for d in self.dims]}; {self.dist.describe(self.dims)}"
 
 
-def _pointwise_check(call):
+def pointwise_check(call):
     ts = list(call.operands.values())
     shape, ops = operand_shapes(call)
     dims = pair_dims(shape, ops)
     if isinstance(dims, str):
         return dims
-    dist = distribute(dims, ts, call.scope, thread_axis_values(call.scope))
+    shapes = [sk for _, sk in ops]
+    # the driver computes each element once: dst, else an operand of the full shape (a broadcast
+    # source as driver would make its replicas compute the same elements again)
+    prefer = [0] + [k for k, sk in enumerate(shapes) if tuple(sk) == tuple(shape)]
+    dist = distribute(dims, ts, call.scope, thread_axis_values(call.scope), prefer=prefer, shapes=shapes)
     if isinstance(dist, str):
         return dist
     return PointwisePlan(dims, dist)
 
 
-def _pointwise_emit(call, plan, value_fn):
+def pointwise_emit(call, plan, value_fn):
     from tvm.script.ir_builder import tirx as IRB
     ts = list(call.operands.values())
     av = thread_axis_values(call.scope)
@@ -66,17 +74,17 @@ def _pointwise_emit(call, plan, value_fn):
 
 def _elementwise_emit(call, plan, ctx):
     """Fused elementwise pass: one loop nest computes fn(src…) into dst per element."""
-    _pointwise_emit(call, plan, call.attrs["fn"])
+    pointwise_emit(call, plan, call.attrs["fn"])
 
 
 # the fallbacks: each element moved (or computed) by the thread that owns it
 add_schedule("copy", "per_thread", priority=0,
              requires="any layouts whose shards refine to common dims; each element moved by its owner thread",
-             check=lambda call, ctx: _pointwise_check(call),
-             emit=lambda call, plan, ctx: _pointwise_emit(call, plan, lambda x: x))
+             check=lambda call, ctx: pointwise_check(call),
+             emit=lambda call, plan, ctx: pointwise_emit(call, plan, lambda x: x), broadcasts=True)
 add_schedule("elementwise", "per_thread", priority=0,
              requires="dst and sources pair dim by dim; register operands agree on thread placement",
-             check=lambda call, ctx: _pointwise_check(call), emit=_elementwise_emit)
+             check=lambda call, ctx: pointwise_check(call), emit=_elementwise_emit, broadcasts=True)
 
 
 def reduce_init(kind, dtype):

@@ -44,8 +44,13 @@ class Distribution:
         return f"threads by operand {self.driver} ({th}); {len(self.loop_dims)} register loop dims"
 
 
-def distribute(dims, tensors, scope, axis_values, prefer=(0,), chunk=1):
-    """A :class:`Distribution` or a reason string.  ``tensors[k]`` is operand k."""
+def distribute(dims, tensors, scope, axis_values, prefer=(0,), chunk=1, shapes=None):
+    """A :class:`Distribution` or a reason string.  ``tensors[k]`` is operand k.
+
+    ``shapes[k]``: operand k's shape aligned to the common one (1 where it broadcasts); with
+    them, a register operand that places a dim elsewhere than the driver (or broadcasts it) is
+    still read in place when every driver thread that computes an element holds that operand's
+    element too (:func:`axe.layout.broadcast.locality`: its replica brings the value there)."""
     holders = [k for k, t in enumerate(tensors) if any(d.axis(k) in THREAD_AXES for d in dims)]
     if holders:
         driver = next((k for k in prefer if k in holders), holders[0])
@@ -56,14 +61,39 @@ def distribute(dims, tensors, scope, axis_values, prefer=(0,), chunk=1):
             for i, d in enumerate(dims):
                 same = d.parts[k] == d.parts[driver]
                 if (i in digits) != (d.axis(k) in THREAD_AXES) or (i in digits and not same):
-                    return (f"operand {k} ({tensors[k].layout}) and operand {driver} ({tensors[driver].layout}) "
-                            f"place dim {i} (extent {d.extent}) on different threads: data must move "
-                            "between threads")
+                    why = _held_in_place(tensors, shapes, driver, k, i, d)
+                    if why:
+                        return why
+                    break
         loop = [i for i in range(len(dims)) if i not in digits]
         return Distribution(driver, digits, loop, pred)
     if scope.threads == 1 or all(t.mem == "local" for t in tensors):
         return Distribution(None, {}, list(range(len(dims))), None)
     return Distribution(None, {}, list(range(len(dims))), None, round_robin=True, chunk=chunk)
+
+
+def _held_in_place(tensors, shapes, driver, k, i, d):
+    """None when operand k's elements are held by the driver's threads that compute them (its
+    register is read in place), else the reason, naming the replica that would make it so."""
+    c, s = tensors[driver], tensors[k]
+    moved = (f"operand {k} ({s.layout}) and operand {driver} ({c.layout}) place dim {i} (extent {d.extent}) "
+             "on different threads: data must move between threads")
+    if shapes is None or s.mem != "local":
+        return moved
+    from axe.layout.broadcast import locality, with_replica
+    axes = tuple(a for a in THREAD_AXES if a in set(c.thread_axes()) | set(s.thread_axes()))
+    verdict = locality(c.layout, shapes[driver], s.layout, shapes[k], axes)
+    if verdict.local:
+        return None
+    where = ", ".join(f"{v:+d}@{a}" for a, v in (verdict.witness or {}).items())
+    hint = ""
+    if verdict.suggestion:
+        fixed = with_replica(s.layout, verdict.suggestion, axes)
+        if locality(c.layout, shapes[driver], fixed, shapes[k], axes).local:
+            reps = ",".join(map(repr, verdict.suggestion))
+            hint = f"; replicated as {fixed} (R[{reps}]) it would be local"
+    return (f"{moved}: a thread of operand {driver} at {where or 'a large displacement'} from operand {k}'s "
+            f"holder lacks the value{hint}")
 
 
 def count(dims, dist, scope, inner=()):

@@ -21,7 +21,9 @@ class Schedule:
     ``requires`` is a one-line statement of what the schedule needs of the layouts (for docs
     and explain); ``priority``: higher is tried first.  ``devices``: the schedule addresses memory
     of other GPUs (operands whose layouts name ``gpuid``, or views of a peer's memory); dispatch
-    offers such operands to these schedules only.
+    offers such operands to these schedules only.  ``broadcasts``: the schedule serves a call
+    marked ``attrs["broadcast"]`` (a source right-aligned to a higher rank, numpy's rule);
+    dispatch offers such calls to these schedules only.
     """
 
     op: str
@@ -32,6 +34,7 @@ class Schedule:
     emit: Callable
     requires: str = ""
     devices: bool = False
+    broadcasts: bool = False
 
 
 _REGISTRY: list[Schedule] = []
@@ -61,9 +64,9 @@ def declining(*refusals: type):
 
 
 def add_schedule(op: str, name: str, family: str = "*", priority: int = 0, requires: str = "", *,
-                 check: Callable, emit: Callable, devices: bool = False) -> Schedule:
+                 check: Callable, emit: Callable, devices: bool = False, broadcasts: bool = False) -> Schedule:
     """Register ``check``/``emit`` as schedule ``name`` of ``op`` (replacing one of that name)."""
-    sched = Schedule(op, name, family, priority, check, emit, requires, devices)
+    sched = Schedule(op, name, family, priority, check, emit, requires, devices, broadcasts)
     for i, old in enumerate(_REGISTRY):
         if (old.op, old.name, old.family) == (op, name, family):
             _REGISTRY[i] = sched
@@ -74,12 +77,12 @@ def add_schedule(op: str, name: str, family: str = "*", priority: int = 0, requi
 
 
 def register(op: str, name: str, family: str = "*", priority: int = 0, requires: str = "",
-             devices: bool = False):
+             devices: bool = False, broadcasts: bool = False):
     """Decorate a class with static ``check`` and ``emit`` to register it as a schedule."""
     def deco(cls):
         cls.schedule = add_schedule(op, name, family, priority,
                                     requires or (cls.__doc__ or "").strip().split("\n")[0],
-                                    check=cls.check, emit=cls.emit, devices=devices)
+                                    check=cls.check, emit=cls.emit, devices=devices, broadcasts=broadcasts)
         return cls
     return deco
 

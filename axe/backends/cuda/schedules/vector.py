@@ -189,7 +189,7 @@ def _loads_then_stores(call, plan, gs, gd, ctx, av, last, nwords, n):
                     _ptr(dst, mem_offset(dst, plan.dims, 0, digits), gd, ctx), *regs))
 
 
-@register("copy", "vector", "cuda", priority=10, devices=True,
+@register("copy", "vector", "cuda", priority=10, devices=True, broadcasts=True,
           requires="a per-thread contiguous run >= 4 bytes on memory in both operands, aligned; "
                    "a global operand may be a peer GPU's symmetric memory")
 class VectorCopy:
