@@ -173,7 +173,7 @@ def run_shape(args, model, M, rank, world, heap, group_name, setup_err):
             return yn
         sides["axe"] = (axe_mlp, ya, sync)
         if built["ag_silu"] and rs:
-            from kernels.parts.epilogues.silu_mul import interleave
+            from kernels.tp_shapes import interleave
             ags = DistKernel(art["ag_silu"], heap)
             wint = interleave(wgu[:il], wgu[il:]).contiguous()
             ys = torch.empty(ml, h, device="cuda", dtype=bf)

@@ -61,7 +61,7 @@ def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, push="sm", 
     """The fused kernel (an :class:`axe.lang.Kernel`) for global M × N × K on ``world`` GPUs;
     ``push``: ``"sm"`` (the producer warpgroup's idle warps push the rows) or ``"copy_engine"`` (the
     runtime stages them with ``cudaMemcpyAsync`` before the launch); ``act="silu_mul"``: the fused
-    gate/up projection — B's rows interleaved by tile (:func:`kernels.parts.epilogues.silu_mul.interleave`),
+    gate/up projection — B's rows interleaved by tile (:func:`kernels.tp_shapes.interleave`),
     C = silu(gate)·up with N/(2w) columns per rank; ``config``:
     :class:`kernels.gemm.Config`'s keywords (stream-K, split-K, CTA pairs and ping-pong are refused:
     the gather order is built for the cooperative tile)."""

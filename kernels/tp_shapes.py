@@ -1,5 +1,6 @@
-"""The shapes the fused tensor-parallel kernels are built for, without TVM (a serving machine that
-only runs shipped artifacts asks them before choosing a path: :mod:`axe.torch.tp`).
+"""The shapes the fused tensor-parallel kernels are built for, and the gate/up weight's tile
+interleave, without TVM (a serving machine that only runs shipped artifacts asks them before
+choosing a path, :mod:`axe.torch.tp`, and prepares the fused SiLU·up weight).
 
 Law: ``ag_gemm_fits(M, N, K, w)`` is None exactly when :func:`kernels.ag_gemm.make` builds the global
 problem; ``gemm_rs_fits`` likewise for :func:`kernels.gemm_rs.make` (default tile); otherwise each
@@ -36,3 +37,15 @@ def gemm_rs_fits(M, N, K, world):
     if (K // world) % 8 or K // world < 64:
         return f"the local K={K // world} must be a multiple of 8 and at least 64"
     return None
+
+
+def interleave(gate, up, bn=256):
+    """The weight (N × K, an ``nn.Linear`` weight's rows) whose tiles of ``bn`` rows hold ``bn/2``
+    gate rows then the same ``bn/2`` up rows (torch tensors ``gate``, ``up``: I × K, I a multiple
+    of ``bn/2``)."""
+    import torch
+    h = bn // 2
+    if gate.shape != up.shape or gate.shape[0] % h:
+        raise ValueError(f"interleave: gate {tuple(gate.shape)} and up {tuple(up.shape)} must match, rows a "
+                         f"multiple of {h}")
+    return torch.stack([gate.reshape(-1, h, gate.shape[1]), up.reshape(-1, h, up.shape[1])], 1).reshape(-1, gate.shape[1])

@@ -210,7 +210,7 @@ def test_silu_mul_variant_fuses_the_gate_up_activation():
 
 def test_interleave_and_the_silu_reference_agree_with_the_unfused_mlp():
     torch = pytest.importorskip("torch")
-    from kernels.parts.epilogues.silu_mul import interleave
+    from kernels.tp_shapes import interleave
     g = torch.Generator().manual_seed(1)
     x = [torch.randn(3, 8, generator=g) for _ in range(2)]
     gate, up = torch.randn(256, 8, generator=g), torch.randn(256, 8, generator=g)

@@ -262,12 +262,12 @@ def check_ag_gemm(dtype, b_major):
 
 def check_ag_gemm_silu(path, heap, torch, dist):
     """The fused gate/up projection: C_r = silu(gate)·up of all_gather(A) against the unfused fp32
-    MLP activation, B_r's rows interleaved by tile (kernels.parts.epilogues.silu_mul.interleave)."""
+    MLP activation, B_r's rows interleaved by tile (kernels.tp_shapes.interleave)."""
     import sys
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
     import torch.nn.functional as F
     from axe.runtime.distributed import DistKernel
-    from kernels.parts.epilogues.silu_mul import interleave
+    from kernels.tp_shapes import interleave
     k = DistKernel(path, heap, timeout=10.0)
     w = heap.world
     d = k.dist["params"]

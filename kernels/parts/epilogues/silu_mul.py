@@ -1,6 +1,7 @@
 """The gated MLP's activation fused into a GEMM's store: each tile's accumulator columns
 ``[0, bn/2)`` are gate columns and ``[bn/2, bn)`` the matching up columns (the weight's rows are
-interleaved by tile: :func:`interleave`), and the tile stores ``silu(gate) · up`` — ``bn/2``
+interleaved by tile: :func:`kernels.tp_shapes.interleave`, TVM-free so that a machine without TVM
+prepares the weight), and the tile stores ``silu(gate) · up`` — ``bn/2``
 columns of C at ``n_blk · bn/2`` — through the chunked store of :mod:`.store`.
 
 Law: C[m, n_blk·bn/2 + c] = silu(acc[m, c]) · acc[m, bn/2 + c] computed in fp32 and rounded once,
@@ -11,18 +12,6 @@ from tvm.script import tirx as T
 
 import axe.lang as Ax
 from kernels.parts.epilogues.store import ChunkedStore
-
-
-def interleave(gate, up, bn=256):
-    """The weight (N × K, an ``nn.Linear`` weight's rows) whose tiles of ``bn`` rows hold ``bn/2``
-    gate rows then the same ``bn/2`` up rows (torch tensors ``gate``, ``up``: I × K, I a multiple
-    of ``bn/2``)."""
-    import torch
-    h = bn // 2
-    if gate.shape != up.shape or gate.shape[0] % h:
-        raise ValueError(f"interleave: gate {tuple(gate.shape)} and up {tuple(up.shape)} must match, rows a "
-                         f"multiple of {h}")
-    return torch.stack([gate.reshape(-1, h, gate.shape[1]), up.reshape(-1, h, up.shape[1])], 1).reshape(-1, gate.shape[1])
 
 
 class SiluMulStore(ChunkedStore):
