@@ -1,20 +1,22 @@
 #!/usr/bin/env python3
-"""The decode buckets (M ≤ 16, ≤ 64, ≤ 128) of the GEMM: every candidate configuration of
-``kernels/gemm_select.py`` against cuBLAS and the DRAM limit, side by side in one run.
+"""The decode buckets (M ≤ 16, ≤ 64, ≤ 128) of the GEMM, and with ``--mid`` the middle ones (≤ 256,
+≤ 512, ≤ 1024): every candidate configuration of ``kernels/gemm_select.py`` against cuBLAS and the
+DRAM limit, side by side in one run.
 
 Each candidate is one artifact for every M of its bucket (``make_dynamic(N, K, max_rows=..., ...)``:
 scheduled statically for one block-row, so narrow tiles, split-K and the transposed decode tile
 fill the GPU; the 128-row tiles are built once with ``max_rows=128`` and serve every decode
-bucket, a transposed ``tile_m`` tile with ``max_rows=tile_m``); ``C = A·Wᵀ``,
+bucket, a transposed ``tile_m`` tile with ``max_rows=tile_m``; a middle bucket's split-K and stream-K
+candidates are built for their bound, ``<config>_r<bound>``); ``C = A·Wᵀ``,
 bf16, W an ``nn.Linear`` weight (N×K).  The DRAM limit of a shape is W's bytes ÷ the read rate
 this run measures (``torch.sum`` over a 4 GiB tensor, the best of several).
 
-CPU machine: ``.venv/bin/python benchmarks/gemm_decode.py build`` writes ``.carry/gemm_decode/``.
+CPU machine: ``.venv/bin/python benchmarks/gemm_decode.py build [--mid]`` writes ``.carry/gemm_decode/``.
 ``once --shape S --m M --configs C ...`` launches those candidates and cuBLAS once each, for ``ncu``.
 GPU machine: ``python3 benchmarks/gemm_decode.py run [--json PATH]`` checks every artifact at every M
 against torch in fp32 (C poisoned with NaN), then times each candidate and cuBLAS from CUDA graphs
 in interleaved rounds (median of the rounds' medians) and writes
-``benchmarks/results/gemm_decode-<date>-<device>.json`` (rows: M, N, K, dtype, config, axe_us,
+``benchmarks/results/gemm_decode-<date>-<device>.json`` (``gemm_mid-…`` with ``--mid``; rows: M, N, K, dtype, config, axe_us,
 cublas_us, dram_limit_us, heuristic: whether :func:`kernels.gemm_select.heuristic` picks it).
 """
 
@@ -30,33 +32,50 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 OUT = os.path.join(ROOT, ".carry", "gemm_decode")
 MS = (1, 16, 64, 128)
+#: the middle buckets' bounds (``--mid``)
+MS_MID = (256, 512, 1024)
 #: (label, N, K): Llama-3.1-8B and -70B MLP weights, up and down
 SHAPES = [("llama8b_up", 14336, 4096), ("llama8b_down", 4096, 14336), ("llama70b_up", 28672, 8192),
           ("llama70b_down", 8192, 28672)]
+#: the middle buckets also fit on two more down projections (Gemma-2-9B, Qwen3-32B)
+SHAPES_MID = SHAPES + [("gemma9b_down", 3584, 14336), ("qwen32b_down", 5120, 25600)]
 DTYPE = "bfloat16"
 
 
-def configs(n, k):
-    """Every decode bucket's candidates, once each."""
+def artifact(bound, cfg):
+    """``(artifact suffix, max_rows)`` of candidate ``cfg`` of bucket ``bound``: the decode buckets
+    share one artifact per configuration (scheduled for 128 rows, or ``tile_m``), a middle bucket's
+    statically scheduled candidates get one per bound."""
+    from kernels import gemm_select
+    cname = gemm_select.name(cfg)
+    if bound <= gemm_select.BM:
+        return cname, cfg.get("tile_m", gemm_select.BM)
+    rows = gemm_select.scheduled_rows(bound, cfg)
+    return (cname, None) if rows is None else (f"{cname}_r{rows}", rows)
+
+
+def configs(n, k, ms):
+    """Every candidate of the buckets of ``ms``, once each: {suffix: (config, max_rows)}."""
     from kernels import gemm_select
     out = {}
-    for bound in (16, 64, 128):
+    for bound in sorted({gemm_select.bucket(m) for m in ms}):
         for cfg in gemm_select.candidates(bound, n, k):
-            out[gemm_select.name(cfg)] = cfg
+            suffix, rows = artifact(bound, cfg)
+            out[suffix] = (cfg, rows)
     return out
 
 
-def build(only=None):
+def build(only=None, mid=False):
     os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
     from kernels import gemm
-    for label, n, k in SHAPES:
-        for cname, cfg in configs(n, k).items():
+    for label, n, k in (SHAPES_MID if mid else SHAPES):
+        for cname, (cfg, rows) in configs(n, k, MS_MID if mid else MS).items():
             tag = f"{label}__{cname}"
             if only and not any(o in tag for o in only):
                 continue
             if os.path.exists(os.path.join(OUT, tag, "launch.json")):
                 continue
-            art = gemm.build_dynamic(n, k, DTYPE, "col", name=f"gemm_decode_{tag}", max_rows=cfg.get("tile_m", 128), **cfg)
+            art = gemm.build_dynamic(n, k, DTYPE, "col", name=f"gemm_decode_{tag}", max_rows=rows, **cfg)
             art.save(os.path.join(OUT, tag))
             print("built", tag, art.launch["resources"], flush=True)
 
@@ -87,7 +106,7 @@ def read_rate(torch, gib=4, reps=5):
     return best
 
 
-def run(path, rounds):
+def run(path, rounds, mid=False):
     import torch
 
     import axe.runtime as rt
@@ -97,12 +116,13 @@ def run(path, rounds):
     rate = read_rate(torch)
     print(f"{dev}: read rate {rate / 1e12:.2f} TB/s", flush=True)
     rows = []
-    for label, n, k in SHAPES:
+    for label, n, k in (SHAPES_MID if mid else SHAPES):
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         loaded = {d.split("__", 1)[1]: rt.load(d) for d in sorted(glob.glob(os.path.join(OUT, f"{label}__*")))}
-        for m in MS:
+        for m in (MS_MID if mid else MS):
             bound = gemm_select.bucket(m)
-            kernels = {c: loaded[c] for c in (gemm_select.name(x) for x in gemm_select.candidates(bound, n, k)) if c in loaded}
+            names = {artifact(bound, x)[0]: gemm_select.name(x) for x in gemm_select.candidates(bound, n, k)}
+            kernels = {names[c]: loaded[c] for c in names if c in loaded}
             a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             ref = a.float() @ w.float().t()
             fns, errs = {}, {}
@@ -121,11 +141,12 @@ def run(path, rounds):
                              "dram_limit_us": round(dram, 2), "rel_err": errs[cname], "heuristic": cname == pick,
                              "spill_stores": kernels[cname].launch["resources"].get("spill_stores", 0)})
             print(f"{label:14s} M={m:4d}  cuBLAS {us['cublas']:7.1f}  DRAM {dram:6.1f}  best {best} {us[best]:7.1f}  "
-                  f"heuristic {pick} {us.get(pick, float('nan')):7.1f}  default {us.get('split_k1_stages4_tile_n256', 0):7.1f}",
+                  f"heuristic {pick} {us.get(pick, float('nan')):7.1f}  default {us.get('default', us.get('split_k1_stages4_tile_n256', 0)):7.1f}",
                   flush=True)
             del graphs
     day = datetime.date.today().isoformat()
-    path = path or os.path.join(ROOT, "benchmarks", "results", f"gemm_decode-{day}-{dev.split()[-1].lower()}.json")
+    stem = "gemm_mid" if mid else "gemm_decode"
+    path = path or os.path.join(ROOT, "benchmarks", "results", f"{stem}-{day}-{dev.split()[-1].lower()}.json")
     with open(path, "w") as f:
         json.dump({"device": dev, "date": day, "versions": {"torch": torch.__version__, "cuda": torch.version.cuda},
                    "read_rate_Bps": rate, "timing": f"CUDA graph replays, median of {rounds} interleaved rounds",
@@ -139,7 +160,7 @@ def once(label, m, configs):
     import torch
 
     import axe.runtime as rt
-    n, k = next((n, k) for lab, n, k in SHAPES if lab == label)
+    n, k = next((n, k) for lab, n, k in SHAPES_MID if lab == label)
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
@@ -155,6 +176,7 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--only", nargs="*", help="build the artifacts whose names contain one of these")
+    ap.add_argument("--mid", action="store_true", help="the middle buckets (M 256, 512, 1024) instead of decode")
     ap.add_argument("--shape", help="once: the shape label")
     ap.add_argument("--m", type=int, default=1, help="once: the row count")
     ap.add_argument("--configs", nargs="*", default=(), help="once: the candidates' names")
@@ -162,10 +184,10 @@ def main(argv=None):
     if args.mode == "once":
         return once(args.shape, args.m, args.configs)
     if args.mode == "build":
-        return build(args.only)
+        return build(args.only, args.mid)
     if not glob.glob(os.path.join(OUT, "*", "launch.json")):
         raise SystemExit(f"no artifacts in {OUT}: run `benchmarks/gemm_decode.py build` on the CPU machine")
-    return run(args.json, args.rounds)
+    return run(args.json, args.rounds, args.mid)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ maps encoded from the tensors.
 import math
 
 import axe.lang as Ax
-from kernels.gemm_config import (BK, BM, BN, EPILOGUE, FUSED_EPILOGUE, GROUP, HALF, SMS, STAGES,  # noqa: F401
+from kernels.gemm_config import (BK, BM, BN, MAX_BOUND, EPILOGUE, FUSED_EPILOGUE, GROUP, HALF, SMS, STAGES,  # noqa: F401
                                   TILE_N, Config)
 from kernels.parts import CompositionError, Problem, compose
 from kernels.parts.epilogues.elementwise import Elementwise
@@ -121,8 +121,8 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, max_rows=None, **co
     the GPU form cannot compose is refused here; one a target lacks, when building for it (``TargetError``)."""
     cfg = Config.of(config)
     dyn = M is None
-    if max_rows is not None and not (dyn and 1 <= max_rows <= BM):
-        raise ValueError(f"gemm: max_rows bounds a runtime M (make_dynamic) by 1..{BM}, got {max_rows!r}")
+    if max_rows is not None and not (dyn and 1 <= max_rows <= MAX_BOUND):
+        raise ValueError(f"gemm: max_rows bounds a runtime M (make_dynamic) by 1..{MAX_BOUND}, got {max_rows!r}")
     if dyn and max_rows is None and (cfg.stream_k or cfg.split_k > 1 or cfg.cluster > 1):
         raise ValueError("gemm: a runtime M (make_dynamic) without max_rows is built for one GPU without stream_k, split_k "
                          "or clusters (got " + ", ".join(o for o in cfg.options() if o != "pingpong") + ")")

@@ -13,6 +13,9 @@ TILE_N = (64, 128, 192, 256)
 TILE_M = (16, 32, 64, 128)
 #: k-block depths (``tile_k``): one or two 64-element swizzle panels per slot
 TILE_K = (64, 128)
+#: the largest row bound a run-time M may be scheduled statically for (``make_dynamic(max_rows=)``):
+#: past it a bucket has enough block-rows to fill the GPU without splitting K
+MAX_BOUND = 1024
 HALF = BM // 2                      # rows per consumer warpgroup
 #: each target's epilogue chunk (columns per store): wgmma's 64×256 part in two 128-column chunks,
 #: tcgen05's 128×128 part in 64-column chunks (4 stages and 2 × 16 KiB of chunk buffer fit 224 KiB)

@@ -6,13 +6,15 @@ Pure Python (no TVM): a serving machine reads the same buckets to pick an artifa
 Buckets: a call with M rows runs the artifact of the smallest bucket bound ≥ M (:func:`bucket`);
 the decode buckets (M ≤ 16, ≤ 64, ≤ 128: one block-row) are scheduled statically for their bound
 (``make_dynamic(..., max_rows=bound)``), so split-K, narrow tiles and the transposed decode tile
-(``tile_m``: the weights' rows on the MMA's M side) can fill the GPU; larger buckets run the
-run-time-M persistent schedule.
+(``tile_m``: the weights' rows on the MMA's M side) can fill the GPU.  The middle buckets (≤ 256,
+≤ 512, ≤ 1024: a few block-rows, often fewer tiles than SMs) add split-K candidates,
+scheduled statically for the bound (:func:`scheduled_rows`); larger buckets run the run-time-M
+persistent schedule.
 """
 
 from bisect import bisect_left
 
-from kernels.gemm_config import BK, BM, SMS, TILE_N
+from kernels.gemm_config import BK, BM, MAX_BOUND, SMS, TILE_N
 
 #: bucket bounds (rows); a call runs the artifact of the first bound ≥ M, the last one is unbounded
 BUCKETS = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, None)
@@ -49,18 +51,34 @@ def splits(K):
     return [s for s in (1, 2, 4) if s == 1 or k_iters // s >= MIN_SLICE]
 
 
+def scheduled_rows(bound, config):
+    """The row bound ``config``'s artifact for bucket ``bound`` is scheduled for (``max_rows``), or
+    None when it takes M at run time: every decode bucket's, and a middle bucket's split-K and
+    stream-K candidates (they divide a fixed tile grid among the CTAs)."""
+    if bound is None or bound > MAX_BOUND:
+        return None
+    if bound <= BM or config.get("split_k", 1) > 1 or config.get("stream_k"):
+        return bound
+    return None
+
+
 def candidates(bound, N, K):
     """The configurations (``make`` keywords) measured for a bucket: for a decode bucket every tile
     width with every split of K (deepest ring), and below 128 rows the transposed decode tile
     ``bound``×128 with every split; above them what a run-time M schedules (the persistent tile
-    128×256 or 128×128, ping-pong)."""
+    128×256 or 128×128, ping-pong), and in a middle bucket (≤ :data:`MAX_BOUND` rows) also the
+    tiles 128 and 256 wide cut 2 or 4 ways in K (stream-K is not one: it wants two waves of tiles)."""
     if bound is not None and bound <= BM:
         swapped = [dict(tile_m=bound, tile_n=128, split_k=s, stages=stages_for(128, bound, tile_k=tk),
                         **({} if tk == BK else {"tile_k": tk}))
                    for tk in (BK, 128) if bound < BM and N >= 128 and K >= tk for s in splits(K)]
         return swapped + [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in TILE_N if tn != 192 and tn <= N
                           for s in splits(K)]
-    return [dict(), dict(tile_n=128, stages=stages_for(128)), dict(schedule="pingpong")]
+    runtime = [dict(), dict(tile_n=128, stages=stages_for(128)), dict(schedule="pingpong")]
+    if bound is None or bound > MAX_BOUND:
+        return runtime
+    return runtime + [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in (128, 256) if tn <= N
+                      for s in splits(K) if s > 1]
 
 
 #: the heuristic's cost model (units: k-columns of B streamed by one SM): a k-block costs its tile's
@@ -70,10 +88,10 @@ def candidates(bound, N, K):
 K_BLOCK, SPLIT = 64, 4096
 
 
-def cost(N, K, tile_n, split_k, sms=SMS):
-    """The decode bucket's modelled time of (tile_n, split_k): waves of work units, each streaming
-    its slice of K through tiles ``tile_n`` wide."""
-    units = -(-N // tile_n) * split_k
+def cost(N, K, tile_n, split_k, sms=SMS, block_rows=1):
+    """The modelled time of (tile_n, split_k) over ``block_rows`` block-rows of 128: waves of work
+    units, each streaming its slice of K through tiles ``tile_n`` wide."""
+    units = -(-N // tile_n) * split_k * block_rows
     waves = -(-units // sms)
     slice_iters = -(-(-(-K // BK)) // split_k)          # ceil(ceil(K / BK) / split_k) k-blocks
     return waves * (slice_iters * (tile_n + K_BLOCK) + (split_k - 1) * SPLIT)
@@ -97,11 +115,20 @@ def heuristic(M, N, K, sms=SMS, b_major="col"):
     """A configuration for M×N×K without measuring.  Buckets of at most 64 rows with B column-major:
     the transposed decode tile as tall as the bucket, cut in K as :func:`swap_cost` says; the
     128-row decode bucket (or B row-major): the candidate of least :func:`cost` (ties: fewer slices,
-    then 128, 64, 256 columns), the deepest ring that fits; otherwise the default (the persistent
+    then 128, 64, 256 columns), the deepest ring that fits; a middle bucket: the tile 256 or 128
+    wide and the split of K of least :func:`cost` over the bound's block-rows (ties: fewer slices,
+    then 256 columns; uncut: the run-time-M artifact); otherwise the default (the persistent
     128×256 tile)."""
     bound = bucket(M)
-    if bound is None or bound > BM:
+    if bound is None or bound > MAX_BOUND:
         return dict()
+    if bound > BM:
+        rows = -(-bound // BM)
+        tn, s = min(((tn, s) for tn in (256, 128) if tn <= N for s in splits(K)),
+                    key=lambda c: (cost(N, K, c[0], c[1], sms, rows), c[1], -c[0]))
+        if s == 1:
+            return dict() if tn == 256 else dict(tile_n=128, stages=stages_for(128))
+        return dict(tile_n=tn, split_k=s, stages=stages_for(tn))
     if bound < BM and b_major == "col" and N >= BM:
         split = min(splits(K), key=lambda s: (swap_cost(N, K, bound, s, sms), s))
         return dict(tile_m=bound, tile_n=128, split_k=split, stages=stages_for(128, bound))

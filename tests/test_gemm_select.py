@@ -35,7 +35,7 @@ def test_buckets_cover_every_m_once():
 
 @pytest.mark.parametrize("N,K", SHAPES)
 def test_candidates_compose_and_fit_shared_memory(N, K):
-    for bound in (128, 1024, None):
+    for bound in (128, 512, 1024, None):
         for cfg in gemm_select.candidates(bound, N, K):
             c = Config.of(cfg)
             sched, main, epi = gemm.gpu_parts(Problem(bound or 8192, N, K, "float16", "col"), c, "wgmma")
@@ -61,6 +61,26 @@ def test_heuristic_picks_the_least_modelled_cost(N, K):
                  if c["tile_n"] != 192]
         assert gemm_select.cost(N, K, cfg["tile_n"], cfg["split_k"]) == min(costs)
     assert gemm_select.heuristic(4096, N, K) == {}
+    for M in (129, 256, 300, 512, 1000, 1024):      # a middle bucket: the least cost over its block-rows
+        cfg, bound = gemm_select.heuristic(M, N, K), gemm_select.bucket(M)
+        assert cfg in gemm_select.candidates(bound, N, K)
+        c = Config.of(cfg)
+        costs = [gemm_select.cost(N, K, x.get("tile_n", 256), x.get("split_k", 1), block_rows=bound // 128)
+                 for x in gemm_select.candidates(bound, N, K) if "schedule" not in x]
+        assert gemm_select.cost(N, K, c.bn, c.split_k, block_rows=bound // 128) == min(costs)
+
+
+def test_scheduled_rows():
+    """Decode buckets are scheduled for their bound; a middle bucket's split-K and stream-K candidates
+    too, its run-time-M ones and every candidate of a larger bucket are not."""
+    for bound in gemm_select.BUCKETS:
+        for cfg in gemm_select.candidates(bound, 4096, 14336):
+            rows = gemm_select.scheduled_rows(bound, cfg)
+            split = cfg.get("split_k", 1) > 1
+            small = bound is not None and bound <= gemm_select.MAX_BOUND
+            assert rows == (bound if small and (bound <= 128 or split) else None), (bound, cfg)
+            if split:       # a split of K needs a fixed tile grid
+                assert rows is not None
 
 
 @pytest.mark.parametrize("device", ["h100", "h200"])
@@ -98,7 +118,7 @@ def test_max_rows_bounds_only_a_runtime_m():
     with pytest.raises(ValueError, match="max_rows bounds a runtime M"):
         gemm.make(64, 1024, 1024, max_rows=64)
     with pytest.raises(ValueError, match="max_rows bounds a runtime M"):
-        gemm.make_dynamic(1024, 1024, max_rows=129)
+        gemm.make_dynamic(1024, 1024, max_rows=gemm.MAX_BOUND + 1)
     with pytest.raises(ValueError, match="without max_rows .* split_k"):
         gemm.make_dynamic(1024, 1024, split_k=2)
 

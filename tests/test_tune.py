@@ -49,7 +49,10 @@ def test_spec_for_uses_the_heuristic_then_a_recorded_pick(cache):
         assert tune.spec_for(dev, 4096, 14336, "bfloat16", "col", M) == {
             "N": 4096, "K": 14336, "dtype": "bfloat16", "b_major": "col", "max_rows": 128, **pick}
     assert tune.spec_for(dev, 4096, 14336, "bfloat16", "col", 64)["max_rows"] == 64       # another bucket
-    assert "max_rows" not in tune.spec_for(dev, 4096, 14336, "bfloat16", "col", 129)
+    # a middle bucket: its split-K pick is scheduled for the bound, a run-time-M pick is not
+    assert tune.spec_for(dev, 4096, 14336, "bfloat16", "col", 129)["max_rows"] == 256
+    assert "max_rows" not in tune.spec_for(dev, 14336, 4096, "bfloat16", "col", 129)
+    assert "max_rows" not in tune.spec_for(dev, 4096, 14336, "bfloat16", "col", 2000)
     other = tune.spec_for("NVIDIA H200", 4096, 14336, "bfloat16", "col", 1)       # picks are per device
     assert other["split_k"] == gemm_select.heuristic(1, 4096, 14336)["split_k"]
 

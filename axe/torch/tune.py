@@ -77,11 +77,13 @@ def reload():
 
 
 def spec(N, K, dtype, b_major, bound, config) -> dict:
-    """The factory keywords (cache specialization) of ``config`` for a bucket: the decode bucket's
-    artifact is scheduled for its bound (``max_rows``), the others take M at run time."""
+    """The factory keywords (cache specialization) of ``config`` for a bucket: an artifact scheduled
+    for the bucket's bound gets ``max_rows`` (``kernels.gemm_select.scheduled_rows``), the others
+    take M at run time."""
     out = {"N": N, "K": K, "dtype": dtype, "b_major": b_major, **config}
-    if bound is not None and bound <= select().BM:
-        out["max_rows"] = bound
+    rows = select().scheduled_rows(bound, config)
+    if rows is not None:
+        out["max_rows"] = rows
     return out
 
 

@@ -116,12 +116,17 @@ DEEP_CASES = [(s, dt, b, "k128") for s in ("square", "ragged", "ragged2", "multi
              [("kx", dt, "col", "k128x2") for dt in ("float16", "bfloat16")] + \
              [("ragged2", "bfloat16", "col", "k128pp"), ("multi", "float16", "row", "k128pp")] + \
              [(s, dt, "col", "t16k128") for s in ("m1", "m16") for dt in ("float16", "bfloat16")]
-#: the decode bucket's artifacts (``make_dynamic(..., max_rows=128)``): checked at several M ≤ 128,
-#: a launch with 129 rows refused
+#: the decode bucket's artifacts (``make_dynamic(..., max_rows=128)``): checked at several M up to the
+#: bound, a launch with one row more refused
 BOUNDED = {"bnd_n64x4": {"tile_n": 64, "split_k": 4, "stages": 8}, "bnd_n256x2": {"split_k": 2},
            "bnd_n128": {"tile_n": 128, "stages": 6},
            "bnd_t16x2": {"tile_m": 16, "tile_n": 128, "split_k": 2, "stages": 8}, "bnd_t64": {"tile_m": 64, "tile_n": 128}}
-BOUNDED_N_K, BOUNDED_MS = (4096, 2048), (1, 5, 64, 128)
+#: the middle buckets' statically scheduled candidates (``max_rows`` 256..1024): checked at M from 1 up to
+#: the bound (tiles past M load zeros and store nothing)
+BOUNDED.update({"bnd256_n256x4": {"split_k": 4}, "bnd512_n128x2": {"tile_n": 128, "split_k": 2, "stages": 6},
+                "bnd1024_n256x2": {"split_k": 2}})
+BOUNDED_ROWS = {"bnd256_n256x4": 256, "bnd512_n128x2": 512, "bnd1024_n256x2": 1024}
+BOUNDED_N_K, BOUNDED_MS = (4096, 2048), (1, 5, 64, 128, 200, 449, 777)
 #: variant tag -> build target (make()'s keywords are in VARIANTS)
 TARGETS = {"sm100": "sm_100a", "sm100c2": "sm_100a"}
 TOL = {"float16": 2e-3, "bfloat16": 1e-2}
@@ -155,7 +160,7 @@ def _bounded_builder(tag, dtype, b_major):
         sys.path.insert(0, ROOT)
         from kernels import gemm
         return gemm.build_dynamic(*BOUNDED_N_K, dtype=dtype, b_major=b_major, name=case_name("dyn", dtype, b_major, tag),
-                                  max_rows=BOUNDED[tag].get("tile_m", 128), **BOUNDED[tag])
+                                  max_rows=BOUNDED_ROWS.get(tag, BOUNDED[tag].get("tile_m", 128)), **BOUNDED[tag])
     return build
 
 
@@ -243,5 +248,5 @@ def _check_bounded(kernel, torch):
 
 
 CHECKS = {name: _check_dynamic if name.startswith("gemm_ew_dyn") else
-          _check_bounded if name.startswith("gemm_bnd_") else _check for name in BUILDS}
+          _check_bounded if name.startswith("gemm_bnd") else _check for name in BUILDS}
 
