@@ -1,0 +1,390 @@
+"""Flash-attention forward in axe: ``O = softmax(Q·Kᵀ·scale [+ causal mask])·V`` per (batch, query
+head), grouped-query heads (query head h reads key/value head ``h // (q_heads // kv_heads)``), head
+size 64 or 128, bf16 or fp16, any sequence lengths.
+
+Tensors, as torch lays them out for attention without a transpose: ``Q``, ``O`` are
+``(batch, seq_q, q_heads, head_dim)`` and ``K``, ``V`` ``(batch, seq_kv, kv_heads, head_dim)``,
+contiguous (``[B, S, H, D]``); the optional log-sum-exp ``LSE`` is ``(batch, q_heads, seq_q)``
+fp32, ``LSE = log Σ_k exp(scale · q·k)`` over the keys a row sees.  The causal mask is torch's
+(``is_causal=True`` of ``F.scaled_dot_product_attention``): query row i sees keys ``0..i``
+(top-left aligned when ``seq_q != seq_kv``).
+
+One source, per-target table :data:`TARGETS`:
+
+- **sm_90a** (Hopper): one CTA per (query tile of ``64 · consumers`` rows, head, batch), longest
+  causal tiles launched first.  Warpgroup 0 is the producer (``setmaxnreg`` down): one thread loads
+  the CTA's Q rows once and then every K and V tile by TMA into two ``stages``-deep rings of
+  128-byte-swizzled shared slots with mbarriers (:func:`Ax.cuda.pipeline`; one ring for K, one for
+  V, so S = Q·Kᵀ starts before V lands).  Each consumer warpgroup owns 64 query rows: per key tile
+  ``S = Q·Kᵀ`` on wgmma (both operands from shared memory, fp32 accumulators in registers), the
+  ragged / causal mask on the tiles that need it, the online softmax in fp32 registers (row max and
+  row sum: in-thread then quad shuffles; exp2 with ``scale·log2 e`` folded in), ``O *= α``, P cast
+  to the input type *in registers* — the wgmma D fragment of S is, 16 columns at a time, the A
+  fragment of the next wgmma — and ``O += P·V`` on wgmma with A from registers (``rs``).  Finally
+  ``O / l`` goes out by stmatrix into the warpgroup's own Q slot and one TMA store, which clips
+  rows past ``seq_q``; the LSE by per-thread stores.  K and V rows past ``seq_kv`` arrive as TMA's
+  zeros and are masked to −∞ before the max.
+- **trn1** (Trainium): :mod:`kernels.nki_attention`'s NKI body (no mask, head size 128, heads
+  folded into the batch) — the Trainium form of the same loop (its S and P tiles live in PSUM and
+  SBUF and P is transposed on TensorE instead of staying in registers).
+- **sm_100a** (Blackwell): refused — wgmma does not exist on sm_100a (its tensor-core MMA is
+  tcgen05 with the accumulator in tensor memory, and the P·V step would need P staged through
+  tensor memory or shared memory), so this body does not build there; the error says so.
+
+Law (checked on GPUs by ``tests/gpu/cases_attention.py`` against fp32 torch, and on the CPU by the
+NumPy model :func:`online_softmax_reference` against a direct softmax): for every query row i,
+``O[i] = Σ_k p_ik V[k] / Σ_k p_ik`` with ``p_ik = exp(scale·q_i·k_k − m_i)`` over the keys row i
+sees, whatever the tiling.
+"""
+
+import math
+
+from tvm.script import tirx as T
+from tvm.script.ir_builder import IRBuilder, tirx as IRB
+
+import axe.lang as Ax
+from axe.layout import R, S, tx
+from kernels.parts.fragments import coords, registers_of
+from kernels.parts.online_softmax import OnlineSoftmax
+from kernels.parts.tiles import swizzled
+
+ROWS = 64                  # query rows per consumer warpgroup (one wgmma M)
+LOG2E = 1.4426950408889634
+DTYPES = ("bfloat16", "float16")
+HEAD_DIMS = (64, 128)
+#: a per-row value over wgmma's D fragment: lane l of warp w holds rows 16w + l//4 and + 8, and the
+#: four lanes of a quad hold the same rows
+ROW_VALUES = S[(4, 2, 8):(32 @ tx, 1, 4 @ tx)] + R[4:1 @ tx]
+
+def _trn1_limits(p):
+    """Why the trn1 body (:func:`kernels.nki_attention.nki_attention`) cannot compute ``p``, or None."""
+    why = [w for bad, w in ((p.causal, "a causal mask"), (p.lse, "the log-sum-exp"),
+                            (p.head_dim != 128, f"head_dim {p.head_dim} (it has 128)"),
+                            (p.q_heads != 1 or p.kv_heads != 1, f"{p.q_heads} query / {p.kv_heads} kv heads in the "
+                             "tensor (it takes heads folded into the batch: (batch·heads, seq, 1, dim))"),
+                            (p.seq_q != p.seq_kv, "seq_q != seq_kv"),
+                            (abs(p.scale - 1 / math.sqrt(p.head_dim)) > 1e-12, f"scale {p.scale}")) if bad]
+    return "its NKI body does not take " + ", ".join(why) if why else None
+
+
+def _trn1_body(p):
+    from kernels.nki_attention import nki_attention
+    return nki_attention(p.batch, p.seq_q, p.dtype).factory()
+
+
+#: what differs per target: the form of the body — for sm_90a its tiling (key tile ``bn`` per head
+#: size, ring ``stages``, consumer warpgroups of 64 query rows, producer registers), for trn1 the NKI
+#: body and what it cannot take — and, for a target this source cannot serve, why
+TARGETS = {
+    "sm_90a": dict(form="wgmma", bn={64: 128, 128: 128}, stages=2, consumers=2, producer_regs=40),
+    "trn1": dict(form="nki", limits=_trn1_limits, body=_trn1_body),
+    "sm_100a": dict(refuse="wgmma (the register-A P·V product and the ss Q·Kᵀ) does not exist on sm_100a; "
+                           "Blackwell's MMA is tcgen05 with a tensor-memory accumulator, for which this body "
+                           "is not written"),
+}
+
+
+class Problem:
+    """The attention one build computes (static sizes), with its checks."""
+
+    def __init__(self, batch, seq_q, seq_kv, q_heads, kv_heads, head_dim, dtype, causal, lse=False, scale=None):
+        for name, v in (("batch", batch), ("seq_q", seq_q), ("seq_kv", seq_kv), ("q_heads", q_heads), ("kv_heads", kv_heads)):
+            if not isinstance(v, int) or v < 1:
+                raise ValueError(f"attention: {name} must be a positive int, got {v!r}")
+        if head_dim not in HEAD_DIMS:
+            raise ValueError(f"attention: head_dim must be one of {HEAD_DIMS}, got {head_dim!r}")
+        if dtype not in DTYPES:
+            raise ValueError(f"attention: dtype must be one of {DTYPES}, got {dtype!r}")
+        if q_heads % kv_heads:
+            raise ValueError(f"attention: kv_heads={kv_heads} must divide q_heads={q_heads} (grouped-query heads)")
+        self.batch, self.seq_q, self.seq_kv, self.q_heads, self.kv_heads = batch, seq_q, seq_kv, q_heads, kv_heads
+        self.head_dim, self.dtype, self.causal, self.lse = head_dim, dtype, bool(causal), bool(lse)
+        self.scale = float(scale) if scale is not None else 1.0 / math.sqrt(head_dim)
+        if not self.scale > 0:
+            raise ValueError(f"attention: scale must be positive, got {scale!r}")
+        self.group = q_heads // kv_heads
+
+    def shapes(self):
+        """``{name: shape}`` of the tensors the kernel takes."""
+        B, D = self.batch, self.head_dim
+        out = {"Q": (B, self.seq_q, self.q_heads, D), "K": (B, self.seq_kv, self.kv_heads, D),
+               "V": (B, self.seq_kv, self.kv_heads, D), "O": (B, self.seq_q, self.q_heads, D)}
+        if self.lse:
+            out["LSE"] = (B, self.q_heads, self.seq_q)
+        return out
+
+
+class Hopper:
+    """The sm_90a tiling of a :class:`Problem` (``cfg``: :data:`TARGETS` ``["sm_90a"]``)."""
+
+    def __init__(self, p: Problem, cfg):
+        self.p = p
+        D = p.head_dim
+        self.bn, self.stages, self.consumers = cfg["bn"][D], cfg["stages"], cfg["consumers"]
+        self.bm = ROWS * self.consumers
+        self.producer_regs = cfg["producer_regs"]
+        self.consumer_regs = min(240, (65536 // 128 - self.producer_regs) // self.consumers // 8 * 8)
+        self.threads = 128 * (1 + self.consumers)
+        self.q_tiles = -(-p.seq_q // self.bm)
+        self.kv_tiles = -(-p.seq_kv // self.bn)
+        self.ctas = self.q_tiles * p.q_heads * p.batch
+        self.q_at = 0
+        self.k_at = self.consumers * ROWS * D
+        self.v_at = self.k_at + self.stages * self.bn * D
+        self.smem = self.v_at + self.stages * self.bn * D
+        if self.smem * 2 > 227 * 1024:
+            raise ValueError(f"attention: {self.stages} stages of {self.bn}x{D} K and V tiles and {self.bm} Q rows need "
+                             f"{self.smem * 2 // 1024} KiB of shared memory, more than 227 KiB")
+
+    def kv_count(self, qt):
+        """Key tiles query tile ``qt`` reads: all, or (causal) those up to its last row's diagonal."""
+        if not self.p.causal:
+            return self.kv_tiles
+        return T.min(self.kv_tiles, ((qt + 1) * self.bm + self.bn - 1) // self.bn)
+
+
+def _tile(pool, at, rows, cols):
+    """A swizzled (rows, cols) tile of the pool as a box of the 3-d (batch, seq, heads·dim) view."""
+    return Ax.view(pool, swizzled(rows, cols, lead=(1,)), (1, rows, cols), base=at)
+
+
+def _mat(pool, at, rows, cols):
+    return Ax.view(pool, swizzled(rows, cols), (rows, cols), base=at)
+
+
+def _flat3(buf, rows):
+    """``buf`` (batch, seq, heads, dim) seen as (batch, seq, heads·dim): the TMA box of one head's rows
+    is then (1, rows, dim) and the map clips at the sequence's end, not the batch's.  A sequence
+    shorter than a tile is declared ``rows`` long (axe slices static shapes); :func:`_real_maps`
+    gives the tensor maps the real extents, so TMA zero-fills and clips past the real end."""
+    b, s, h, d = (int(x) for x in buf.shape)
+    return IRBuilder.name(buf.name, T.decl_buffer((b, max(s, rows), h * d), buf.dtype, data=buf.data))
+
+
+def _real_maps(specs, tensors):
+    """Set the tensor maps of ``tensors`` (``{map param: (batch, seq, heads, dim), elem bytes}``) to the
+    tensors' real 3-d extents and strides (innermost first, as the specs hold them)."""
+    for spec in specs:
+        if spec["param"] in tensors:
+            (b, s, h, d), eb = tensors[spec["param"]]
+            spec["shape"] = [h * d, s, b]
+            spec["strides_bytes"] = [h * d * eb, s * h * d * eb]
+
+
+def _mask(s_acc, width, row0, col0, seq_kv, causal, tid):
+    """Scores of keys past ``seq_kv`` (and, causal, after the row's own position) set to −∞; each
+    register's (row, key) read off the accumulator's layout (:func:`kernels.parts.fragments.coords`)."""
+    flat = s_acc.flat()
+    for r in range(registers_of(s_acc.layout, (ROWS, width))):
+        row, col = coords(s_acc.layout, (ROWS, width), r, tid)
+        key = col0 + col
+        ok = key < seq_kv
+        if causal:
+            ok = T.And(ok, key <= row0 + row)
+        IRB.buffer_store(flat, T.if_then_else(ok, flat[r], T.float32(-math.inf)), [r])
+
+
+class _Tiles:
+    """Where one CTA's tiles are: its query tile, head and batch, the kv head, the key tiles it reads,
+    and the (batch, seq, heads·dim) regions of each tensor."""
+
+    _is_meta_class = True       # a parse-time value in the kernel body, not a TIR one
+
+    def __init__(self, p, h, bx):
+        # the longest causal tiles first: CTA bx takes query tile q_tiles - 1 - bx // (heads·batch)
+        per_batch = p.q_heads * p.batch
+        self.qt = Ax.computed_once(h.q_tiles - 1 - bx // per_batch)
+        hb = bx % per_batch
+        self.b, self.hq = hb // p.q_heads, hb % p.q_heads
+        self.hk = self.hq // p.group
+        self.n_kv = Ax.computed_once(h.kv_count(self.qt))
+        self.D, self.bm, self.bn = p.head_dim, h.bm, h.bn
+
+    def rows(self, X, r0, n, head):
+        """Rows ``[r0, r0 + n)`` of head ``head`` of the (batch, seq, heads·dim) tensor X."""
+        D = self.D
+        return X[self.b:self.b + 1, r0:r0 + n, head * D:(head + 1) * D]
+
+    def q_rows(self, X, w):
+        """Consumer w's 64 query rows (of Q or O)."""
+        return self.rows(X, self.qt * self.bm + w * ROWS, ROWS, self.hq)
+
+    def kv(self, X, j):
+        """Key tile j (of K or V)."""
+        return self.rows(X, j * self.bn, self.bn, self.hk)
+
+
+def _produce(h, t, pool, Q, K, V, qbar, kpipe, vpipe):
+    """The producer warp: the CTA's Q rows once, then K and V tile by tile into their rings."""
+    D, bn = h.p.head_dim, h.bn
+    for w in range(h.consumers):
+        Ax.copy(_tile(pool, h.q_at + w * ROWS * D, ROWS, D), t.q_rows(Q, w), barrier=qbar, stage=0)
+    with T.serial(0, t.n_kv) as j:
+        s = kpipe.slot(j)
+        kpipe.acquire(j)
+        Ax.copy(_tile(pool, h.k_at + s * (bn * D), bn, D), t.kv(K, j), barrier=kpipe.full, stage=s)
+        vpipe.acquire(j)
+        Ax.copy(_tile(pool, h.v_at + s * (bn * D), bn, D), t.kv(V, j), barrier=vpipe.full, stage=s)
+
+
+def _consume(h, t, pool, O, LSE_, qbar, kpipe, vpipe, tx_):
+    """A consumer warpgroup: its 64 query rows against every key tile, then ``O / l`` (and the LSE)."""
+    p, bn, D = h.p, h.bn, h.p.head_dim
+    wg = Ax.cuda.warpgroup_index()
+    leader, tid = tx_ % 128 == 0, tx_ % 128
+    row0 = t.qt * h.bm + wg * ROWS                          # this warpgroup's first query row
+    s_acc = Ax.registers((ROWS, bn), "float32", Ax.cuda.wgmma_fragment(bn, "tx"), name="s_acc")
+    p_reg = Ax.registers((ROWS, bn), p.dtype, Ax.cuda.wgmma_fragment(bn, "tx"), name="p_reg")
+    o_acc = Ax.registers((ROWS, D), "float32", Ax.cuda.wgmma_fragment(D, "tx"), name="o_acc")
+    sm = OnlineSoftmax(ROWS, ROW_VALUES, p.scale * LOG2E)
+    Ax.elementwise(o_acc, lambda: T.float32(0))
+    q_op = _mat(pool, h.q_at + wg * (ROWS * D), ROWS, D)
+    Ax.cuda.mbarrier_wait(qbar, 0)
+    with T.serial(0, t.n_kv) as j:
+        s = kpipe.slot(j)
+        kpipe.wait(j)
+        Ax.gemm(s_acc, q_op, Ax.permute(_mat(pool, h.k_at + s * (bn * D), bn, D), (1, 0)), accumulate=False)
+        kpipe.release(j, pred=leader)
+        need = (j + 1) * bn > p.seq_kv             # the tile holds keys past the end, or (causal) past a row
+        if p.causal:
+            need = T.Or(need, (j + 1) * bn - 1 > row0)
+        with Ax.guard(need):
+            _mask(s_acc, bn, row0, j * bn, p.seq_kv, p.causal, tid)
+        sm.update(s_acc)
+        sm.rescale(o_acc)
+        Ax.cast(p_reg, s_acc)       # P in the input type, in place: S's D fragment is PV's A fragment
+        vpipe.wait(j)
+        Ax.gemm(o_acc, p_reg, _mat(pool, h.v_at + s * (bn * D), bn, D), accumulate=True)
+        vpipe.release(j, pred=leader)
+    o_out = Ax.registers((ROWS, D), p.dtype, Ax.cuda.wgmma_fragment(D, "tx"), name="o_out")
+    sm.finish(o_out, o_acc)
+    if p.lse:
+        _store_lse(LSE_, sm, t, row0, p.seq_q, tid)
+    # out through this warpgroup's own Q slot (its last Q·Kᵀ has completed); TMA clips rows past seq_q
+    Ax.cuda.staged_store(o_out, D, lambda j: _tile(pool, h.q_at + wg * (ROWS * D), ROWS, D),
+                         lambda j, buf: Ax.copy(t.q_rows(O, wg), buf, fence=False, wait=False), 1 + wg, leader)
+    Ax.cuda.tma_store_wait(0, pred=leader)
+
+
+def _hopper(p: Problem, h: Hopper):
+    B, Sq, Skv, Hq, Hk, D, dtype = p.batch, p.seq_q, p.seq_kv, p.q_heads, p.kv_heads, p.head_dim, p.dtype
+    lse_shape = (B, Hq, Sq) if p.lse else (1,)
+
+    @T.prim_func
+    def attention(Q_: T.Buffer((B, Sq, Hq, D), dtype), K_: T.Buffer((B, Skv, Hk, D), dtype),
+                  V_: T.Buffer((B, Skv, Hk, D), dtype), O_: T.Buffer((B, Sq, Hq, D), dtype),
+                  LSE_: T.Buffer(lse_shape, "float32"),
+                  Q_map: T.handle("tensormap"), K_map: T.handle("tensormap"), V_map: T.handle("tensormap"),
+                  O_map: T.handle("tensormap")):
+        Ax.cuda.min_blocks_per_sm(1)
+        bx, tx_ = Ax.launch(h.ctas, h.threads)
+        Q = Ax.param(_flat3(Q_, h.bm), tensormap=Q_map)
+        K = Ax.param(_flat3(K_, h.bn), tensormap=K_map)
+        V = Ax.param(_flat3(V_, h.bn), tensormap=V_map)
+        O = Ax.param(_flat3(O_, h.bm), tensormap=O_map)
+        t = _Tiles(p, h, bx)
+        pool = Ax.cuda.dynamic_shared(h.smem, dtype)
+        qbar = Ax.cuda.mbarrier(h.consumers, 1, "q_full")
+        kpipe = Ax.cuda.pipeline(h.stages, producers=1, consumers=h.consumers, name="k")
+        vpipe = Ax.cuda.pipeline(h.stages, producers=1, consumers=h.consumers, name="v")
+        with Ax.cuda.role(0, 1, regs=h.producer_regs):
+            with Ax.warps(0, 1):
+                _produce(h, t, pool, Q, K, V, qbar, kpipe, vpipe)
+        with Ax.cuda.role(1, 1 + h.consumers, regs=h.consumer_regs, each=True):
+            _consume(h, t, pool, O, LSE_, qbar, kpipe, vpipe, tx_)
+    _real_maps(Ax.current_build().tensormaps, {f"{n}_map": (shape, 2) for n, shape in p.shapes().items() if n != "LSE"})
+    return attention
+
+
+def _store_lse(LSE_, sm, t, row0, seq_q, tid):
+    """Each row's log-sum-exp by the first lane of its quad (rows past ``seq_q``: none)."""
+    for r in range(sm.regs):
+        row, _ = coords(sm.rows, (ROWS, 1), r, tid)
+        q = row0 + row
+        with Ax.guard(T.And(tid % 4 == 0, q < seq_q)):
+            IRB.buffer_store(LSE_, sm.lse(r), [t.b, t.hq, q])
+
+
+def reference(Q, K, V, causal=False, scale=None):
+    """fp32 torch ``F.scaled_dot_product_attention`` on (B, S, H, D) tensors, kv heads expanded."""
+    import torch
+    q, k, v = (x.float().transpose(1, 2) for x in (Q, K, V))
+    g = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(g, dim=1), v.repeat_interleave(g, dim=1)
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+    return {"O": o.transpose(1, 2)}
+
+
+def online_softmax_reference(q, k, v, causal=False, scale=None, bm=64, bn=128):
+    """The tiled online softmax the GPU body runs, in NumPy (float64): query tiles of ``bm`` rows,
+    key tiles of ``bn``, running max in log2 units and rescaled sums; ``q`` (Sq, D), ``k``/``v``
+    (Skv, D).  Returns ``(O, LSE)``."""
+    import numpy as np
+    Sq, D = q.shape
+    Skv = k.shape[0]
+    c = (scale if scale is not None else 1 / math.sqrt(D)) * LOG2E
+    O = np.zeros((Sq, D))
+    L = np.zeros(Sq)
+    for q0 in range(0, Sq, bm):
+        rows = np.arange(q0, q0 + bm)
+        qq = np.zeros((bm, D))
+        qq[:min(bm, Sq - q0)] = q[q0:q0 + bm]
+        m = np.full(bm, -np.inf)
+        l_ = np.zeros(bm)
+        o = np.zeros((bm, D))
+        last = -(-Skv // bn) if not causal else min(-(-Skv // bn), -(-(q0 + bm) // bn))
+        for j in range(last):
+            cols = np.arange(j * bn, j * bn + bn)
+            kk, vv = np.zeros((bn, D)), np.zeros((bn, D))
+            kk[:min(bn, Skv - j * bn)] = k[j * bn:j * bn + bn]
+            vv[:min(bn, Skv - j * bn)] = v[j * bn:j * bn + bn]
+            s = qq @ kk.T
+            ok = cols[None, :] < Skv
+            if causal:
+                ok = ok & (cols[None, :] <= rows[:, None])
+            s = np.where(ok, s, -np.inf)
+            m_new = np.maximum(m, s.max(1) * c)
+            m_use = np.where(m_new == -np.inf, 0, m_new)
+            p = np.exp2(s * c - m_use[:, None])
+            alpha = np.exp2(m - m_use)
+            l_ = l_ * alpha + p.sum(1)
+            o = o * alpha[:, None] + p @ vv
+            m = m_new
+        n = min(bm, Sq - q0)
+        O[q0:q0 + n] = (o / l_[:, None])[:n]
+        L[q0:q0 + n] = ((m + np.log2(l_)) * math.log(2))[:n]
+    return O, L
+
+
+def make(batch, seq_q, seq_kv, q_heads, kv_heads, head_dim, dtype="bfloat16", causal=False, lse=False, scale=None,
+         name=None):
+    """The attention kernel (an :class:`axe.lang.Kernel`) for these static sizes; arguments
+    ``(Q, K, V, O[, LSE])`` as the module docstring says.  Wrong sizes or types are refused here."""
+    p = Problem(batch, seq_q, seq_kv, q_heads, kv_heads, head_dim, dtype, causal, lse, scale)
+    hop = Hopper(p, TARGETS["sm_90a"])
+
+    def factory():
+        target = Ax.current_build().target
+        cfg = TARGETS.get(target) or TARGETS.get(Ax.target_family(target) == "neuron" and "trn1")
+        if cfg is None or "refuse" in cfg:
+            why = cfg["refuse"] if cfg else "no form of the attention body is written for it"
+            raise Ax.TargetError(f"attention on {target}: {why}")
+        if cfg["form"] == "nki":
+            why = cfg["limits"](p)
+            if why:
+                raise Ax.TargetError(f"attention on {target}: {why}")
+            return cfg["body"](p)
+        func = _hopper(p, hop)
+        return func if p.lse else Ax.without_params(func, ("LSE_",))
+
+    short = "bf16" if dtype == "bfloat16" else "f16"
+    return Ax.Kernel(name or f"attention_{short}_d{head_dim}{'_causal' if causal else ''}", factory,
+                     reference=None, outputs=("O", "LSE") if lse else ("O",),
+                     meta={"batch": batch, "seq_q": seq_q, "seq_kv": seq_kv, "q_heads": q_heads, "kv_heads": kv_heads,
+                           "head_dim": head_dim, "dtype": dtype, "causal": p.causal, "scale": p.scale,
+                           "grid": (hop.ctas,), "threads": hop.threads})
+
+
+def build(*args, target="sm_90a", **kw):
+    """Build :func:`make`'s kernel into an artifact."""
+    return Ax.compile_kernel(make(*args, **kw), target)
