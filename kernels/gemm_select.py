@@ -7,7 +7,7 @@ Buckets: a call with M rows runs the artifact of the smallest bucket bound ≥ M
 the decode buckets (M ≤ 16, ≤ 64, ≤ 128: one block-row) are scheduled statically for their bound
 (``make_dynamic(..., max_rows=bound)``), so split-K, narrow tiles and the transposed decode tile
 (``tile_m``: the weights' rows on the MMA's M side) can fill the GPU.  The middle buckets (≤ 256,
-≤ 512, ≤ 1024: a few block-rows, often fewer tiles than SMs) add split-K candidates,
+384, 512, 768, 1024: a few block-rows, often fewer tiles than SMs) add split-K candidates,
 scheduled statically for the bound (:func:`scheduled_rows`); larger buckets run the run-time-M
 persistent schedule.
 """
@@ -16,8 +16,10 @@ from bisect import bisect_left
 
 from kernels.gemm_config import BK, BM, MAX_BOUND, SMS, TILE_N
 
-#: bucket bounds (rows); a call runs the artifact of the first bound ≥ M, the last one is unbounded
-BUCKETS = (16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, None)
+#: bucket bounds (rows); a call runs the artifact of the first bound ≥ M, the last one is unbounded.
+#: The middle ones step by half a doubling (384, 768) because their split-K artifacts compute every
+#: block-row up to the bound: a call wastes less than one block-row in three
+BUCKETS = (16, 64, 128, 256, 384, 512, 768, 1024, 2048, 4096, 8192, None)
 #: shared memory a GEMM CTA may use for its ring and epilogue buffers (bytes; 227 KiB less 1 KiB of
 #: barriers and static data)
 SMEM = 226 * 1024
