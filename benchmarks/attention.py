@@ -1,0 +1,236 @@
+#!/usr/bin/env python
+"""Flash-attention forward, side by side (issue 28 item 3): axe's ``kernels/attention.py`` against
+torch SDPA's FlashAttention and cuDNN backends and, where they import on the GPU machine,
+FlashAttention-4 (``flash_attn.cute``, CuTe DSL) and FlashInfer's batch prefill; bf16, head size 64
+and 128, causal and not, sequence 512 … 16384 with batch × heads filling the GPU (16384 tokens per
+batch, 2048 / head_dim heads: 16 or 32, as FlashAttention's own benchmarks use).
+
+Two modes:
+
+- ``--build`` (CPU machine, TVM): build axe's artifacts into ``.carry/attention_bench/<name>/``;
+- default (GPU machine, no TVM): load them with ``axe.runtime``, check every side against the first
+  peer that runs (max |err| / max |ref| < 3e-2, outputs poisoned with NaN first), then time the sides
+  in interleaved rounds (each round: every side, a block of ``--iters`` back-to-back launches between
+  CUDA events; median over ``--rounds``; no L2 flush) and write
+  ``benchmarks/results/attention-DATE-DEVICE.json`` (under ``$OUT`` when set): per shape ``seq,
+  head_dim, causal, axe_ms, best_peer_ms, best_peer``, every peer's ms, TFLOP/s per side and, for a
+  peer that could not run, why.
+
+FLOPs: ``4 · batch · heads · seq² · head_dim`` (Q·Kᵀ and P·V), halved when causal (the convention of
+FlashAttention's benchmarks).  Tensors are ``(batch, seq, heads, head_dim)``; the SDPA peers get the
+``(batch, heads, seq, head_dim)`` transposed views (no copy), FlashInfer the ``(tokens, heads, dim)``
+ragged view.
+
+Usage::
+
+    .venv/bin/python benchmarks/attention.py --build            # here
+    python3 benchmarks/attention.py [--seqs 512 2048] [--heads-dim 128] [--causal 0 1]   # on the GPU
+"""
+
+import argparse
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
+
+SEQS = (512, 1024, 2048, 4096, 8192, 16384)
+HEAD_DIMS = (64, 128)
+TOKENS, HIDDEN = 16384, 2048
+OUT_DIR = os.path.join(ROOT, ".carry", "attention_bench")
+PEERS = ("sdpa_flash", "sdpa_cudnn", "flash_attn_4", "flashinfer")
+
+
+def shape(seq, d):
+    """(batch, heads) for a sequence length and head size."""
+    return max(1, TOKENS // seq), HIDDEN // d
+
+
+def name_of(seq, d, causal):
+    return f"attn_bench_bf16_d{d}_s{seq}{'_causal' if causal else ''}"
+
+
+def flops(seq, d, causal):
+    b, h = shape(seq, d)
+    return 4 * b * h * seq * seq * d / (2 if causal else 1)
+
+
+def build(args):
+    from build_gemm import save_built
+    from kernels import attention
+    total = 0
+    for d in args.head_dims:
+        for seq in args.seqs:
+            for causal in args.causal:
+                b, h = shape(seq, d)
+                n = name_of(seq, d, bool(causal))
+                total += save_built(args.out, n, lambda: attention.build(b, seq, seq, h, h, d, "bfloat16", bool(causal),
+                                                                         name=n))
+    print(f"artifacts in {args.out}; {total / 2**10:.0f} KiB of cubins")
+    return 0
+
+
+def peer_fns(torch, q, k, v, causal):
+    """``{peer: (fn returning the output as (batch, seq, heads, dim), or the reason it cannot run)}``."""
+    F = torch.nn.functional
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+    out = {}
+
+    def sdpa(backend):
+        def fn():
+            with sdpa_kernel(backend):
+                return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
+        return fn
+    out["sdpa_flash"] = sdpa(SDPBackend.FLASH_ATTENTION)
+    out["sdpa_cudnn"] = sdpa(SDPBackend.CUDNN_ATTENTION)
+    try:
+        from flash_attn.cute import flash_attn_func
+
+        def fa4():
+            o = flash_attn_func(q, k, v, causal=causal)
+            return o[0] if isinstance(o, tuple) else o
+        out["flash_attn_4"] = fa4
+    except Exception as e:  # noqa: BLE001 - a peer that does not import is reported, not fatal
+        out["flash_attn_4"] = f"import flash_attn.cute: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    try:
+        import flashinfer
+        B, S, H, D = q.shape
+        ws = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+        w = flashinfer.BatchPrefillWithRaggedKVCacheWrapper(ws, "NHD")
+        ind = torch.arange(0, (B + 1) * S, S, dtype=torch.int32, device="cuda")
+        w.plan(ind, ind, H, k.shape[2], D, causal=causal, q_data_type=q.dtype)
+        qf, kf, vf = (x.reshape(B * S, x.shape[2], D) for x in (q, k, v))
+        out["flashinfer"] = lambda: w.run(qf, kf, vf).view(B, S, H, D)
+    except Exception as e:  # noqa: BLE001
+        out["flashinfer"] = f"flashinfer: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    return out
+
+
+def run_shape(torch, rt, args, seq, d, causal):
+    from axe.torch.timing import median
+    b, h = shape(seq, d)
+    q, k, v = (torch.randn(b, seq, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    row = {"seq": seq, "head_dim": d, "causal": causal, "batch": b, "heads": h, "peers_ms": {}, "why": {}}
+    sides = {}
+    path = os.path.join(args.artifacts, name_of(seq, d, causal))
+    try:
+        kernel = rt.load(path)
+        o = torch.empty_like(q)
+        sides["axe"] = lambda: (kernel(q, k, v, o), o)[1]
+    except Exception as e:  # noqa: BLE001
+        row["why"]["axe"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    for p, fn in peer_fns(torch, q, k, v, causal).items():
+        if isinstance(fn, str):
+            row["why"][p] = fn
+        else:
+            sides[p] = fn
+    ref = None
+    for s in list(sides):          # peers first: the first that runs is the reference
+        if s == "axe":
+            continue
+        try:
+            got = sides[s]()
+            torch.cuda.synchronize()
+            ref = got.float() if ref is None else ref
+            err = ((got.float() - ref).abs().max() / ref.abs().max()).item()
+            if not err < 3e-2:
+                raise AssertionError(f"max |err| / max |ref| {err:.2e} against the first peer")
+        except Exception as e:  # noqa: BLE001
+            row["why"][s] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            del sides[s]
+    if "axe" in sides:
+        try:
+            o.fill_(float("nan"))
+            got = sides["axe"]()
+            torch.cuda.synchronize()
+            if ref is not None:
+                err = ((got.float() - ref).abs().max() / ref.abs().max()).item()
+                row["axe_err"] = err
+                if not err < 3e-2:
+                    raise AssertionError(f"max |err| / max |ref| {err:.2e} against {next(s for s in sides if s != 'axe')}")
+        except Exception as e:  # noqa: BLE001
+            row["why"]["axe"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            del sides["axe"]
+    times = {s: [] for s in sides}
+    for fn in sides.values():
+        for _ in range(3):
+            fn()
+    torch.cuda.synchronize()
+    for _ in range(args.rounds):
+        for s, fn in sides.items():
+            a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            for _ in range(args.iters):
+                fn()
+            z.record()
+            z.synchronize()
+            times[s].append(a.elapsed_time(z) / args.iters)
+    ms = {s: median(t) for s, t in times.items()}
+    fl = flops(seq, d, causal)
+    row["axe_ms"] = ms.get("axe")
+    row["peers_ms"] = {p: ms.get(p) for p in PEERS}
+    ran = {p: t for p, t in row["peers_ms"].items() if t}
+    row["best_peer"] = min(ran, key=ran.get) if ran else None
+    row["best_peer_ms"] = ran[row["best_peer"]] if ran else None
+    row["tflops"] = {s: fl / (t * 1e-3) / 1e12 for s, t in ms.items()}
+    row["axe_vs_best"] = row["best_peer_ms"] / row["axe_ms"] if row["axe_ms"] and row["best_peer_ms"] else None
+    return row
+
+
+def run(args):
+    import datetime
+    import json
+
+    import torch
+
+    import axe.runtime as rt
+    from dist_bench import device_tag, versions
+    assert "tvm" not in sys.modules, "the GPU side runs without TVM"
+    rows = []
+    for d in args.head_dims:
+        for seq in args.seqs:
+            for causal in args.causal:
+                r = run_shape(torch, rt, args, seq, d, bool(causal))
+                rows.append(r)
+                tf = r["tflops"]
+                print(f"d={d:3d} seq={seq:5d} {'causal' if causal else 'full  '} b={r['batch']:2d} h={r['heads']}: "
+                      + "  ".join(f"{s} {r['axe_ms'] if s == 'axe' else r['peers_ms'].get(s):.3f} ms "
+                                  f"({tf[s]:.0f} TF/s)" for s in tf)
+                      + (f"  axe/best {r['axe_vs_best']:.3f}x" if r["axe_vs_best"] else "")
+                      + (f"  why: {r['why']}" if r["why"] else ""), flush=True)
+    date = datetime.date.today().isoformat()
+    path = args.json or os.path.join(os.environ.get("OUT", os.path.join(ROOT, "benchmarks", "results")),
+                                     f"attention-{date}-{device_tag()}.json")
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    result = {"benchmark": "attention", "date": date, "device": torch.cuda.get_device_name(),
+              "sms": torch.cuda.get_device_properties(0).multi_processor_count, "versions": versions(),
+              "dtype": "bfloat16", "tokens_per_batch": TOKENS, "hidden": HIDDEN,
+              "timing": f"CUDA events around {args.iters} back-to-back launches, sides interleaved, median of "
+                        f"{args.rounds} rounds after 3 warm-ups; no L2 flush",
+              "rows": rows}
+    with open(path, "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"wrote {path}")
+    return 0
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--build", action="store_true", help="build axe's artifacts (CPU machine with TVM)")
+    ap.add_argument("--out", "--artifacts", dest="artifacts", default=OUT_DIR)
+    ap.add_argument("--seqs", type=int, nargs="*", default=list(SEQS))
+    ap.add_argument("--head-dims", type=int, nargs="*", default=list(HEAD_DIMS))
+    ap.add_argument("--causal", type=int, nargs="*", default=[0, 1])
+    ap.add_argument("--iters", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    args.out = args.artifacts
+    return build(args) if args.build else run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
