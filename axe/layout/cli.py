@@ -2,6 +2,9 @@
 
     axe layout "S[(8,2,4,2):(4@lane,1@warp,1@lane,1@reg)] + R[2:4@warp] + 5@warp" --explain --shape 8,16
     axe layout "<layout>" --shape 8,16 --color warp -o tile.svg      (or .png / .pdf)
+    axe layout "S[(32,32):(1,1@lane)]" --shape 32,32 --swizzle "S[(32,32):(1@lane,1)]" --bytes 4
+        (the shared layouts with the fewest bank conflicts for a warp writing the tile as the
+        first layout and reading it as --swizzle's, which may be "ldmatrix")
 
 Without ``-o`` the explanation is printed; with ``-o`` the picture is written (and the
 explanation too when ``--explain`` is given).
@@ -120,6 +123,19 @@ def explain(layout, shape=None, count: int = 16) -> str:
     return "\n".join(lines)
 
 
+def swizzle_report(write, shape, read, elem_bytes=2, vectors=(1, 1), top=5) -> str:
+    """The ``top`` shared layouts :func:`~axe.layout.swizzle_search.search_swizzle` ranks first for
+    a warp writing the tile as ``write`` and reading it as ``read`` (a layout, or "ldmatrix")."""
+    from .swizzle_search import ldmatrix_accesses, search_swizzle, warp_accesses
+    w = warp_accesses(write, shape, vectors[0])
+    r = ldmatrix_accesses(shape, elem_bytes) if read == "ldmatrix" else warp_accesses(parse(read), shape, vectors[1])
+    ranked = search_swizzle(shape, elem_bytes, w, r)
+    lines = [f"{len(ranked)} candidate layouts for a {'x'.join(map(str, shape))} tile of {elem_bytes}-byte elements; "
+             f"best first (32 banks x 4 B, 128-byte phases):"]
+    lines += [f"  {c.describe(elem_bytes)}" for c in ranked[:top]]
+    return "\n".join(lines)
+
+
 def _run(args) -> int:
     try:
         L = parse(args.layout)
@@ -135,7 +151,13 @@ def _run(args) -> int:
             labels = args.labels.split(",") if args.labels else None
             path = save(L, args.shape, args.output, color=args.color, labels=labels, title=args.title)
             print(f"wrote {path}")
-        if args.explain or not args.output:
+        if args.swizzle:
+            if args.shape is None:
+                print("axe layout: --swizzle needs --shape (the tile's shape)", file=sys.stderr)
+                return 2
+            vec = tuple(int(v) for v in args.vector.split(","))
+            print(swizzle_report(L, args.shape, args.swizzle, args.bytes, (vec[0], vec[-1])))
+        elif args.explain or not args.output:
             print(explain(L, args.shape, args.rows))
     except (LayoutError, ValueError) as err:
         print(f"axe layout: {err}", file=sys.stderr)
@@ -158,4 +180,8 @@ def add_commands(subparsers) -> None:
     p.add_argument("--color", help="axis that colours the cells (default: the coarsest non-memory axis)")
     p.add_argument("--labels", help="comma-separated axes written in each cell (default: the others)")
     p.add_argument("--title", help="picture title (default: the layout)")
+    p.add_argument("--swizzle", metavar="READ",
+                   help='search shared layouts for a warp writing as LAYOUT and reading as READ (or "ldmatrix")')
+    p.add_argument("--bytes", type=int, default=2, help="element size in bytes for --swizzle (default 2)")
+    p.add_argument("--vector", default="1", help="elements per lane access, WRITE[,READ] (default 1)")
     p.set_defaults(func=_run)
