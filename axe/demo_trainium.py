@@ -1,8 +1,10 @@
-"""The Trainium part of ``axe demo``: build the trn1 kernels to NKI, run them on the NumPy model
-against numpy, print the cost model's estimates and the kernels' sizes.
+"""The Trainium part of ``axe demo``: build the Trainium kernels to NKI for trn1 (``neuronxcc.nki``)
+and trn2 (``nki.*``, Neuron 2.27+), run them on the NumPy model of each NeuronCore against numpy,
+print the cost model's estimates and the kernels' sizes.
 
 ``python -m axe.demo_trainium --table`` also prints the estimates for the paper's sizes
-(GEMM square 512-4096, MHA sequence 512-8192), run through the model with ``numerics=False``.
+(GEMM square 512-4096, MHA sequence 512-8192) on trn1 and trn2 side by side, run through the
+model with ``numerics=False`` (the table in docs/trainium.md).
 """
 
 from __future__ import annotations
@@ -65,33 +67,30 @@ def _inputs(kernel, rng):
     return inputs, kernel.reference(**inputs)["O"]
 
 
+#: the Trainium targets, in the order the demo and the table show them
+TARGETS = ("trn1", "trn2")
+
+
 def run_demo(out_dir, table: bool = False, verbose: bool = True) -> None:
-    """Build and run the trn1 kernels on the model: one line each (``verbose``: with the cost model's
-    breakdown, the GEMM's dispatch record and the kernels' sizes)."""
-    from axe.lang.kernel import compile_kernel, explain
+    """Build and run the Trainium kernels on the model: trn1 one line each (``verbose``: with the
+    cost model's breakdown, the GEMM's dispatch record and the kernels' sizes), then the same
+    kernels for trn2 (``verbose``: one line each; else one line for all).  ``out_dir`` is trn1's
+    folder; trn2's sources go beside it (``out_dir/../trn2``)."""
+    from axe.lang.kernel import explain
     gemm, nki_attention = _kernels()
     rng = np.random.default_rng()
-    for k in (gemm(1024, 1024, 1024, "float16"), gemm(1000, 700, 300, "bfloat16"),
-              gemm(777, 1496, 328, "bfloat16", "col"), nki_attention(2, 1024, "bfloat16"),
-              nki_attention(1, 700, "bfloat16")):
-        t0 = time.perf_counter()
-        art = compile_kernel(k, "trn1")
-        size = "x".join(map(str, _shape(k)))
-        path = art.save(str(Path(out_dir) / f"{k.name}_{size}_{k.meta['dtype']}"))
-        inputs, ref = _inputs(k, rng)
-        out, cost = art.run(**inputs)
-        got = out[k.outputs[0]].astype(np.float32)
-        err = float(np.abs(got - ref).max() / np.abs(ref).max())
-        where = Path(path).relative_to(ROOT) if str(path).startswith(str(ROOT)) else path
-        if not verbose:
-            print(f"-- {k.name} {k.meta['dtype']} {size}: NKI source {where}, on the model: max |error| / max |ref| "
-                  f"{err:.1e}, estimated {cost.time_s * 1e6:.1f} us")
-            continue
-        print(f"\n-- {k.name} {k.meta['dtype']} {size}: NKI source {where} "
-              f"({len(art.source.splitlines())} lines), run on the model in {time.perf_counter() - t0:.1f}s; "
-              f"max |error| / max |ref| vs numpy {err:.1e}")
-        print(f"   cost model: {cost.summary()}")
+    kernels = (gemm(1024, 1024, 1024, "float16"), gemm(1000, 700, 300, "bfloat16"),
+               gemm(777, 1496, 328, "bfloat16", "col"), nki_attention(2, 1024, "bfloat16"),
+               nki_attention(1, 700, "bfloat16"))
+    for k in kernels:
+        _run_one(k, "trn1", Path(out_dir), rng, verbose)
     _one_source(rng, verbose)
+    worst = max(_run_one(k, "trn2", Path(out_dir).parent / "trn2", rng, verbose) for k in kernels)
+    if not verbose:
+        print(f"-- trn2 (nki.* API, NeuronCore-v3 model): the same {len(kernels)} kernels built and run, "
+              f"max |error| / max |ref| {worst:.1e}")
+    else:
+        _one_source(rng, verbose, "trn2")
     if not verbose:
         return
     records = [r for r in explain(gemm(1024, 1024, 1024), "trn1").split("\n\n") if r.startswith("gemm at")]
@@ -105,8 +104,33 @@ def run_demo(out_dir, table: bool = False, verbose: bool = True) -> None:
         print_table(gemm, nki_attention)
 
 
-def _one_source(rng, verbose=True) -> None:
-    """kernels/softmax.py and kernels/rmsnorm.py: the kernels the GPU section built, for trn1."""
+def _run_one(k, target, out_dir, rng, verbose) -> float:
+    """Build ``k`` for ``target``, save it under ``out_dir``, run it on the model against numpy;
+    returns max |error| / max |ref|."""
+    from axe.lang.kernel import compile_kernel
+    t0 = time.perf_counter()
+    art = compile_kernel(k, target)
+    size = "x".join(map(str, _shape(k)))
+    path = art.save(str(out_dir / f"{k.name}_{size}_{k.meta['dtype']}"))
+    inputs, ref = _inputs(k, rng)
+    out, cost = art.run(**inputs)
+    got = out[k.outputs[0]].astype(np.float32)
+    err = float(np.abs(got - ref).max() / np.abs(ref).max())
+    where = Path(path).relative_to(ROOT) if str(path).startswith(str(ROOT)) else path
+    if not verbose:
+        if target == "trn1":        # trn2 gets one line for all kernels (run_demo)
+            print(f"-- {k.name} {k.meta['dtype']} {size}: NKI source {where}, on the model: max |error| / max |ref| "
+                  f"{err:.1e}, estimated {cost.time_s * 1e6:.1f} us")
+        return err
+    print(f"\n-- {target} {k.name} {k.meta['dtype']} {size}: NKI source {where} "
+          f"({len(art.source.splitlines())} lines), run on the model in {time.perf_counter() - t0:.1f}s; "
+          f"max |error| / max |ref| vs numpy {err:.1e}")
+    print(f"   cost model: {cost.summary()}")
+    return err
+
+
+def _one_source(rng, verbose=True, target="trn1") -> None:
+    """kernels/softmax.py and kernels/rmsnorm.py: the kernels the GPU section built, for ``target``."""
     from kernels import rmsnorm, softmax
     from axe.lang.kernel import compile_kernel
     X = rng.standard_normal((softmax.ROWS, softmax.N)).astype(np.float16)
@@ -116,33 +140,36 @@ def _one_source(rng, verbose=True) -> None:
     refs = {"softmax": e / e.sum(1, keepdims=True),
             "rmsnorm": x / np.sqrt((x * x).mean(1, keepdims=True) + rmsnorm.EPS) * W.astype(np.float32)}
     for k, inputs in ((softmax.softmax, {"X": X}), (rmsnorm.rmsnorm, {"X": X, "W": W})):
-        out, cost = compile_kernel(k, "trn1").run(**inputs)
+        out, cost = compile_kernel(k, target).run(**inputs)
         err = float(np.abs(out["Y"].astype(np.float32) - refs[k.name]).max() / np.abs(refs[k.name]).max())
-        print("\n" * verbose + f"-- kernels/{k.name}.py::{k.name} (one source: sm_90a, sm_100a above; trn1 here) "
+        print("\n" * verbose + f"-- kernels/{k.name}.py::{k.name} (one source: sm_90a, sm_100a above; {target} here) "
               f"{softmax.ROWS}x{softmax.N} fp16 on the model: max |error| / max |ref| {err:.1e}; "
               f"estimated {cost.time_s * 1e6:.1f} us, busiest engine {max(cost.engine_s, key=cost.engine_s.get)}")
 
 
-def print_table(gemm, nki_attention) -> None:
-    """Cost-model estimates for the paper's Figure 13 sizes (numerics off: rules and costs only)."""
+def print_table(gemm, nki_attention, targets=TARGETS) -> None:
+    """Cost-model estimates for the paper's Figure 13 sizes on each target, side by side (numerics
+    off: rules and costs only): per target, estimated time, TFLOP/s, TensorE utilization (of that
+    core's peak) and the busiest engine."""
     import ml_dtypes
     from axe.lang.kernel import compile_kernel
-    print("\n| kernel | size | estimated time | TFLOP/s | TensorE util. | busiest engine |")
-    print("|---|---|---|---|---|---|")
+    head = "".join(f" {t} time | {t} TFLOP/s | {t} TensorE util. | {t} busiest |" for t in targets)
+    print(f"\n| kernel | size |{head}")
+    print("|---|---|" + "---|---|---|---|" * len(targets))
     for n in (512, 1024, 2048, 4096):
         z = np.zeros((n, n), np.float16)
-        _, c = compile_kernel(gemm(n, n, n), "trn1").run(numerics=False, A=z, B=z)
-        _row(f"GEMM fp16", f"{n}^3", c)
+        costs = [compile_kernel(gemm(n, n, n), t).run(numerics=False, A=z, B=z)[1] for t in targets]
+        _row("GEMM fp16", f"{n}^3", costs)
     for s in (512, 1024, 2048, 4096, 8192):
         z = np.zeros((1, s, 128), ml_dtypes.bfloat16)
-        _, c = compile_kernel(nki_attention(1, s), "trn1").run(numerics=False, Q=z, K=z, V=z)
-        _row("MHA bf16 (1 head, d=128)", f"seq {s}", c)
+        costs = [compile_kernel(nki_attention(1, s), t).run(numerics=False, Q=z, K=z, V=z)[1] for t in targets]
+        _row("MHA bf16 (1 head, d=128)", f"seq {s}", costs)
 
 
-def _row(kernel, size, c):
-    busiest = max(c.engine_s, key=c.engine_s.get)
-    print(f"| {kernel} | {size} | {c.time_s * 1e6:.1f} us | {c.flops / c.time_s / 1e12:.1f} | "
-          f"{c.tensore_utilization:.1%} | {busiest} |")
+def _row(kernel, size, costs):
+    cells = "".join(f" {c.time_s * 1e6:.1f} us | {c.flops / c.time_s / 1e12:.1f} | {c.tensore_utilization:.1%} | "
+                    f"{max(c.engine_s, key=c.engine_s.get)} |" for c in costs)
+    print(f"| {kernel} | {size} |{cells}")
 
 
 if __name__ == "__main__":

@@ -188,7 +188,7 @@ def test_build_writes_source_and_manifest_that_run_unchanged(tmp_path):
     man = json.load(open(tmp_path / "g256.manifest.json"))
     assert man["target"] == "trn1" and man["inputs"] == ["A", "B"] and man["outputs"] == ["C"]
     assert {s["chosen"] for s in man["schedules"]} == {"dma_load", "nc_matmul", "engine", "dma_store"}
-    from axe.backends.neuron.sim import run
+    from axe.backends.neuron.model import run
     rng, seed = _rng()
     A, B = (rng.standard_normal((256, 256)).astype(np.float16) for _ in range(2))
     (C,), _ = run(open(path).read(), "g256", {"A": A, "B": B})

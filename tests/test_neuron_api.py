@@ -1,6 +1,6 @@
 """Every NKI call axe emits is one the NKI API reference documents, with documented arguments
-(axe/backends/neuron/nki_api.py re-types the reference as data), and the NumPy model accepts
-exactly those signatures."""
+(axe/backends/neuron/nki_api.py re-types the reference as data: ``neuronxcc.nki`` for trn1, ``nki.*``
+for trn2), and the NumPy model accepts exactly those signatures."""
 
 import ast
 import inspect
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from axe.backends.neuron import nki_api
-from axe.backends.neuron.sim import Machine, namespace
+from axe.backends.neuron.sim import Machine
 from axe.lang import compile_kernel
 from kernels.nki_attention import nki_attention
 from kernels import rmsnorm, softmax
@@ -23,8 +23,9 @@ def _dotted(node):
     return None
 
 
-def _check_source(src):
+def _check_source(src, target="trn1"):
     """``(calls checked, problems)``: each nl./nisa./nki. call bound to its documented signature."""
+    calls, attributes, methods = nki_api.API[target]
     tree = ast.parse(src)
     problems, checked = [], 0
     called = set()
@@ -32,11 +33,11 @@ def _check_source(src):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and \
                 not isinstance(node.func.value, ast.Name):            # a tile method: x[...].name(...)
             called.add(id(node.func))
-            if node.func.attr not in nki_api.TILE_METHODS:
+            if node.func.attr not in methods:
                 problems.append(f"line {node.lineno}: tile method {node.func.attr} is not in the reference table")
             else:
                 try:
-                    nki_api.signature(node.func.attr).bind(*node.args, **{k.arg: k.value for k in node.keywords})
+                    nki_api.signature(node.func.attr, target).bind(*node.args, **{k.arg: k.value for k in node.keywords})
                     checked += 1
                 except TypeError as err:
                     problems.append(f"line {node.lineno}: {node.func.attr}: {err}")
@@ -46,18 +47,18 @@ def _check_source(src):
             if name is None or name.split(".")[0] not in ("nl", "nisa", "nki"):
                 continue
             called.add(id(node.func))
-            if name not in nki_api.CALLS:
+            if name not in calls:
                 problems.append(f"line {node.lineno}: {name} is not in the NKI reference table")
                 continue
             try:
-                nki_api.signature(name).bind(*node.args, **{k.arg: k.value for k in node.keywords})
+                nki_api.signature(name, target).bind(*node.args, **{k.arg: k.value for k in node.keywords})
                 checked += 1
             except TypeError as err:
                 problems.append(f"line {node.lineno}: {name}: {err}")
     for node in ast.walk(tree):
         name = _dotted(node)
         if name and name.split(".")[0] in ("nl", "nisa", "nki") and id(node) not in called:
-            if name not in nki_api.ATTRIBUTES:
+            if name not in attributes:
                 problems.append(f"line {node.lineno}: {name} is not a documented NKI name")
     return checked, problems
 
@@ -65,9 +66,10 @@ def _check_source(src):
 @pytest.mark.parametrize("kernel", [gemm.make(1000, 700, 300, "bfloat16"), gemm.make(300, 1000, 200, b_major="col"),
                                     nki_attention(1, 300), nki_reductions(), softmax.softmax, rmsnorm.rmsnorm],
                          ids=["gemm", "gemm_nt", "attention", "reductions", "softmax", "rmsnorm"])
-def test_emitted_calls_match_the_reference(kernel):
-    src = compile_kernel(kernel, "trn1").source
-    checked, problems = _check_source(src)
+@pytest.mark.parametrize("target", ["trn1", "trn2"])
+def test_emitted_calls_match_the_reference(kernel, target):
+    src = compile_kernel(kernel, target).source
+    checked, problems = _check_source(src, target)
     assert not problems, "\n".join(problems)
     assert checked >= 10
 
@@ -78,17 +80,21 @@ def test_the_check_catches_an_undocumented_argument():
     assert len(problems) == 6
 
 
-def test_the_model_implements_the_documented_signatures():
-    mods = namespace(Machine())
-    short = {"nl": mods["neuronxcc.nki.language"], "nisa": mods["neuronxcc.nki.isa"], "nki": mods["neuronxcc.nki"]}
-    for name in nki_api.CALLS:
+@pytest.mark.parametrize("target", ["trn1", "trn2"])
+def test_the_model_implements_the_documented_signatures(target):
+    from axe.backends.neuron.model import namespaces
+    mods = namespaces(target)(Machine())
+    root = {"trn1": "neuronxcc.nki", "trn2": "nki"}[target]
+    short = {"nl": mods[f"{root}.language"], "nisa": mods[f"{root}.isa"], "nki": mods[root]}
+    calls, attributes, _ = nki_api.API[target]
+    for name in calls:
         mod, attr = name.split(".")
         fn = getattr(short[mod], attr)
-        doc = nki_api.signature(name)
+        doc = nki_api.signature(name, target)
         got = inspect.signature(fn)
         for p in doc.parameters.values():
             assert p.name in got.parameters, f"{name}: the model lacks documented parameter {p.name}"
             assert got.parameters[p.name].kind == p.kind, f"{name}: {p.name} kind differs from the reference"
-    for name in nki_api.ATTRIBUTES:
+    for name in attributes:
         mod, attr = name.split(".")
         assert hasattr(short[mod], attr), name

@@ -1,5 +1,6 @@
-"""The Trainium (trn1) backend: NKI schedules, the NKI emitter and build, and an executable
-NumPy model of the NKI subset axe emits (:mod:`.sim`) with trn1's rules and a cost model.
+"""The Trainium backend (trn1: ``neuronxcc.nki`` on NeuronCore-v2; trn2: ``nki.*`` on
+NeuronCore-v3): NKI schedules, the NKI emitter and build, and an executable NumPy model of the NKI
+subset axe emits (:mod:`.sim`) with each core's rules and a cost model.
 
 Importing this package registers nothing with TVM; :mod:`.schedules` registers the neuron
 schedules with axe's registry when the registry loads the ``neuron`` family.  :data:`HOOKS` is
@@ -10,8 +11,8 @@ paths resolved on first use): its language (``Ax.neuron``), its build and its us
 __all__ = ["HOOKS"]
 
 HOOKS = {
-    "targets": ("trn",),                                            # trn1
+    "targets": ("trn",),                                            # trn1, trn2
     "language": "axe.backends.neuron.lang",                       # Ax.neuron
-    "build_kernel": "axe.backends.neuron.build:build_kernel",     # compile_kernel for trn1
+    "build_kernel": "axe.backends.neuron.build:build_kernel",     # compile_kernel for trn1 and trn2
     "user_errors": ("axe.backends.neuron.emit:TargetError",),
 }

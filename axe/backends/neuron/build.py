@@ -1,5 +1,7 @@
-"""Build a trn1 kernel: parse it with the neuron schedules, emit NKI source, describe it in a
-manifest; run the artifact on the NumPy model of NKI (:mod:`.sim`).
+"""Build a Trainium kernel: parse it with the neuron schedules, emit NKI source — ``neuronxcc.nki``
+(NKI 0.1) for trn1, ``nki.*`` (NKI 0.2+, Neuron 2.27+) for trn2 (:mod:`.nki2` respells the same
+statements) — describe it in a manifest; run the artifact on the NumPy model of NKI (:mod:`.sim`)
+with the target's NeuronCore (:mod:`.hardware`).
 
 ``build_kernel`` is what ``axe.lang.compile_kernel`` calls after parsing for targets of the
 ``neuron`` family (the language finds it as ``axe.backends.<family>.build.build_kernel``).
@@ -14,11 +16,13 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .emit import TargetError, emit_nki
+from .nki2 import respell
 from .tiles import var_name
 
 __all__ = ["NkiArtifact", "build_kernel", "TargetError", "TARGETS"]
 
-TARGETS = ("trn1",)
+#: target -> the NKI API its source is written in
+TARGETS = {"trn1": "nki 0.1 (neuronxcc.nki)", "trn2": "nki 0.2+ (nki.*, Neuron 2.27+)"}
 
 
 @dataclass
@@ -33,7 +37,7 @@ class NkiArtifact:
     records: list = field(default_factory=list)
 
     def manifest(self) -> dict:
-        return {"kernel": self.name, "target": self.target, "language": "nki (neuronxcc.nki)",
+        return {"kernel": self.name, "target": self.target, "language": TARGETS[self.target],
                 "source": f"{self.name}.py", "params": self.params, "outputs": list(self.outputs),
                 "inputs": [p for p in self.params if p not in self.outputs],
                 "schedules": [{"op": r.call.op, "where": r.call.where, "chosen": r.chosen, "plan": r.plan}
@@ -52,7 +56,7 @@ class NkiArtifact:
     def run(self, numerics: bool = True, **inputs):
         """Run on the NKI model: ``(outputs by name, Cost)``; inputs are numpy arrays by name
         (``numerics=False``: rules and cost only, TensorE results zero)."""
-        from .sim import run
+        from .model import run
         missing = [p for p in self.params if p not in self.outputs and p not in inputs]
         if missing:
             raise ValueError(f"{self.name}: inputs {missing} missing")
@@ -61,7 +65,8 @@ class NkiArtifact:
             if list(arr.shape) != self.params[k]["shape"]:
                 raise ValueError(f"{self.name}: input {k} has shape {list(arr.shape)}, the kernel was built "
                                  f"for {self.params[k]['shape']}")
-        outs, cost = run(self.source, self.name, {k: np.asarray(v) for k, v in inputs.items()}, dtypes, numerics)
+        outs, cost = run(self.source, self.name, {k: np.asarray(v) for k, v in inputs.items()}, dtypes, numerics,
+                         self.target)
         return dict(zip(self.outputs, outs)), cost
 
 
@@ -69,7 +74,7 @@ def build_kernel(k, func, ctx, target: str = "trn1"):
     """The NKI artifact of kernel ``k`` parsed for ``target`` (``func``, ``ctx``: the PrimFunc and
     build context the language's parse produced with the neuron schedules)."""
     if target not in TARGETS:
-        raise TargetError(f"target {target!r} is not a Trainium target this backend builds ({TARGETS})")
+        raise TargetError(f"target {target!r} is not a Trainium target this backend builds ({', '.join(TARGETS)})")
     params = {}
     import tvm
     for p in func.params:
@@ -81,4 +86,6 @@ def build_kernel(k, func, ctx, target: str = "trn1"):
     if unknown:
         raise TargetError(f"kernel {k.name}: outputs {unknown} are not parameters ({list(params)})")
     src = emit_nki(func, k.name, {n: (v["shape"], v["dtype"]) for n, v in params.items()}, outputs, target)
+    if target == "trn2":
+        src = respell(src)
     return NkiArtifact(k.name, target, src, params, outputs, ctx.records)

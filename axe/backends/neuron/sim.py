@@ -1,12 +1,16 @@
-"""An executable NumPy model of the NKI subset axe emits, with trn1's hardware rules and a cost model.
+"""An executable NumPy model of the NKI subset axe emits, with each NeuronCore's hardware rules and
+a cost model.
 
-``run(source, name, inputs)`` execs the emitted NKI source text unchanged against a fake
-``neuronxcc.nki`` package (``nki.jit``, ``nki.language as nl``, ``nki.isa as nisa``) whose calls
-are NumPy implementations.  Every call checks the rules the hardware and the NKI compiler impose
-(:mod:`.hardware`: 128 partitions, SBUF/PSUM capacity, 8 PSUM banks, TensorE tile limits, dtypes,
-partition dimension first) and raises :class:`HardwareError` naming the call, the operand and the
-condition.  Each call is also charged to its engine (TensorE, VectorE, ScalarE, DMA) in a
-:class:`Cost` record.
+:func:`.model.run` execs the emitted NKI source text unchanged against a fake NKI package whose
+calls are NumPy implementations: ``neuronxcc.nki`` (NKI 0.1: ``nl.load``,
+values returned by calls) for trn1, ``nki.*`` (NKI 0.2+: ``nisa.*`` instructions writing a ``dst``;
+:mod:`.sim_nki2`) for trn2.  Both bind one :class:`Machine` whose :class:`~.hardware.Core` holds
+the generation's numbers.  Every call checks the rules the hardware and the NKI compiler impose
+(128 partitions, SBUF/PSUM capacity, 8 PSUM banks, TensorE tile limits, dtypes, partition
+dimension first) and raises :class:`HardwareError` naming the call, the operand and the
+condition; a call spelled for the other generation's API (another signature, a name that API
+lacks, an import of its modules) is a :class:`HardwareError` too.  Each call is also charged to
+its engine (TensorE, VectorE, ScalarE, GpSimd, DMA) in a :class:`Cost` record.
 
 Semantics chosen to catch wrong kernels rather than hide them: a masked load writes only the
 elements its mask selects (the rest of the destination keeps what it held, as on hardware); a
@@ -15,7 +19,6 @@ tile from ``nl.ndarray`` starts as NaN (uninitialised memory), ``nl.zeros`` as z
 
 from __future__ import annotations
 
-import sys
 import types
 from dataclasses import dataclass, field
 from math import ceil, prod
@@ -24,7 +27,7 @@ import numpy as np
 
 from . import hardware as hw
 
-__all__ = ["HardwareError", "Cost", "Machine", "run", "namespace"]
+__all__ = ["HardwareError", "Cost", "Machine", "namespace", "language_module", "api_module", "jit"]
 
 try:
     import ml_dtypes
@@ -36,7 +39,7 @@ _NP = {"float16": np.float16, "float32": np.float32, "bfloat16": _BF16, "int32":
 
 
 class HardwareError(ValueError):
-    """Emitted NKI breaks a trn1 rule (or an NKI API rule): the message names call, operand, rule."""
+    """Emitted NKI breaks a NeuronCore rule (or an NKI API rule): the message names call, operand, rule."""
 
 
 def _np_dtype(name):
@@ -61,6 +64,7 @@ class Cost:
     counts: dict = field(default_factory=dict)
     flops: float = 0.0
     dma_bytes: int = 0
+    peak_flops: float = hw.TRN1.tensore_peak_flops     # the core's BF16 TensorE peak (utilization's unit)
 
     def charge(self, engine: str, seconds: float, what: str):
         self.engine_s[engine] += seconds
@@ -80,7 +84,7 @@ class Cost:
     def tensore_utilization(self) -> float:
         """Useful TensorE flops over what the peak delivers in :attr:`time_s`."""
         t = self.time_s
-        return self.flops / (hw.TENSORE_PEAK_FLOPS * t) if t > 0 else 0.0
+        return self.flops / (self.peak_flops * t) if t > 0 else 0.0
 
     def summary(self) -> str:
         e = ", ".join(f"{k} {v * 1e6:.1f} us" for k, v in self.engine_s.items())
@@ -89,8 +93,6 @@ class Cost:
                 f"{self.flops / 1e9:.2f} GFLOP, {self.dma_bytes / 1e6:.2f} MB DMA")
 
 
-def _engine_cycles(n_free: int) -> int:
-    return max(int(n_free), hw.MIN_INSTRUCTION_CYCLES)
 
 
 # --------------------------------------------------------------------------------------------
@@ -205,8 +207,9 @@ class View:
             if len(shp) != 2 or shp[1] != 1:
                 raise HardwareError(f"index of {self.tensor!r}: the partition index must vary along the "
                                     f"first (partition) dimension of the tile, got an index of shape {shp}")
-        if len(self.shape) and self.shape[0] > hw.PMAX:
-            raise HardwareError(f"{self.tensor!r}: a tile of {self.shape[0]} partitions > {hw.PMAX}")
+        pmax = self.tensor.machine.core.pmax
+        if len(self.shape) and self.shape[0] > pmax:
+            raise HardwareError(f"{self.tensor!r}: a tile of {self.shape[0]} partitions > {pmax}")
 
     def _in_bounds(self):
         ok = np.ones(self.full, dtype=bool)
@@ -267,7 +270,7 @@ class View:
         flat = np.broadcast_to(self.grids[-1], self.full).ravel() if len(self.grids) > 1 else np.array([0])
         inner = prod(self.tensor.shape[1:-1]) if len(self.tensor.shape) > 2 else 1
         lo, hi = int(flat.min()) * inner, int(flat.max()) * inner
-        width = hw.PSUM_BANK_BYTES // 4
+        width = self.tensor.machine.core.psum_bank_bytes // 4
         if lo // width != hi // width:
             raise HardwareError(f"TensorE result into {self.tensor!r} free range [{lo}, {hi}] crosses a PSUM bank "
                                 f"({width} fp32 per bank)")
@@ -276,8 +279,9 @@ class View:
         """[nki.tensor.broadcast_to] a one-partition tile repeated on ``shape[0]`` partitions."""
         v = as_value(self, "broadcast_to")
         shape = tuple(int(e) for e in shape)
-        if len(shape) != len(v.shape) or shape[0] > hw.PMAX:
-            raise HardwareError(f"broadcast_to {shape}: a 2-D shape of at most {hw.PMAX} partitions")
+        pmax = self.tensor.machine.core.pmax
+        if len(shape) != len(v.shape) or shape[0] > pmax:
+            raise HardwareError(f"broadcast_to {shape}: a 2-D shape of at most {pmax} partitions")
         try:
             data = np.broadcast_to(v.data, shape).copy()
         except ValueError:
@@ -343,9 +347,10 @@ def _round(data, dtype):
 class Machine:
     """One NeuronCore: allocations by name, the cost record, and the NKI calls bound to them."""
 
-    def __init__(self, numerics: bool = True):
+    def __init__(self, numerics: bool = True, core: hw.Core = hw.TRN1):
         self.numerics = numerics   # False: TensorE results are zeros (cost-model runs of big shapes)
-        self.cost = Cost()
+        self.core = core           # the NeuronCore generation whose rules and rates apply
+        self.cost = Cost(peak_flops=core.tensore_peak_flops)
         self.alloc = {}        # name -> (buffer, bytes per partition)
 
     # -- allocation ------------------------------------------------------------------------
@@ -353,8 +358,8 @@ class Machine:
         dtype = _dtype_name(dtype)
         shape = tuple(int(s) for s in shape)
         if buffer in ("sbuf", "psum"):
-            if shape[0] > hw.PMAX:
-                raise HardwareError(f"{call} {name}: partition dimension {shape[0]} > {hw.PMAX} partitions")
+            if shape[0] > self.core.pmax:
+                raise HardwareError(f"{call} {name}: partition dimension {shape[0]} > {self.core.pmax} partitions")
             per = prod(shape[1:]) * hw.DTYPE_BYTES[dtype]
             if buffer == "psum" and dtype != "float32":
                 raise HardwareError(f"{call} {name}: PSUM tiles hold float32 accumulators, got {dtype}")
@@ -364,22 +369,24 @@ class Machine:
         return Tensor(self, shape, dtype, buffer, name, fill=fill)
 
     def _check_capacity(self, call, name):
+        c = self.core
         sb = sum(b for k, (buf, b) in self.alloc.items() if buf == "sbuf")
-        if sb > hw.SBUF_PARTITION_BYTES:
-            raise HardwareError(f"{call} {name}: SBUF needs {sb} bytes per partition > {hw.SBUF_PARTITION_BYTES}")
+        if sb > c.sbuf_partition_bytes:
+            raise HardwareError(f"{call} {name}: SBUF needs {sb} bytes per partition > {c.sbuf_partition_bytes} "
+                                f"({c.name})")
         ps = [b for k, (buf, b) in self.alloc.items() if buf == "psum"]
-        if sum(ps) > hw.PSUM_PARTITION_BYTES:
-            raise HardwareError(f"{call} {name}: PSUM needs {sum(ps)} bytes per partition > {hw.PSUM_PARTITION_BYTES}")
-        banks = sum(ceil(b / hw.PSUM_BANK_BYTES) for b in ps)
-        if banks > hw.PSUM_BANKS:
-            raise HardwareError(f"{call} {name}: PSUM tiles need {banks} banks > {hw.PSUM_BANKS}")
+        if sum(ps) > c.psum_partition_bytes:
+            raise HardwareError(f"{call} {name}: PSUM needs {sum(ps)} bytes per partition > {c.psum_partition_bytes}")
+        banks = sum(ceil(b / c.psum_bank_bytes) for b in ps)
+        if banks > c.psum_banks:
+            raise HardwareError(f"{call} {name}: PSUM tiles need {banks} banks > {c.psum_banks}")
 
     # -- DMA ------------------------------------------------------------------------------
     def load(self, src, *, mask=None, dtype=None):
         if not isinstance(src, View) or src.tensor.buffer != "hbm":
             raise HardwareError(f"nl.load: src must be an HBM tensor (indexed), got {src!r}")
-        if len(src.shape) < 1 or src.shape[0] > hw.PMAX:
-            raise HardwareError(f"nl.load: tile of {src.shape[0]} partitions > {hw.PMAX} ({src.tensor!r})")
+        if len(src.shape) < 1 or src.shape[0] > self.core.pmax:
+            raise HardwareError(f"nl.load: tile of {src.shape[0]} partitions > {self.core.pmax} ({src.tensor!r})")
         out = dtype and _dtype_name(dtype) or src.tensor.dtype
         if src.fast is not None and not self.numerics:     # cost-only run: in bounds, skip the data
             data = np.zeros(src.shape, np.float32)
@@ -394,21 +401,30 @@ class Machine:
         if not isinstance(dst, View) or dst.tensor.buffer != "hbm":
             raise HardwareError(f"nl.store: dst must be an HBM tensor (indexed), got {dst!r}")
         v = as_value(value, "nl.store value")
-        if v.shape and v.shape[0] > hw.PMAX:
-            raise HardwareError(f"nl.store: tile of {v.shape[0]} partitions > {hw.PMAX}")
+        if v.shape and v.shape[0] > self.core.pmax:
+            raise HardwareError(f"nl.store: tile of {v.shape[0]} partitions > {self.core.pmax}")
         sel = dst._mask(mask)
         dst.put(v.data, mask)
         self._dma(int(sel.sum()) * hw.DTYPE_BYTES[dst.tensor.dtype], "nl.store")
         if v.buffer == "psum":   # [LOAD] a PSUM tile is first copied to SBUF
             self._engine("vector", v.shape, "psum->sbuf copy")
 
-    def _dma(self, nbytes, what):
+    def _dma(self, nbytes, what, efficiency=1.0):
         self.cost.dma_bytes += nbytes
-        self.cost.charge("dma", nbytes / hw.HBM_BYTES_PER_S + hw.DMA_FIXED_S, what)
+        self.cost.charge("dma", nbytes / (self.core.hbm_bytes_per_s * efficiency) + self.core.dma_fixed_s, what)
 
-    def _engine(self, engine, shape, what):
+    def _engine(self, engine, shape, what, inputs=1, rate=1):
+        """Charge ``max(MIN_II, inputs·N / rate)`` cycles of ``engine`` for N elements per partition
+        ([ARCH1]: one input tile ~N cycles, two ~2N; ``rate``: elements per lane per cycle)."""
         free = prod(shape[1:]) if len(shape) > 1 else 1
-        self.cost.charge(engine, _engine_cycles(free) / hw.ENGINE_HZ, what)
+        cycles = max(inputs * int(free) / rate, self.core.min_instruction_cycles)
+        self.cost.charge(engine, cycles / self.core.engine_hz[engine], what)
+
+    def _tensore(self, n_moving, fp32_factor, what):
+        """TensorE: ``max(MIN_II, N)`` cycles per instruction, N the moving free size ([ARCH1]
+        MM_INIT_LATENCY), times the FP32 factor for FP32 data."""
+        cycles = max(int(n_moving), self.core.min_instruction_cycles) * fp32_factor
+        self.cost.charge("tensor", cycles * self.core.tensore_cycle_s, what)
 
     # -- TensorE --------------------------------------------------------------------------
     def nc_matmul(self, stationary, moving, *, is_stationary_onezero=False, is_moving_onezero=False,
@@ -424,15 +440,17 @@ class Machine:
         if stationary.tensor.dtype != moving.tensor.dtype:
             raise HardwareError(f"nisa.nc_matmul: stationary {stationary.tensor.dtype} and moving "
                                 f"{moving.tensor.dtype} must share a dtype")
-        if k1 != k2 or k1 > hw.MATMUL_CONTRACTION:
+        c = self.core
+        if k1 != k2 or k1 > c.matmul_contraction:
             raise HardwareError(f"nisa.nc_matmul: contraction (partition) sizes {k1} and {k2} must be equal "
-                                f"and <= {hw.MATMUL_CONTRACTION}")
-        if m > hw.MATMUL_STATIONARY_FREE:
-            raise HardwareError(f"nisa.nc_matmul: stationary free size {m} > {hw.MATMUL_STATIONARY_FREE}")
-        if n > hw.MATMUL_MOVING_FREE:
-            raise HardwareError(f"nisa.nc_matmul: moving free size {n} > {hw.MATMUL_MOVING_FREE}")
+                                f"and <= {c.matmul_contraction}")
+        if m > c.matmul_stationary_free:
+            raise HardwareError(f"nisa.nc_matmul: stationary free size {m} > {c.matmul_stationary_free}")
+        if n > c.matmul_moving_free:
+            raise HardwareError(f"nisa.nc_matmul: moving free size {n} > {c.matmul_moving_free}")
         self.cost.flops += 2.0 * k1 * m * n
-        self.cost.charge("tensor", _engine_cycles(n) * hw.TENSORE_CYCLE_S, "nisa.nc_matmul")
+        fp32 = c.fp32_matmul_factor if stationary.tensor.dtype == "float32" else 1.0
+        self._tensore(n, fp32, "nisa.nc_matmul")
         if not self.numerics:
             return Value(np.zeros((m, n), np.float32), "float32", "psum", None, "matmul")
         a, b = stationary.read(), moving.read()
@@ -443,9 +461,11 @@ class Machine:
         if not isinstance(data, View) or data.tensor.buffer != "sbuf":
             raise HardwareError(f"nisa.nc_transpose: TensorE reads its input from SBUF, got {data!r}")
         p, f = data.shape
-        if p > hw.PMAX or f > hw.PMAX:
-            raise HardwareError(f"nisa.nc_transpose: TensorE transposes at most {hw.PMAX}x{hw.PMAX}, got {p}x{f}")
-        self.cost.charge("tensor", _engine_cycles(p) * hw.TENSORE_CYCLE_S, "nisa.nc_transpose")
+        pmax = self.core.pmax
+        if p > pmax or f > pmax:
+            raise HardwareError(f"nisa.nc_transpose: TensorE transposes at most {pmax}x{pmax}, got {p}x{f}")
+        self._tensore(p, self.core.fp32_transpose_factor if data.tensor.dtype == "float32" else 1.0,
+                      "nisa.nc_transpose")
         return Value(data.read().T.copy(), "float32", "psum", None, "matmul")
 
 
@@ -506,7 +526,8 @@ def _binary(machine, fn, name):
         vals = _operands(f"nl.{name}", x, y)
         out = _out_dtype(vals, dtype)
         shape = np.broadcast_shapes(*[np.shape(v.data) for v in vals])
-        machine._engine("vector", shape, f"nl.{name}")
+        tiles = [v for v in vals if v.buffer != "const" and tuple(v.shape) == tuple(shape)]
+        machine._engine("vector", shape, f"nl.{name}", inputs=len(tiles) if len(tiles) == 2 else 1)
         return Value(_round(fn(vals[0].data, vals[1].data), out), out, "sbuf")
     op.__name__ = name
     return op
@@ -543,9 +564,11 @@ class _Mgrid:
         return np.ogrid[key]
 
 
-def namespace(machine: Machine):
-    """The fake ``neuronxcc`` package bound to ``machine``: ``{module name: module}``."""
-    nl = types.ModuleType("neuronxcc.nki.language")
+def language_module(machine: Machine, module_name: str):
+    """What both NKI generations' ``nki.language`` share, bound to ``machine``: dtypes, buffers,
+    ``ndarray`` (NaN: uninitialised), ``zeros``, and the loop hints (the model runs loops as Python
+    loops; NKI 0.2 unrolls them at compile time, NKI 0.1 traces them)."""
+    nl = types.ModuleType(module_name)
     for name in ("float16", "bfloat16", "float32", "int32"):
         setattr(nl, name, name)
     nl.sbuf, nl.psum, nl.hbm, nl.shared_hbm = "sbuf", "psum", "hbm", "hbm"
@@ -556,12 +579,24 @@ def namespace(machine: Machine):
     def zeros(shape, dtype, buffer=None, name=""):
         return machine.allocate("nl.zeros", shape, dtype, buffer or "sbuf", name, 0.0)
 
+    def affine_range(start, stop=None, step=1):
+        return range(start, stop, step) if stop is not None else range(start)
+
+    def sequential_range(start, stop, step):
+        return range(start, stop, step)
+
+    nl.ndarray, nl.zeros, nl.affine_range, nl.sequential_range = ndarray, zeros, affine_range, sequential_range
+    return nl
+
+
+def namespace(machine: Machine):
+    """The fake ``neuronxcc`` package (NKI 0.1, trn1) bound to ``machine``: ``{module name: module}``."""
+    nl = language_module(machine, "neuronxcc.nki.language")
+
     def full(shape, fill_value, dtype, buffer=None, name=""):
         return machine.allocate("nl.full", shape, dtype, buffer or "sbuf", name, float(fill_value))
 
-    nl.ndarray, nl.zeros, nl.full = ndarray, zeros, full
-    nl.affine_range = lambda start, stop=None, step=1: range(start, stop, step) if stop is not None else range(start)
-    nl.sequential_range = lambda start, stop, step: range(start, stop, step)
+    nl.full = full
     nl.mgrid = _Mgrid()
     nl.load, nl.store = machine.load, machine.store
     nl.copy = _copy(machine)
@@ -585,44 +620,68 @@ def namespace(machine: Machine):
         sel = np.broadcast_to(np.asarray(pred, dtype=bool), v.shape)
         out = _out_dtype([v], dtype) if dtype is not None else v.dtype
         # [ISA affine_select]: "150 + N GpSimd Engine cycles", N elements per partition
-        machine.cost.charge("gpsimd", (150 + prod(v.shape[1:])) / hw.ENGINE_HZ, "nisa.affine_select")
+        machine.cost.charge("gpsimd", (150 + prod(v.shape[1:])) / machine.core.engine_hz["gpsimd"],
+                            "nisa.affine_select")
         return Value(_round(np.where(sel, v.data, np.float32(on_false_value)), out), out, "sbuf")
 
     isa.affine_select = affine_select
     isa.activation = _activation(machine)
 
     nki = types.ModuleType("neuronxcc.nki")
-    nki.jit = lambda fn=None, **kw: fn if fn is not None else (lambda f: f)
+    nki.jit = jit
     nki.language, nki.isa = nl, isa
     root = types.ModuleType("neuronxcc")
     root.nki = nki
+    for mod in (nl, isa, nki):
+        api_module(mod, "neuronxcc.nki (NKI 0.1, trn1)", NKI2_NAMES, "the nki.* API (NKI 0.2+, trn2)")
     return {"neuronxcc": root, "neuronxcc.nki": nki, "neuronxcc.nki.language": nl, "neuronxcc.nki.isa": isa}
 
 
-def run(source: str, name: str, inputs: dict, dtypes: dict | None = None, numerics: bool = True):
-    """Exec ``source`` (unchanged) against the model and call kernel ``name`` on numpy ``inputs``
-    (by parameter name).  Returns ``(outputs as a tuple of numpy arrays, Cost)``.  With
-    ``numerics=False`` every rule is still checked and every instruction charged, but TensorE
-    results are zeros (fast cost estimates of large shapes)."""
-    machine = Machine(numerics)
-    mods = namespace(machine)
-    saved = {k: sys.modules.get(k) for k in mods}
-    sys.modules.update(mods)
+def jit(fn=None, **kw):
+    """``@nki.jit``: the model calls the kernel function itself."""
+    return fn if fn is not None else (lambda f: f)
+
+
+#: names of the other API, for the refusal's hint: trn2-only calls in a trn1 source, and back
+NKI2_NAMES = {"dma_copy", "dma_transpose", "tensor_copy", "tensor_tensor", "tensor_scalar", "tensor_reduce",
+              "memset", "reciprocal"}
+NKI1_NAMES = {"load", "store", "mgrid", "max", "min", "sum", "divide", "negative", "affine_select", "full"}
+
+
+def api_module(mod, api: str, foreign: set, other: str):
+    """Make ``mod`` (one module of a fake NKI package) strict: every public function checks its
+    arguments against its own signature, and a name the module lacks raises
+    :class:`HardwareError` naming the API — with ``other`` as the hint when ``foreign`` holds it
+    (a call of the other NKI generation's spelling)."""
+    import inspect
+    short = {"language": "nl", "isa": "nisa"}.get(mod.__name__.rsplit(".", 1)[-1], "nki")
+    for name, fn in list(vars(mod).items()):
+        if not name.startswith("_") and (inspect.isfunction(fn) or inspect.ismethod(fn)):
+            setattr(mod, name, _bound(f"{short}.{name}", api, fn))
+
+    def missing(name):
+        if name.startswith("_"):
+            raise AttributeError(name)
+        hint = f"; it belongs to {other}" if name in foreign else ""
+        raise HardwareError(f"{short}.{name} is not in {api} as this model runs it{hint}")
+    mod.__getattr__ = missing
+
+
+def _bound(label, api, fn):
+    """``fn`` that first binds its arguments (an argument list of another signature — the other
+    NKI generation's spelling — is a :class:`HardwareError` naming the documented one)."""
+    import functools
+    import inspect
     try:
-        scope: dict = {"__name__": f"axe_nki_{name}"}
-        exec(compile(source, f"<nki {name}>", "exec"), scope)
-        fn = scope[name]
-        args = {}
-        for k, arr in inputs.items():
-            dt = (dtypes or {}).get(k) or _dtype_name(arr.dtype)
-            args[k] = Tensor(machine, arr.shape, dt, "hbm", k, data=np.array(arr, dtype=_np_dtype(dt)))
-        with (np.errstate(under="ignore") if numerics else np.errstate(all="ignore")):   # exp underflows to 0 by design
-            out = fn(**args)
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                sys.modules.pop(k, None)
-            else:
-                sys.modules[k] = v
-    outs = out if isinstance(out, tuple) else (out,)
-    return tuple(o.data for o in outs), machine.cost
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return fn
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError as err:
+            raise HardwareError(f"{label}{sig} in {api}: {err}") from None
+        return fn(*args, **kwargs)
+    return call
