@@ -119,3 +119,78 @@ def test_fragment_coordinates_follow_the_layouts():
 
 def test_scale_default_is_one_over_sqrt_d():
     assert A.Problem(1, 8, 8, 1, 1, 128, "float16", False).scale == pytest.approx(1 / math.sqrt(128))
+
+
+# --- torch.ops.axe.attention (axe/torch/attention.py) on the CPU ---------------------------------
+
+torch = pytest.importorskip("torch")
+
+
+def _sdpa(t, env):
+    """What the artifact computes, from its bound arguments (for test_torch_jit's CpuLaunch)."""
+    q = t["Q_"]
+    t["O_"].copy_(A.reference(q, t["K_"], t["V_"], causal=env.get("causal", False))["O"].to(q.dtype))
+
+
+@pytest.fixture(scope="module")
+def op(tmp_path_factory):
+    """``axe.torch.attention`` with its kernel built for real into a fresh cache, launched by a CPU
+    stand-in that checks each call against the artifact's launch.json (the runtime's own
+    ``bind_arguments``) and computes with torch."""
+    from axe.torch import attention as mod
+    from axe.torch.cache import ArtifactCache
+    from test_torch_jit import REFS, CpuLaunch
+    for causal in (False, True):         # make's default names: attention_<dtype>_d<D>[_causal]
+        for short in ("bf16", "f16"):
+            REFS[f"attention_{short}_d64" + ("_causal" if causal else "")] = (
+                lambda t, env, c=causal: _sdpa(t, {**env, "causal": c}))
+    k = mod.KERNEL
+    saved = (k._cache, k.loader, k.target, k.progress)
+    k._cache, k.loader, k.target, k.progress = ArtifactCache(tmp_path_factory.mktemp("cache"), shipped=[]), CpuLaunch, \
+        "sm_90a", False
+    k.clear()
+    yield mod
+    k._cache, k.loader, k.target, k.progress = saved
+    k.clear()
+
+
+def _qkv(b=1, sq=40, skv=40, hq=2, hk=1, d=64, dt=None):
+    dt = dt or torch.bfloat16
+    return torch.randn(b, sq, hq, d, dtype=dt), torch.randn(b, skv, hk, d, dtype=dt), torch.randn(b, skv, hk, d, dtype=dt)
+
+
+def test_op_runs_the_built_kernel_and_matches_sdpa(op):
+    q, k, v = _qkv()
+    got = torch.ops.axe.attention(q, k, v, True)
+    assert got.shape == q.shape and got.dtype == q.dtype
+    assert torch.allclose(got.float(), A.reference(q, k, v, causal=True)["O"], atol=2e-2)
+    assert [dict(m[1:])["causal"] for m in op.KERNEL._memo] == [True]          # one specialization, loaded once
+
+
+def test_op_refuses_wrong_arguments(op):
+    q, k, v = _qkv()
+    for args, why in [((q[0], k, v), "q must be \\(batch, seq, heads, head_dim\\)"),
+                      ((q.float(), k, v), "expected float16 or bfloat16"),
+                      ((q, k.half(), v), "k has dtype torch.float16, q has torch.bfloat16"),
+                      ((q, k, v[:, :3]), "v has shape"),
+                      ((q, *_qkv(hq=2, hk=3)[1:]), "3 heads, which must divide q's 2"),
+                      ((*_qkv(d=96)[:1], *_qkv(d=96)[1:]), "head_dim 96")]:
+        with pytest.raises((ValueError, TypeError), match=why):
+            torch.ops.axe.attention(*args)
+
+
+def test_op_fake_tensors_opcheck_and_compile(op):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    before = len(op.KERNEL._memo)
+    with FakeTensorMode():
+        q, k, v = _qkv(b=3, sq=1000, skv=2048, hq=32, hk=8, d=128)
+        assert torch.ops.axe.attention(q, k, v, False, 0.1).shape == (3, 1000, 32, 128)
+    assert len(op.KERNEL._memo) == before                       # nothing built or launched
+    q, k, v = _qkv()
+    torch.library.opcheck(torch.ops.axe.attention.default, (q, k, v, True, None),
+                          test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
+
+    def layer(q, k, v):
+        return torch.ops.axe.attention(q * 1, k, v, True).sum(-1)
+    compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(q, k, v), layer(q, k, v))

@@ -5,7 +5,9 @@
   call per specialization, cached, launched through :mod:`axe.runtime`;
 - :mod:`axe.torch.ops` — ``torch.library`` custom ops ``axe::rmsnorm``, ``axe::softmax``,
   ``axe::gemm`` (with fake implementations for ``torch.compile`` and CUDA graphs);
-- :mod:`axe.torch.distributed` — distributed kernels taking and returning DTensors.
+- :mod:`axe.torch.distributed` — distributed kernels taking and returning DTensors;
+- :mod:`axe.torch.attention` — ``torch.ops.axe.attention`` (flash-attention forward, GQA), registered
+  when the module is imported (``import axe.torch.attention``, or reading ``axe.torch.attention``).
 
 Importing this package imports neither torch nor TVM; its modules import torch when used.
 """
@@ -20,4 +22,7 @@ def __getattr__(name):
     if name == "JitKernel":
         from .jit import JitKernel
         return JitKernel
+    if name == "attention":         # a submodule: import_module, not ``from . import`` (it would ask us again)
+        import importlib
+        return importlib.import_module(f"{__name__}.attention")
     raise AttributeError(f"module 'axe.torch' has no attribute {name!r}")
