@@ -193,7 +193,13 @@ def k(A):
         c[0:128, 0:128] = nisa.nc_matmul(x[0:128, 0:128], x[0:128, 0:128])
     return c
 '''
-    with pytest.raises(TargetError, match="overwrite of a PSUM tile allocated outside the loop"):
+    with pytest.raises(TargetError, match="overwrite of a PSUM box written since the tile's allocation"):
         respell(src)
+    twice = src.replace("    for i in nl.affine_range(2):\n        c[0:128, 0:128] = nisa.nc_matmul(x[0:128, 0:128], x[0:128, 0:128])",
+                        "    c[0:128, 0:128] = nisa.nc_matmul(x[0:128, 0:128], x[0:128, 0:128])\n" * 2)
+    assert twice != src
+    with pytest.raises(TargetError, match="overwrite of a PSUM box written"):
+        respell(twice)
+    assert "nisa.nc_matmul(dst=c[0:128, 0:128]" in respell(twice.replace("c[0:128, 0:128] = nisa", "c[0:128, 0:128] += nisa"))
     with pytest.raises(TargetError, match="has no nki.* form"):
         respell(src.replace("c[0:128, 0:128] = nisa.nc_matmul", "c[0:128, 0:128] = nisa.iota"))

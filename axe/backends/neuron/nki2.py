@@ -140,6 +140,7 @@ class _Speller:
 
     def __init__(self):
         self.tiles, self.grid, self.depth, self.alloc_depth, self.n = {}, None, 0, {}, 0
+        self.written = {}       # PSUM tile -> the boxes a matmul wrote since the tile's allocation
 
     def tmp(self, prefix="_t"):
         self.n += 1
@@ -175,6 +176,7 @@ class _Speller:
             buf, dtype = _u(_kw(st.value, "buffer")), _u(_kw(st.value, "dtype"))
             self.tiles[st.targets[0].id] = (buf[3:], dtype)
             self.alloc_depth[st.targets[0].id] = self.depth
+            self.written[st.targets[0].id] = set()
             return [_u(st)]
         if isinstance(st, ast.Expr) and _call_name(st.value) == "nl.store":
             return self.dma(st.value.args[0], _kw(st.value, "value"), _kw(st.value, "mask"), store=True)
@@ -218,6 +220,10 @@ class _Speller:
             else:
                 ext[ax] = str(n)
         dims = [_axis(i) for i in (hbm.slice.elts if isinstance(hbm.slice, ast.Tuple) else [hbm.slice])]
+        for ax, base in dims:         # the slice starts where the mask's bound is counted from
+            if ax in bounds and _u(base) != _u(bounds[ax][0]):
+                raise TargetError(f"mask of {_u(hbm)} bounds {_u(bounds[ax][0])} + i_{ax}, the index is "
+                                  f"{_u(base)} + i_{ax}")
         hidx = ", ".join(_u(node) if ax == "fixed" else _span(node, ext[ax]) for ax, node in dims)
         hbm_text = f"{_u(hbm.value)}[{hidx}]"
         order = [ax for ax, _ in dims if ax != "fixed"]
@@ -249,11 +255,14 @@ class _Speller:
     def matmul(self, dst, call, accumulate):
         """``nc_matmul`` with an explicit dst.  NKI 0.2.0 has no accumulate flag: the first write to a
         PSUM location since its allocation overwrites, so an overwrite (``=``) inside a loop that
-        does not allocate the tile would add to the previous iteration's result: refused."""
+        does not allocate the tile, or of a box a matmul wrote before, would add to what is there:
+        refused."""
         tile = _u(dst.value)
-        if not accumulate and self.alloc_depth.get(tile, 0) < self.depth:
-            raise TargetError(f"{_u(dst)} = nisa.nc_matmul(...): an overwrite of a PSUM tile allocated outside "
-                              "the loop has no NKI 0.2 form (allocate the tile inside the loop)")
+        if not accumulate and (self.alloc_depth.get(tile, 0) < self.depth or _u(dst) in self.written.get(tile, ())):
+            raise TargetError(f"{_u(dst)} = nisa.nc_matmul(...): an overwrite of a PSUM box written since the "
+                              "tile's allocation (or of a tile allocated outside the loop) has no NKI 0.2 form "
+                              "(allocate the tile inside the loop)")
+        self.written.setdefault(tile, set()).add(_u(dst))
         a, b = call.args
         return [f"nisa.nc_matmul(dst={_u(dst)}, stationary={_u(a)}, moving={_u(b)})"]
 
@@ -268,11 +277,12 @@ class _Speller:
         (ax, (base, limit)), = bounds.items()
         n = self.grid["pf".index(ax)]
         tdims = [_axis(i) for i in dst.slice.elts]
-        p0, f0 = (_u(b) if b is not None else "0" for _, b in tdims)
         first = f"max(0, {_u(limit)} - ({_u(base)}))"
-        lo, hi = (f"{p0} + {first}", f"{p0} + {n}") if ax == "p" else (f"{f0} + {first}", f"{f0} + {n}")
-        other = (f"{f0}:{f0} + {self.grid[1]}" if ax == "p" else f"{p0}:{p0} + {self.grid[0]}")
-        box = f"{_u(dst.value)}[{lo}:{hi}, {other}]" if ax == "p" else f"{_u(dst.value)}[{other}, {lo}:{hi}]"
+        spans = [_span(b, str(g)) for (_, b), g in zip(tdims, self.grid)]
+        start = _u(tdims["pf".index(ax)][1]) if tdims["pf".index(ax)][1] is not None else "0"
+        at = first if start == "0" else f"{start} + {first}"
+        spans["pf".index(ax)] = f"{at}:{start} + {n}" if start != "0" else f"{at}:{n}"
+        box = f"{_u(dst.value)}[{', '.join(spans)}]"
         return [f"if {_u(limit)} - ({_u(base)}) < {n}:", f"    nisa.memset(dst={box}, value={_u(fill)})"]
 
     def shape(self, node):
