@@ -46,11 +46,21 @@ def stages_for(tile_n, tile_m=BM, dtype_bytes=2, tile_k=BK):
     return min(8, (SMEM - chunk) // slot)
 
 
-def splits(K):
-    """The split-K slice counts worth trying for K: 1, and 2, 4 while each slice keeps at least
-    :data:`MIN_SLICE` k-blocks of 64."""
+#: the slice counts a middle bucket tries: with a few block-rows the tile count is rarely a multiple
+#: of the SMs, and 3 or 6 slices can fill the last wave where 2 and 4 leave it half empty
+MID_SPLITS = (1, 2, 3, 4, 6)
+
+
+def splits(K, counts=(1, 2, 4)):
+    """The split-K slice counts worth trying for K: 1, and those of ``counts`` whose slices keep at
+    least :data:`MIN_SLICE` k-blocks of 64."""
     k_iters = -(-K // BK)
-    return [s for s in (1, 2, 4) if s == 1 or k_iters // s >= MIN_SLICE]
+    return [s for s in counts if s == 1 or k_iters // s >= MIN_SLICE]
+
+
+def tiles(rows, N, tile_n=256):
+    """The output tiles of ``rows``×N in 128-row tiles ``tile_n`` wide."""
+    return -(-rows // BM) * -(-N // tile_n)
 
 
 def scheduled_rows(bound, config):
@@ -69,7 +79,8 @@ def candidates(bound, N, K):
     width with every split of K (deepest ring), and below 128 rows the transposed decode tile
     ``bound``×128 with every split; above them what a run-time M schedules (the persistent tile
     128×256 or 128×128, ping-pong), and in a middle bucket (≤ :data:`MAX_BOUND` rows) also the
-    tiles 128 and 256 wide cut 2 or 4 ways in K (stream-K is not one: it wants two waves of tiles)."""
+    tiles 128 and 256 wide cut in K as :data:`MID_SPLITS` allows, and stream-K where the bound has
+    two waves of 128×256 tiles (the stream-K scheduler's condition)."""
     if bound is not None and bound <= BM:
         swapped = [dict(tile_m=bound, tile_n=128, split_k=s, stages=stages_for(128, bound, tile_k=tk),
                         **({} if tk == BK else {"tile_k": tk}))
@@ -79,8 +90,9 @@ def candidates(bound, N, K):
     runtime = [dict(), dict(tile_n=128, stages=stages_for(128)), dict(schedule="pingpong")]
     if bound is None or bound > MAX_BOUND:
         return runtime
+    streamed = [dict(stream_k=True)] if tiles(bound, N) >= 2 * SMS and K >= 4 * BK else []
     return runtime + [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in (128, 256) if tn <= N
-                      for s in splits(K) if s > 1]
+                      for s in splits(K, MID_SPLITS) if s > 1] + streamed
 
 
 #: the heuristic's cost model (units: k-columns of B streamed by one SM): a k-block costs its tile's
@@ -88,6 +100,12 @@ def candidates(bound, N, K):
 #: :data:`SPLIT` per extra slice (the partials' hand-over); fitted to the decode sweep on an H100
 #: (benchmarks/results/gemm_decode-2026-11-26-h100.json: within 3% of the best candidate on its 16 rows)
 K_BLOCK, SPLIT = 64, 4096
+
+
+def stream_k_cost(N, K, sms=SMS, block_rows=1):
+    """Stream-K's modelled time over ``block_rows`` block-rows: every k-block of every 128×256 tile
+    shared evenly by the SMs, and one hand-over."""
+    return -(-tiles(block_rows * BM, N) * -(-K // BK) // sms) * (256 + K_BLOCK) + SPLIT
 
 
 def cost(N, K, tile_n, split_k, sms=SMS, block_rows=1):
@@ -119,15 +137,17 @@ def heuristic(M, N, K, sms=SMS, b_major="col"):
     128-row decode bucket (or B row-major): the candidate of least :func:`cost` (ties: fewer slices,
     then 128, 64, 256 columns), the deepest ring that fits; a middle bucket: the tile 256 or 128
     wide and the split of K of least :func:`cost` over the bound's block-rows (ties: fewer slices,
-    then 256 columns; uncut: the run-time-M artifact); otherwise the default (the persistent
-    128×256 tile)."""
+    then 256 columns; uncut: the run-time-M artifact), or stream-K where it is a candidate and
+    :func:`stream_k_cost` is lower; otherwise the default (the persistent 128×256 tile)."""
     bound = bucket(M)
     if bound is None or bound > MAX_BOUND:
         return dict()
     if bound > BM:
         rows = -(-bound // BM)
-        tn, s = min(((tn, s) for tn in (256, 128) if tn <= N for s in splits(K)),
+        tn, s = min(((tn, s) for tn in (256, 128) if tn <= N for s in splits(K, MID_SPLITS)),
                     key=lambda c: (cost(N, K, c[0], c[1], sms, rows), c[1], -c[0]))
+        if {"stream_k": True} in candidates(bound, N, K) and stream_k_cost(N, K, sms, rows) < cost(N, K, tn, s, sms, rows):
+            return dict(stream_k=True)
         if s == 1:
             return dict() if tn == 256 else dict(tile_n=128, stages=stages_for(128))
         return dict(tile_n=tn, split_k=s, stages=stages_for(tn))
