@@ -14,7 +14,8 @@ Two modes:
   CUDA events; median over ``--rounds``; no L2 flush) and write
   ``benchmarks/results/attention-DATE-DEVICE.json`` (under ``$OUT`` when set): per shape ``seq,
   head_dim, causal, axe_ms, best_peer_ms, best_peer``, every peer's ms, TFLOP/s per side and, for a
-  peer that could not run, why.
+  peer that could not run, why; ``axe_ms`` is the default configuration, ``axe_configs_ms`` adds the
+  configurations of ``kernels/parts/attention_variants.py`` (``--variants``).
 
 FLOPs: ``4 · batch · heads · seq² · head_dim`` (Q·Kᵀ and P·V), halved when causal (the convention of
 FlashAttention's benchmarks).  Tensors are ``(batch, seq, heads, head_dim)``; the SDPA peers get the
@@ -48,8 +49,14 @@ def shape(seq, d):
     return max(1, TOKENS // seq), HIDDEN // d
 
 
-def name_of(seq, d, causal):
-    return f"attn_bench_bf16_d{d}_s{seq}{'_causal' if causal else ''}"
+def name_of(seq, d, causal, variant=None):
+    return f"attn_bench_bf16_d{d}_s{seq}{'_causal' if causal else ''}" + (f"_{variant}" if variant else "")
+
+
+def variants_for(args, d):
+    """The configurations timed for head size ``d``: the default (None) and ``--variants`` built for it."""
+    from kernels.parts.attention_variants import HEAD_DIMS as FITS
+    return [None] + [v for v in args.variants if d in FITS[v]]
 
 
 def flops(seq, d, causal):
@@ -60,14 +67,16 @@ def flops(seq, d, causal):
 def build(args):
     from build_gemm import save_built
     from kernels import attention
+    from kernels.parts.attention_variants import VARIANTS
     total = 0
     for d in args.head_dims:
         for seq in args.seqs:
             for causal in args.causal:
                 b, h = shape(seq, d)
-                n = name_of(seq, d, bool(causal))
-                total += save_built(args.out, n, lambda: attention.build(b, seq, seq, h, h, d, "bfloat16", bool(causal),
-                                                                         name=n))
+                for v in variants_for(args, d):
+                    n = name_of(seq, d, bool(causal), v)
+                    total += save_built(args.out, n, lambda: attention.build(b, seq, seq, h, h, d, "bfloat16", bool(causal),
+                                                                             name=n, **VARIANTS.get(v, {})))
     print(f"artifacts in {args.out}; {total / 2**10:.0f} KiB of cubins")
     return 0
 
@@ -115,13 +124,14 @@ def run_shape(torch, rt, args, seq, d, causal):
     q, k, v = (torch.randn(b, seq, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     row = {"seq": seq, "head_dim": d, "causal": causal, "batch": b, "heads": h, "peers_ms": {}, "why": {}}
     sides = {}
-    path = os.path.join(args.artifacts, name_of(seq, d, causal))
-    try:
-        kernel = rt.load(path)
-        o = torch.empty_like(q)
-        sides["axe"] = lambda: (kernel(q, k, v, o), o)[1]
-    except Exception as e:  # noqa: BLE001
-        row["why"]["axe"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+    o = torch.empty_like(q)
+    for var in variants_for(args, d):
+        side = "axe" + (f"_{var}" if var else "")
+        try:
+            kernel = rt.load(os.path.join(args.artifacts, name_of(seq, d, causal, var)))
+            sides[side] = (lambda kn: lambda: (kn(q, k, v, o), o)[1])(kernel)
+        except Exception as e:  # noqa: BLE001
+            row["why"][side] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
     for p, fn in peer_fns(torch, q, k, v, causal).items():
         if isinstance(fn, str):
             row["why"][p] = fn
@@ -129,7 +139,7 @@ def run_shape(torch, rt, args, seq, d, causal):
             sides[p] = fn
     ref = None
     for s in list(sides):          # peers first: the first that runs is the reference
-        if s == "axe":
+        if s.startswith("axe"):
             continue
         try:
             got = sides[s]()
@@ -141,19 +151,20 @@ def run_shape(torch, rt, args, seq, d, causal):
         except Exception as e:  # noqa: BLE001
             row["why"][s] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
             del sides[s]
-    if "axe" in sides:
+    row["axe_err"] = {}
+    for s in [s for s in sides if s.startswith("axe")]:
         try:
             o.fill_(float("nan"))
-            got = sides["axe"]()
+            got = sides[s]()
             torch.cuda.synchronize()
             if ref is not None:
                 err = ((got.float() - ref).abs().max() / ref.abs().max()).item()
-                row["axe_err"] = err
+                row["axe_err"][s] = err
                 if not err < 3e-2:
-                    raise AssertionError(f"max |err| / max |ref| {err:.2e} against {next(s for s in sides if s != 'axe')}")
+                    raise AssertionError(f"max |err| / max |ref| {err:.2e} against the first peer")
         except Exception as e:  # noqa: BLE001
-            row["why"]["axe"] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-            del sides["axe"]
+            row["why"][s] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            del sides[s]
     times = {s: [] for s in sides}
     for fn in sides.values():
         for _ in range(3):
@@ -171,12 +182,17 @@ def run_shape(torch, rt, args, seq, d, causal):
     ms = {s: median(t) for s, t in times.items()}
     fl = flops(seq, d, causal)
     row["axe_ms"] = ms.get("axe")
+    row["axe_configs_ms"] = {s: t for s, t in ms.items() if s.startswith("axe")}
     row["peers_ms"] = {p: ms.get(p) for p in PEERS}
     ran = {p: t for p, t in row["peers_ms"].items() if t}
     row["best_peer"] = min(ran, key=ran.get) if ran else None
     row["best_peer_ms"] = ran[row["best_peer"]] if ran else None
     row["tflops"] = {s: fl / (t * 1e-3) / 1e12 for s, t in ms.items()}
     row["axe_vs_best"] = row["best_peer_ms"] / row["axe_ms"] if row["axe_ms"] and row["best_peer_ms"] else None
+    fastest = min(row["axe_configs_ms"], key=row["axe_configs_ms"].get) if row["axe_configs_ms"] else None
+    row["axe_fastest_config"] = fastest
+    row["axe_fastest_vs_best"] = (row["best_peer_ms"] / row["axe_configs_ms"][fastest]
+                                  if fastest and row["best_peer_ms"] else None)
     return row
 
 
@@ -197,9 +213,10 @@ def run(args):
                 rows.append(r)
                 tf = r["tflops"]
                 print(f"d={d:3d} seq={seq:5d} {'causal' if causal else 'full  '} b={r['batch']:2d} h={r['heads']}: "
-                      + "  ".join(f"{s} {r['axe_ms'] if s == 'axe' else r['peers_ms'].get(s):.3f} ms "
+                      + "  ".join(f"{s} {r['axe_configs_ms'].get(s) or r['peers_ms'].get(s):.3f} ms "
                                   f"({tf[s]:.0f} TF/s)" for s in tf)
-                      + (f"  axe/best {r['axe_vs_best']:.3f}x" if r["axe_vs_best"] else "")
+                      + (f"  best peer/axe {r['axe_vs_best']:.3f}x" if r["axe_vs_best"] else "")
+                      + (f" ({r['axe_fastest_config']}: {r['axe_fastest_vs_best']:.3f}x)" if r["axe_fastest_vs_best"] else "")
                       + (f"  why: {r['why']}" if r["why"] else ""), flush=True)
     date = datetime.date.today().isoformat()
     path = args.json or os.path.join(os.environ.get("OUT", os.path.join(ROOT, "benchmarks", "results")),
@@ -227,6 +244,8 @@ def main(argv=None):
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--variants", nargs="*", default=["pp", "pp176", "ov3"],
+                    help="axe configurations besides the default (kernels/parts/attention_variants.py), timed as axe_<name>")
     args = ap.parse_args(argv)
     args.out = args.artifacts
     return build(args) if args.build else run(args)

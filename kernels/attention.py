@@ -23,10 +23,15 @@ One source, per-target table :data:`TARGETS`:
   fragment of the next wgmma — and ``O += P·V`` on wgmma with A from registers (``rs``).  Finally
   ``O / l`` goes out by stmatrix into the warpgroup's own Q slot and one TMA store, which clips
   rows past ``seq_q``; the LSE by per-thread stores.  K and V rows past ``seq_kv`` arrive as TMA's
-  zeros and are masked to −∞ before the max.
-- **trn1** (Trainium): :mod:`kernels.nki_attention`'s NKI body (no mask, head size 128, heads
-  folded into the batch) — the Trainium form of the same loop (its S and P tiles live in PSUM and
-  SBUF and P is transposed on TensorE instead of staying in registers).
+  zeros and are masked to −∞ before the max.  The consumers' key loop is a configuration
+  (:data:`LOOPS`): ``simple`` (each step waited for), ``overlap`` (FA3's overlap inside a warpgroup:
+  S_j and P_{j−1}·V_{j−1} issued together, the softmax of S_j under the P·V) and ``pingpong`` (the
+  overlap with the two consumer warpgroups taking turns at the tensor cores); named configurations
+  are in :mod:`kernels.parts.attention_variants`.
+- **trn1** (Trainium): :mod:`kernels.nki_attention`'s NKI body where it fits (no mask, head size 128,
+  default scale, one head per tensor row: heads folded into the batch; anything else is refused
+  naming what the body lacks) — the Trainium form of the same loop (its S and P tiles live in PSUM
+  and SBUF and P is transposed on TensorE instead of staying in registers).
 - **sm_100a** (Blackwell): refused — wgmma does not exist on sm_100a (its tensor-core MMA is
   tcgen05 with the accumulator in tensor memory, and the P·V step would need P staged through
   tensor memory or shared memory), so this body does not build there; the error says so.
@@ -76,7 +81,7 @@ def _trn1_body(p):
 #: size, ring ``stages``, consumer warpgroups of 64 query rows, producer registers), for trn1 the NKI
 #: body and what it cannot take — and, for a target this source cannot serve, why
 TARGETS = {
-    "sm_90a": dict(form="wgmma", bn={64: 128, 128: 128}, stages=2, consumers=2, producer_regs=40),
+    "sm_90a": dict(form="wgmma", bn={64: 128, 128: 128}, stages=2, consumers=2, producer_regs=40, schedule="simple"),
     "trn1": dict(form="nki", limits=_trn1_limits, body=_trn1_body),
     "sm_100a": dict(refuse="wgmma (the register-A P·V product and the ss Q·Kᵀ) does not exist on sm_100a; "
                            "Blackwell's MMA is tcgen05 with a tensor-memory accumulator, for which this body "
@@ -115,12 +120,25 @@ class Problem:
 
 
 class Hopper:
-    """The sm_90a tiling of a :class:`Problem` (``cfg``: :data:`TARGETS` ``["sm_90a"]``)."""
+    """The sm_90a tiling of a :class:`Problem` (``cfg``: :data:`TARGETS` ``["sm_90a"]``, any entry
+    replaced by ``make``'s keywords; ``bn`` an int or per head size)."""
 
     def __init__(self, p: Problem, cfg):
         self.p = p
         D = p.head_dim
-        self.bn, self.stages, self.consumers = cfg["bn"][D], cfg["stages"], cfg["consumers"]
+        bn = cfg["bn"][D] if isinstance(cfg["bn"], dict) else cfg["bn"]
+        self.bn, self.stages, self.consumers, self.schedule = bn, cfg["stages"], cfg["consumers"], cfg["schedule"]
+        if self.schedule not in LOOPS:
+            raise ValueError(f"attention: schedule must be one of {sorted(LOOPS)}, got {self.schedule!r}")
+        if not (isinstance(bn, int) and 16 <= bn <= 256 and bn % 16 == 0):
+            raise ValueError(f"attention: the key tile bn={bn!r} must be a multiple of 16 in 16..256 (one wgmma N, "
+                             "one TMA box)")
+        if self.schedule == "pingpong" and self.consumers != 2:
+            raise ValueError(f"attention: the ping-pong schedule takes turns between 2 consumer warpgroups, "
+                             f"not {self.consumers}")
+        if self.consumers not in (1, 2, 3) or self.stages < 1:
+            raise ValueError(f"attention: consumers must be 1..3 warpgroups and stages >= 1, got "
+                             f"{self.consumers} and {self.stages}")
         self.bm = ROWS * self.consumers
         self.producer_regs = cfg["producer_regs"]
         self.consumer_regs = min(240, (65536 // 128 - self.producer_regs) // self.consumers // 8 * 8)
@@ -227,43 +245,154 @@ def _produce(h, t, pool, Q, K, V, qbar, kpipe, vpipe):
         Ax.copy(_tile(pool, h.v_at + s * (bn * D), bn, D), t.kv(V, j), barrier=vpipe.full, stage=s)
 
 
+class _Consumer:
+    """One consumer warpgroup's registers and steps over key tile j: ``qk`` (S = Q·K_jᵀ), ``softmax``
+    (mask, online softmax, P in place), ``pv`` (O += P·V_j); each wgmma step waits for ``wait`` groups
+    (False: none) and frees its slot only when told (:meth:`done_k`, :meth:`done_v`)."""
+
+    _is_meta_class = True
+
+    def __init__(self, h, t, pool, kpipe, vpipe, tx_):
+        p, bn, D = h.p, h.bn, h.p.head_dim
+        self.h, self.t, self.pool, self.kpipe, self.vpipe = h, t, pool, kpipe, vpipe
+        self.wg = Ax.cuda.warpgroup_index()
+        self.leader, self.tid = tx_ % 128 == 0, tx_ % 128
+        self.row0 = t.qt * h.bm + self.wg * ROWS                       # this warpgroup's first query row
+        self.s = Ax.registers((ROWS, bn), "float32", Ax.cuda.wgmma_fragment(bn, "tx"), name="s_acc")
+        self.p = Ax.registers((ROWS, bn), p.dtype, Ax.cuda.wgmma_fragment(bn, "tx"), name="p_reg")
+        self.o = Ax.registers((ROWS, D), "float32", Ax.cuda.wgmma_fragment(D, "tx"), name="o_acc")
+        self.sm = OnlineSoftmax(ROWS, ROW_VALUES, p.scale * LOG2E)
+        Ax.elementwise(self.o, lambda: T.float32(0))
+        self.q = _mat(pool, h.q_at + self.wg * (ROWS * D), ROWS, D)
+
+    def qk(self, j, wait=0):
+        h, D = self.h, self.h.p.head_dim
+        self.kpipe.wait(j)
+        k = _mat(self.pool, h.k_at + self.kpipe.slot(j) * (h.bn * D), h.bn, D)
+        Ax.gemm(self.s, self.q, Ax.permute(k, (1, 0)), accumulate=False, wait=wait)
+
+    def done_k(self, j):
+        self.kpipe.release(j, pred=self.leader)
+
+    def softmax(self, j):
+        """Mask where the tile holds keys past the end or (causal) past a row; P = exp2(c·S − m)."""
+        p, bn = self.h.p, self.h.bn
+        need = (j + 1) * bn > p.seq_kv
+        if p.causal:
+            need = T.Or(need, (j + 1) * bn - 1 > self.row0)
+        with Ax.guard(need):
+            _mask(self.s, bn, self.row0, j * bn, p.seq_kv, p.causal, self.tid)
+        self.sm.update(self.s)
+
+    def to_p(self):
+        """P in the input type, in registers: S's D fragment is P·V's A fragment."""
+        Ax.cast(self.p, self.s)
+
+    def pv(self, j, wait=0):
+        h, D = self.h, self.h.p.head_dim
+        self.vpipe.wait(j)
+        Ax.gemm(self.o, self.p, _mat(self.pool, h.v_at + self.vpipe.slot(j) * (h.bn * D), h.bn, D), accumulate=True,
+                wait=wait)
+
+    def done_v(self, j):
+        self.vpipe.release(j, pred=self.leader)
+
+
+def _loop_simple(c, n):
+    """Each key tile in turn: S, softmax, rescale, P·V, every wgmma waited for."""
+    with T.serial(0, n) as j:
+        c.qk(j)
+        c.done_k(j)
+        c.softmax(j)
+        c.sm.rescale(c.o)
+        c.to_p()
+        c.pv(j)
+        c.done_v(j)
+
+
+class _Turns:
+    """Two consumer warpgroups take turns issuing their wgmma blocks (FA3's ping-pong), through named
+    barriers ``ORDER + wg`` ("warpgroup wg's turn"), so that one's softmax runs under the other's
+    tensor-core work.  Block k of warpgroup 0 follows block k − 1 of warpgroup 1, which follows
+    block k − 1 of warpgroup 0; every wait has its arrival (warpgroup 1 does not pass the turn after
+    its last block, which no one waits for)."""
+
+    _is_meta_class = True
+    ORDER = 5                   # named barriers 5, 6 (1..3 are the consumers' store barriers)
+
+    def __init__(self, wg):
+        self.wg = wg
+
+    def take(self, first):
+        """Wait for my turn (warpgroup 0's first block goes at once)."""
+        with Ax.guard(T.Or(self.wg == 1, T.bool(not first))):
+            Ax.cuda.named_barrier(self.ORDER + self.wg, 256)
+
+    def give(self, last):
+        """Pass the turn (warpgroup 1's last block passes it to no one)."""
+        with Ax.guard(T.Or(self.wg == 0, T.bool(not last))):
+            Ax.cuda.named_barrier_arrive(self.ORDER + 1 - self.wg, 256)
+
+
+def _loop_overlap(c, n, turns=None):
+    """FA3's overlap inside a warpgroup: S_j = Q·K_jᵀ and O += P_{j−1}·V_{j−1} are issued together, and
+    the softmax of S_j runs while P·V is still on the tensor cores; O is rescaled once P·V has landed.
+    ``turns``: the warpgroups' wgmma blocks take turns (:class:`_Turns`)."""
+    take = (lambda first: turns.take(first)) if turns else (lambda first: None)
+    give = (lambda last: turns.give(last)) if turns else (lambda last: None)
+    take(True)
+    c.qk(0, wait=False)
+    give(False)
+    Ax.cuda.wgmma_wait(0)
+    Ax.cuda.fence_registers(c.s)
+    c.done_k(0)
+    c.softmax(0)
+    c.to_p()
+    with T.serial(1, n) as j:
+        take(False)
+        c.qk(j, wait=False)
+        c.pv(j - 1, wait=False)
+        give(False)
+        Ax.cuda.wgmma_wait(1)               # S_j complete (groups complete in order); P·V may run on
+        Ax.cuda.fence_registers(c.s)
+        c.done_k(j)
+        c.softmax(j)
+        Ax.cuda.wgmma_wait(0)
+        Ax.cuda.fence_registers(c.o)
+        c.done_v(j - 1)
+        c.sm.rescale(c.o)
+        c.to_p()
+    take(False)
+    c.pv(n - 1, wait=False)
+    give(True)
+    Ax.cuda.wgmma_wait(0)
+    Ax.cuda.fence_registers(c.o)
+    c.done_v(n - 1)
+
+
+def _loop_pingpong(c, n):
+    """:func:`_loop_overlap` with the two consumer warpgroups taking turns."""
+    _loop_overlap(c, n, _Turns(c.wg))
+
+
+#: the consumers' key loops by schedule name (data in :data:`TARGETS`, not a code path per kernel)
+LOOPS = {"simple": _loop_simple, "overlap": _loop_overlap, "pingpong": _loop_pingpong}
+
+
 def _consume(h, t, pool, O, LSE_, qbar, kpipe, vpipe, tx_):
     """A consumer warpgroup: its 64 query rows against every key tile, then ``O / l`` (and the LSE)."""
-    p, bn, D = h.p, h.bn, h.p.head_dim
-    wg = Ax.cuda.warpgroup_index()
-    leader, tid = tx_ % 128 == 0, tx_ % 128
-    row0 = t.qt * h.bm + wg * ROWS                          # this warpgroup's first query row
-    s_acc = Ax.registers((ROWS, bn), "float32", Ax.cuda.wgmma_fragment(bn, "tx"), name="s_acc")
-    p_reg = Ax.registers((ROWS, bn), p.dtype, Ax.cuda.wgmma_fragment(bn, "tx"), name="p_reg")
-    o_acc = Ax.registers((ROWS, D), "float32", Ax.cuda.wgmma_fragment(D, "tx"), name="o_acc")
-    sm = OnlineSoftmax(ROWS, ROW_VALUES, p.scale * LOG2E)
-    Ax.elementwise(o_acc, lambda: T.float32(0))
-    q_op = _mat(pool, h.q_at + wg * (ROWS * D), ROWS, D)
+    p, D = h.p, h.p.head_dim
+    c = _Consumer(h, t, pool, kpipe, vpipe, tx_)
     Ax.cuda.mbarrier_wait(qbar, 0)
-    with T.serial(0, t.n_kv) as j:
-        s = kpipe.slot(j)
-        kpipe.wait(j)
-        Ax.gemm(s_acc, q_op, Ax.permute(_mat(pool, h.k_at + s * (bn * D), bn, D), (1, 0)), accumulate=False)
-        kpipe.release(j, pred=leader)
-        need = (j + 1) * bn > p.seq_kv             # the tile holds keys past the end, or (causal) past a row
-        if p.causal:
-            need = T.Or(need, (j + 1) * bn - 1 > row0)
-        with Ax.guard(need):
-            _mask(s_acc, bn, row0, j * bn, p.seq_kv, p.causal, tid)
-        sm.update(s_acc)
-        sm.rescale(o_acc)
-        Ax.cast(p_reg, s_acc)       # P in the input type, in place: S's D fragment is PV's A fragment
-        vpipe.wait(j)
-        Ax.gemm(o_acc, p_reg, _mat(pool, h.v_at + s * (bn * D), bn, D), accumulate=True)
-        vpipe.release(j, pred=leader)
+    LOOPS[h.schedule](c, t.n_kv)
     o_out = Ax.registers((ROWS, D), p.dtype, Ax.cuda.wgmma_fragment(D, "tx"), name="o_out")
-    sm.finish(o_out, o_acc)
+    c.sm.finish(o_out, c.o)
     if p.lse:
-        _store_lse(LSE_, sm, t, row0, p.seq_q, tid)
+        _store_lse(LSE_, c.sm, t, c.row0, p.seq_q, c.tid)
     # out through this warpgroup's own Q slot (its last Q·Kᵀ has completed); TMA clips rows past seq_q
-    Ax.cuda.staged_store(o_out, D, lambda j: _tile(pool, h.q_at + wg * (ROWS * D), ROWS, D),
-                         lambda j, buf: Ax.copy(t.q_rows(O, wg), buf, fence=False, wait=False), 1 + wg, leader)
-    Ax.cuda.tma_store_wait(0, pred=leader)
+    Ax.cuda.staged_store(o_out, D, lambda j: _tile(pool, h.q_at + c.wg * (ROWS * D), ROWS, D),
+                         lambda j, buf: Ax.copy(t.q_rows(O, c.wg), buf, fence=False, wait=False), 1 + c.wg, c.leader)
+    Ax.cuda.tma_store_wait(0, pred=c.leader)
 
 
 def _hopper(p: Problem, h: Hopper):
@@ -357,11 +486,16 @@ def online_softmax_reference(q, k, v, causal=False, scale=None, bm=64, bn=128):
 
 
 def make(batch, seq_q, seq_kv, q_heads, kv_heads, head_dim, dtype="bfloat16", causal=False, lse=False, scale=None,
-         name=None):
+         name=None, **config):
     """The attention kernel (an :class:`axe.lang.Kernel`) for these static sizes; arguments
-    ``(Q, K, V, O[, LSE])`` as the module docstring says.  Wrong sizes or types are refused here."""
+    ``(Q, K, V, O[, LSE])`` as the module docstring says; ``config``: entries of the sm_90a row of
+    :data:`TARGETS` to replace (``schedule``, ``bn``, ``stages``, ``consumers``, ``producer_regs``).
+    Wrong sizes, types or configurations are refused here."""
     p = Problem(batch, seq_q, seq_kv, q_heads, kv_heads, head_dim, dtype, causal, lse, scale)
-    hop = Hopper(p, TARGETS["sm_90a"])
+    unknown = sorted(set(config) - set(TARGETS["sm_90a"]) - {"form"})
+    if unknown:
+        raise ValueError(f"attention: unknown configuration {unknown}; the sm_90a row has {sorted(TARGETS['sm_90a'])}")
+    hop = Hopper(p, {**TARGETS["sm_90a"], **config})
 
     def factory():
         target = Ax.current_build().target

@@ -194,3 +194,16 @@ def test_op_fake_tensors_opcheck_and_compile(op):
         return torch.ops.axe.attention(q * 1, k, v, True).sum(-1)
     compiled = torch.compile(layer, fullgraph=True, backend="aot_eager")
     assert torch.equal(compiled(q, k, v), layer(q, k, v))
+
+
+def test_pingpong_schedule_overlaps_and_takes_turns():
+    art = A.build(1, 300, 300, 2, 2, 128, "float16", False, name="attention_test_pp", schedule="pingpong")
+    ptx = art.ptx
+    assert "wgmma.wait_group.sync.aligned 1" in ptx                  # S_j waited for while P·V runs on
+    # Q·Kᵀ and P·V (8 k16 steps each), each issued in the loop and in the prologue or the tail
+    assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.f16\.f16", ptx)) == 8 * 4
+    assert "bar.arrive" in ptx and art.launch["resources"]["spill_stores"] == 0
+    with pytest.raises(ValueError, match="ping-pong schedule takes turns between 2 consumer warpgroups"):
+        A.make(1, 300, 300, 2, 2, 128, schedule="pingpong", consumers=3)
+    with pytest.raises(ValueError, match="unknown configuration \\['tile'\\]"):
+        A.make(1, 300, 300, 2, 2, 128, tile=3)
