@@ -81,29 +81,49 @@ def build(args):
     return 0
 
 
-def peer_fns(torch, q, k, v, causal):
-    """``{peer: (fn returning the output as (batch, seq, heads, dim), or the reason it cannot run)}``."""
+def peer_fns(torch, q, k, v, causal, wanted=PEERS):
+    """``{peer: (fn returning the output as (batch, seq, heads, dim), or the reason it cannot run)}``
+    for the peers ``wanted`` (the others: "not requested")."""
+    out = {p: "not requested (--peers)" for p in PEERS if p not in wanted}
+    wanted = set(wanted)
     F = torch.nn.functional
     from torch.nn.attention import SDPBackend, sdpa_kernel
     qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
-    out = {}
 
     def sdpa(backend):
         def fn():
             with sdpa_kernel(backend):
                 return F.scaled_dot_product_attention(qt, kt, vt, is_causal=causal).transpose(1, 2)
         return fn
-    out["sdpa_flash"] = sdpa(SDPBackend.FLASH_ATTENTION)
-    out["sdpa_cudnn"] = sdpa(SDPBackend.CUDNN_ATTENTION)
+    for p, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
+        if p in wanted:
+            out[p] = sdpa(backend)
+    if "flash_attn_4" in wanted:
+        out["flash_attn_4"] = _fa4(q, k, v, causal)
+    if "flashinfer" in wanted:
+        out["flashinfer"] = _flashinfer(torch, q, k, v, causal)
+    return out
+
+
+def _why(e):
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+
+
+def _fa4(q, k, v, causal):
+    """FlashAttention-4 (CuTe DSL) on (batch, seq, heads, dim), or why it cannot run."""
     try:
         from flash_attn.cute import flash_attn_func
 
         def fa4():
             o = flash_attn_func(q, k, v, causal=causal)
             return o[0] if isinstance(o, tuple) else o
-        out["flash_attn_4"] = fa4
+        return fa4
     except Exception as e:  # noqa: BLE001 - a peer that does not import is reported, not fatal
-        out["flash_attn_4"] = f"import flash_attn.cute: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+        return "import flash_attn.cute: " + _why(e)
+
+
+def _flashinfer(torch, q, k, v, causal):
+    """FlashInfer's batch prefill on the ragged (tokens, heads, dim) views, or why it cannot run."""
     try:
         import flashinfer
         B, S, H, D = q.shape
@@ -112,10 +132,9 @@ def peer_fns(torch, q, k, v, causal):
         ind = torch.arange(0, (B + 1) * S, S, dtype=torch.int32, device="cuda")
         w.plan(ind, ind, H, k.shape[2], D, causal=causal, q_data_type=q.dtype)
         qf, kf, vf = (x.reshape(B * S, x.shape[2], D) for x in (q, k, v))
-        out["flashinfer"] = lambda: w.run(qf, kf, vf).view(B, S, H, D)
+        return lambda: w.run(qf, kf, vf).view(B, S, H, D)
     except Exception as e:  # noqa: BLE001
-        out["flashinfer"] = f"flashinfer: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-    return out
+        return "flashinfer: " + _why(e)
 
 
 def run_shape(torch, rt, args, seq, d, causal):
@@ -131,8 +150,8 @@ def run_shape(torch, rt, args, seq, d, causal):
             kernel = rt.load(os.path.join(args.artifacts, name_of(seq, d, causal, var)))
             sides[side] = (lambda kn: lambda: (kn(q, k, v, o), o)[1])(kernel)
         except Exception as e:  # noqa: BLE001
-            row["why"][side] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-    for p, fn in peer_fns(torch, q, k, v, causal).items():
+            row["why"][side] = _why(e)
+    for p, fn in peer_fns(torch, q, k, v, causal, args.peers).items():
         if isinstance(fn, str):
             row["why"][p] = fn
         else:
@@ -149,7 +168,7 @@ def run_shape(torch, rt, args, seq, d, causal):
             if not err < 3e-2:
                 raise AssertionError(f"max |err| / max |ref| {err:.2e} against the first peer")
         except Exception as e:  # noqa: BLE001
-            row["why"][s] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            row["why"][s] = _why(e)
             del sides[s]
     row["axe_err"] = {}
     for s in [s for s in sides if s.startswith("axe")]:
@@ -163,7 +182,7 @@ def run_shape(torch, rt, args, seq, d, causal):
                 if not err < 3e-2:
                     raise AssertionError(f"max |err| / max |ref| {err:.2e} against the first peer")
         except Exception as e:  # noqa: BLE001
-            row["why"][s] = f"{type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            row["why"][s] = _why(e)
             del sides[s]
     times = {s: [] for s in sides}
     for fn in sides.values():
@@ -244,6 +263,7 @@ def main(argv=None):
     ap.add_argument("--iters", type=int, default=10)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS, help="the peers to time (default: all)")
     ap.add_argument("--variants", nargs="*", default=["pp", "pp176", "ov3"],
                     help="axe configurations besides the default (kernels/parts/attention_variants.py), timed as axe_<name>")
     args = ap.parse_args(argv)
