@@ -203,3 +203,15 @@ def k(A):
     assert "nisa.nc_matmul(dst=c[0:128, 0:128]" in respell(twice.replace("c[0:128, 0:128] = nisa", "c[0:128, 0:128] += nisa"))
     with pytest.raises(TargetError, match="has no nki.* form"):
         respell(src.replace("c[0:128, 0:128] = nisa.nc_matmul", "c[0:128, 0:128] = nisa.iota"))
+
+
+def test_issue_28_attention_source_builds_for_trn2():
+    """kernels/attention.py (the one attention source) takes its NKI body for any neuron target."""
+    from kernels import attention
+    rng = np.random.default_rng()
+    art = attention.build(1, 300, 300, 1, 1, 128, "bfloat16", target="trn2")
+    assert art.source.startswith("import nki\n")
+    Q, K, V = (rng.standard_normal((1, 300, 128)).astype(BF16) for _ in range(3))
+    out, _ = art.run(Q=Q, K=K, V=V)
+    want = nki_attention(1, 300).reference(Q, K, V)["O"][0]
+    assert np.abs(out["O"][0].astype(np.float32) - want).max() < 2e-2
