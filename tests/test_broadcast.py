@@ -171,14 +171,14 @@ def test_rotary_variants_choose_the_schedule_their_layouts_call_for(name):
     import axe.lang as Ax
     C = _cases()
     _, ctx = Ax.build_func(C.rope_kernel(name))
-    assert [r.chosen for r in ctx.records] == C.VARIANTS[name][3]
+    assert [r.chosen for r in ctx.records] == C.VARIANTS[name][4]
 
 
 def test_unreplicated_source_names_the_replica_that_would_make_it_local():
     import axe.lang as Ax
     C = _cases()
     _, ctx = Ax.build_func(C.rope_kernel("bcast_rope_staged"))
-    rec = ctx.records[4]
+    rec = ctx.records[5]
     reason = dict(rec.verdicts)["per_thread"]
     assert "R[32:8@tx]" in reason and "+8@tx" in reason, reason
 
@@ -189,14 +189,16 @@ def _body(art):
 
 
 def test_replicated_source_is_read_in_place_by_every_thread():
-    """The per-thread code multiplies each x register by the cos/sin register of the same index:
-    no shared memory, no shuffle, no barrier."""
+    """The per-thread code multiplies each x register by the cos/sin register of the same index
+    and by the gain's one register: no shared memory, no shuffle, no barrier."""
     import axe.lang as Ax
     body = _body(Ax.compile_kernel(_cases().rope_kernel("bcast_rope_replicated")))
     assert "__shared__" not in body and "__syncthreads" not in body and "shfl_sync((uint)4294967295, v" not in body
-    reads = re.findall(r"_ptr_4\[(\d)\] = \(\(_ptr\[(\d)\] \* _ptr_2\[(\d)\]\) - \(_ptr_1\[(\d)\] \* _ptr_3\[(\d)\]\)\)", body)
+    reads = re.findall(r"_ptr_5\[(\d)\] = \(\(\(_ptr\[(\d)\] \* _ptr_2\[(\d)\]\) - \(_ptr_1\[(\d)\] \* "
+                       r"_ptr_3\[(\d)\]\)\) \* _ptr_4\[0\]\)", body)
     assert sorted(int(r[0]) for r in reads) == list(range(8))
     assert all(len(set(r)) == 1 for r in reads), reads
+    assert "_ptr_4[0] = G__ptr[((((int)blockIdx.x) * 32) + (((int)threadIdx.x) >> 3))];" in body
 
 
 def test_staged_source_goes_through_shared_memory_between_two_barriers():

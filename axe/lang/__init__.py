@@ -37,7 +37,7 @@ from axe.schedules.emit import computed_once, guard
 from .kernel import Kernel, KernelError, build_func, compile_kernel, explain, kernel, kernels_of, without_params
 from .operators import binary, cast, copy, elementwise, gemm, reduce, sync, unary
 from .scopes import cta, each_warp, launch, thread, warpgroups, warps
-from .tensors import param, permute, registers, shared, view
+from .tensors import INFER, param, permute, registers, shared, view
 from .targets import TargetError
 from .tile_schedule import TileSchedule
 from .gather import gather
@@ -47,7 +47,7 @@ from .mesh import Mesh, current_mesh, device_rank, devices, dtensor, fence_syste
 __all__ = ["S", "R", "Swizzle", "SwizzledLayout", "parse", "Kernel", "KernelError", "TargetError", "kernel", "build_func",
            "compile_kernel", "explain", "kernels_of", "without_params", "copy", "reduce", "elementwise", "unary",
            "binary", "cast", "sync", "gemm", "launch", "warps", "warpgroups", "each_warp", "thread", "cta",
-           "param", "permute", "registers", "shared", "view", "TileSchedule", "gather", "scale_accumulate",
+           "INFER", "param", "permute", "registers", "shared", "view", "TileSchedule", "gather", "scale_accumulate",
            "Mesh", "current_mesh", "device_rank", "devices", "dtensor", "fence_system", "mesh", "signal", "wait",
            "guard", "computed_once", "current_build", "target_arch", "target_family"]
 

@@ -160,13 +160,39 @@ def build_func(k: Kernel, target: str = "sm_90a", features=()):
     An error raised inside the kernel body reaches the caller as a :class:`KernelError`
     (``kernel NAME at FILE:LINE: <the original message>``), not as TVM's diagnostic; a
     :class:`~axe.schedules.dispatch.ScheduleBug` (a schedule's check raised) reaches it as itself,
-    chained to what the check raised."""
+    chained to what the check raised.  A kernel that declares a tile without a layout is parsed
+    twice (:mod:`axe.schedules.infer`): once recording its operator calls, once with the inferred
+    layouts, which ``ctx.infer.fixed`` keeps (by declaration) for ``explain``."""
+    try:
+        return _parse(k, target, features, None)
+    except _Infer:
+        pass
+    from axe.schedules.infer import InferenceError, InferState, solve
+    _, rec = _parse(k, target, features, InferState(recording=True))
+    try:
+        fixed = solve(rec.infer)
+    except InferenceError as err:
+        raise KernelError(k.name, None, None, f"layout inference: {err}", err) from None
+    func, ctx = _parse(k, target, features, InferState(fixed=fixed))
+    ctx.infer.tiles = {v.index: v for v in rec.infer.tiles.values()}
+    return func, ctx
+
+
+class _Infer(Exception):
+    """The kernel declares a tile whose layout must be inferred (``NeedsInference`` inside)."""
+
+
+def _parse(k: Kernel, target, features, infer):
+    from .tensors import NeedsInference
     with building(target, features) as ctx:      # a fresh context: no scopes, no tensors yet
+        ctx.infer = infer
         try:
             func = k.factory()
         except KernelError:
             raise
         except Exception as err:
+            if infer is None and any(isinstance(e, NeedsInference) for e in _causes(err)):
+                raise _Infer() from None
             bug = _schedule_bug(err)
             if bug is not None:     # not the kernel author's to fix: whole, with its traceback
                 raise bug
@@ -198,9 +224,18 @@ def without_params(func, names):
 
 
 def explain(k: Kernel, target: str = "sm_90a") -> str:
-    """For each operator call: the candidates, why each declined, what was chosen."""
+    """For each operator call: the candidates, why each declined, what was chosen; first, the
+    layouts inference gave the tiles declared without one, and what fixed each."""
     _, ctx = build_func(k, target)
-    return f"kernel {k.name} on {target}\n\n" + format_records(ctx.records)
+    head = f"kernel {k.name} on {target}\n\n"
+    if ctx.infer is not None and ctx.infer.fixed:
+        lines = ["inferred layouts"]
+        for i, fix in sorted(ctx.infer.fixed.items()):
+            v = ctx.infer.tiles.get(i)
+            what = f"{v.name}{list(v.shape)} {v.dtype} {v.mem}" if v else f"tile {i}"
+            lines.append(f"  {what}: {fix.describe()}")
+        head += "\n".join(lines) + "\n\n"
+    return head + format_records(ctx.records)
 
 
 def kernels_of(module) -> dict:

@@ -8,7 +8,37 @@ from axe.layout import Layout, S, SwizzledLayout, parse
 from axe.ops.tensor import Tensor, register_tensor
 from axe.schedules.context import current_context
 
-__all__ = ["param", "shared", "registers", "view", "as_layout"]
+__all__ = ["param", "shared", "registers", "view", "as_layout", "INFER", "NeedsInference"]
+
+#: ``layout=INFER`` (or ``"infer"``): the tile's layout is inferred from the operators that touch
+#: it (:mod:`axe.schedules.infer`); a register tile with ``layout=None`` is inferred too
+INFER = "infer"
+
+
+class NeedsInference(Exception):
+    """Raised by the first tile declared without a layout in a build that has not inferred yet;
+    :func:`axe.lang.build_func` catches it and parses the kernel twice (record, then build)."""
+
+
+def _open_tile(shape, dtype, mem, name):
+    """``(layout, record)`` for a tile whose layout is inferred: in the recording parse a
+    provisional row-major layout and the record to file under its buffer; in the final parse the
+    inferred layout and None."""
+    from axe.schedules.infer import OpenTile
+    ctx = current_context(f"{name}: a tile with an inferred layout")
+    st = ctx.infer
+    if st is None:
+        raise NeedsInference(name)
+    index = st.next_index()
+    if st.recording:
+        return S[tuple(shape)], OpenTile(index, name, tuple(shape), dtype, mem)
+    if index not in st.fixed:
+        raise NeedsInference(name)
+    return st.fixed[index].layout, None
+
+
+def _infers(layout, mem) -> bool:
+    return (isinstance(layout, str) and layout == INFER) or (layout is None and mem == "local")
 
 
 def as_layout(layout, shape):
@@ -52,26 +82,43 @@ def param(buf, layout=None, tensormap=None, name=None, scratch=False) -> Tensor:
 
 
 def shared(shape, dtype, layout=None, name="smem") -> Tensor:
-    """A shared-memory tile; storage is flat, sized by the layout's memory span."""
+    """A shared-memory tile; storage is flat, sized by the layout's memory span.  ``layout=None``
+    is row-major; ``layout=INFER`` takes the layout with the fewest bank conflicts for the copies
+    that write and read it (:mod:`axe.schedules.infer`)."""
     from tvm.script import tirx as T
     shape = tuple(shape)
-    L = as_layout(layout, shape)
+    record = None
+    if _infers(layout, "shared"):
+        L, record = _open_tile(shape, dtype, "shared", name)
+    else:
+        L = as_layout(layout, shape)
     align = 1024 if isinstance(L, SwizzledLayout) else 128
     buf = T.alloc_buffer((_storage(L),), dtype, scope="shared", align=align)
-    return register_tensor(Tensor(buf, L, shape, dtype, "shared", name=name))
+    return _registered(Tensor(buf, L, shape, dtype, "shared", name=name), record)
+
+
+def _registered(t: Tensor, record) -> Tensor:
+    if record is not None:
+        current_context().infer.tiles[t.buffer.__chandle__()] = record
+    return register_tensor(t)
 
 
 def registers(shape, dtype, layout=None, name="reg") -> Tensor:
     """A register tile.  Its layout may name thread axes (CTA-collective, e.g.
     ``S[(16,8,8):(8@tx,1@tx,1@reg)]``) or only registers (a per-thread tile); each thread
-    allocates the layout's span on the register axis."""
+    allocates the layout's span on the register axis.  ``layout=None`` (or ``INFER``): inferred
+    from the operators that touch the tile (:mod:`axe.schedules.infer`)."""
     from tvm.script import tirx as T
     shape = tuple(shape)
-    L = as_layout(layout, shape)
+    record = None
+    if _infers(layout, "local"):
+        L, record = _open_tile(shape, dtype, "local", name)
+    else:
+        L = as_layout(layout, shape)
     if prod(shape) != _inner(L).size:
         raise ValueError(f"registers {name}: shape {shape} does not match layout {L}")
     buf = T.alloc_buffer((_storage(L),), dtype, scope="local")
-    return register_tensor(Tensor(buf, L, shape, dtype, "local", name=name))
+    return _registered(Tensor(buf, L, shape, dtype, "local", name=name), record)
 
 
 def view(t: Tensor, layout, shape=None, base=0) -> Tensor:

@@ -107,18 +107,21 @@ def cost(accesses: Sequence[Access], offset, elem_bytes: int) -> Cost:
     return total
 
 
-def _lane_reg(c) -> tuple[int, int]:
+def _lane_reg(c, first_warp: bool) -> tuple[int, int] | None:
     lane = c["lane"] + c["tx"]
     others = [a for a in c if a not in ("lane", "tx", "m")]
-    if others:
+    if others and not first_warp:
         raise LayoutError(f"a warp access map names lanes and registers only, not {others}")
+    if first_warp and (lane >= 32 or any(c[a] for a in others)):
+        return None
     return lane, c["m"]
 
 
-def warp_accesses(L, shape: Sequence[int], vector: int = 1) -> list[Access]:
+def warp_accesses(L, shape: Sequence[int], vector: int = 1, first_warp: bool = False) -> list[Access]:
     """The instructions of a warp that holds the tile as ``L`` (over ``shape``; lanes on ``lane``
     or ``tx`` < 32, registers on ``m``) and moves registers ``[k·vector, (k+1)·vector)`` of
-    every lane with instruction k.
+    every lane with instruction k.  ``first_warp``: ``L`` spreads the tile over more threads
+    (``tx`` ≥ 32, other warps): the accesses of the first warp, the others' being alike.
 
     Law: in instruction k, lane l's vector starts at the tile element held at (l, k·vector), and
     its j-th element is the tile element held at (l, k·vector + j), which must be the next one in
@@ -127,10 +130,15 @@ def warp_accesses(L, shape: Sequence[int], vector: int = 1) -> list[Access]:
     for u in all_indices(tuple(shape)):
         x = flatten_index(u, shape)
         for c in L.map(u, shape):
-            lane, reg = _lane_reg(c)
+            got = _lane_reg(c, first_warp)
+            if got is None:
+                continue
+            lane, reg = got
             if not 0 <= lane < 32:
                 raise LayoutError(f"warp access map {L}: element {u} on lane {lane}, outside one warp")
             held[(lane, reg)] = x
+    if not held:
+        return []
     regs = max(r for _, r in held) + 1
     out = []
     for k in range(-(-regs // vector)):
@@ -178,6 +186,7 @@ class Candidate(NamedTuple):
         return self.write.conflicts + self.read.conflicts
 
     def describe(self, elem_bytes: int = 0) -> str:
+        """One line: the layout, each side's conflicts and worst phase, the storage it spans."""
         extra = f", {self.storage} elements" + (f" ({self.storage * elem_bytes} B)" if elem_bytes else "")
         return (f"{self.layout}: write {self.write.conflicts} conflicts (worst {self.write.worst}-way), read "
                 f"{self.read.conflicts} (worst {self.read.worst}-way){extra}")

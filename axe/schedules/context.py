@@ -67,6 +67,8 @@ class BuildContext(BuildState):
     features: tuple = ()            # what the target declares beyond its arch ("multicast", "nvshmem")
     #: the largest value a shape symbol may take at launch (a kernel built for a bounded range of M)
     symbol_max: dict = field(default_factory=dict)
+    #: layout inference (:class:`~axe.schedules.infer.InferState`): open tiles, recorded calls, fixes
+    infer: object = None
 
     @property
     def family(self) -> str:

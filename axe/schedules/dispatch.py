@@ -116,4 +116,8 @@ def run(call) -> None:
     construct that issues operators), recording where in the kernel source it was written."""
     from .source import call_site
     call.where = call_site()
-    dispatch(call)   # statements in a kernel body must evaluate to None
+    ctx = current_context(f"operator {call.op}")
+    if ctx.infer is not None and ctx.infer.recording:   # the first parse of layout inference
+        ctx.infer.calls.append(call)
+        return
+    dispatch(call, ctx)   # statements in a kernel body must evaluate to None

@@ -45,15 +45,21 @@ def thread_digits(dims, k, layout, axis_values):
             spans[a] = spans.get(a, 1) + dim.stride(k) * (dim.extent - 1)
         elif a not in ("m", None):
             return None, None, f"axis {a} of {layout} is not a thread or memory axis"
-    rel = {}
+    rel, interleaved = {}, {}
     for a in spans:
         v = axis_values[a] - inner.offset[a]
         reps = [r for r in inner.replica if r[2] == a]
-        if reps:
-            if len(reps) > 1 or reps[0][1] != spans[a]:
-                return None, None, f"replica {reps} on {a} is not a plain copy of the shard"
+        if reps and len(reps) == 1 and reps[0][1] == spans[a]:     # copies of the shard side by side
             pred.append(v < spans[a] * reps[0][0])
             v = t.floormod(v, spans[a])
+        elif reps:
+            # replicas between the shard's digits (a broadcast source replicated onto its readers):
+            # the thread's coordinate splits into shard and replica digits when all nest
+            its = sorted([(dims[i].stride(k), dims[i].extent) for i in range(len(dims)) if dims[i].axis(k) == a]
+                         + [(r[1], r[0]) for r in reps])
+            if any(s2 % (s1 * e1) for (s1, e1), (s2, _) in zip(its, its[1:])):
+                return None, None, f"replica {reps} on {a} interleaves the shard's iters without nesting"
+            interleaved[a] = reps
         rel[a] = v
     for i, dim in enumerate(dims):
         a = dim.axis(k)
@@ -66,6 +72,8 @@ def thread_digits(dims, k, layout, axis_values):
                 and inner.offset[a] == 0 and not [r for r in inner.replica if r[2] == a]:
             continue   # the shard enumerates exactly the scope's threads on this axis
         total = sum(digits[i] * dims[i].stride(k) for i in idx)
+        for _e, rs, _a in interleaved.get(a, ()):
+            total = total + t.floormod(t.floordiv(rel[a], rs), _e) * rs
         pred.append(total == rel[a])
     cond = None
     for p in pred:

@@ -1,0 +1,226 @@
+"""Layout inference: tiles declared without a layout get one from the operators that touch them.
+
+A kernel with such tiles is parsed twice.  The first parse *records*: each open tile stands in
+with a provisional layout, and operator calls are recorded instead of dispatched.  :func:`solve`
+then fixes every open tile from the recorded calls, and the second parse builds the kernel with
+the inferred layouts (tiles are matched by their order of declaration).
+
+The rules, strongest first (each fix names the operator and rule that made it):
+
+1. *follow*: a copy or elementwise whose register dst is open takes the layout of a register
+   source of dst's shape that is fixed; an open register source of dst's shape takes dst's.
+2. *replicate*: an open register source that broadcasts to a fixed register dst takes
+   :func:`~axe.layout.infer.replicated_for` (dst's threads each hold what they read: per_thread
+   reads it in place).
+3. *vector* (only when 1–2 fix nothing more): an open register tile copied to or from memory
+   takes :func:`~axe.layout.infer.vector_layout` over the scope's threads (16-byte runs).
+4. *swizzle*: an open shared tile takes the layout :func:`~axe.layout.swizzle_search.search_swizzle`
+   ranks first for its writes and reads (the first warp's accesses of each copy, from the other
+   operand's layout, or from the 16-byte vector rule for global memory).
+
+A tile that two rules would fix differently is an error naming both operators and both layouts;
+a tile no operator fixes is an error naming it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from axe.layout import LayoutError, SwizzledLayout
+from axe.layout.broadcast import aligned_shape
+from axe.layout.infer import replicated_for, vector_layout
+
+__all__ = ["InferenceError", "InferState", "OpenTile", "Fix", "solve"]
+
+
+class InferenceError(ValueError):
+    """The operators of a kernel fix a tile's layout in two ways, or in none."""
+
+
+@dataclass
+class OpenTile:
+    """A tile declared without a layout: its declaration ``index``, name, shape, dtype, memory."""
+
+    index: int
+    name: str
+    shape: tuple
+    dtype: str
+    mem: str
+
+
+@dataclass(frozen=True)
+class Fix:
+    """``layout`` of a tile and why: the ``rule``, the operator ``call`` (op and where) and the
+    ``source`` it came from."""
+
+    layout: object
+    rule: str
+    op: str
+    where: str
+    source: str
+
+    def describe(self) -> str:
+        return f"{self.layout}   ({self.rule}: {self.op} at {self.where}{', ' + self.source if self.source else ''})"
+
+
+@dataclass
+class InferState:
+    """One kernel build's inference: ``recording`` (first parse) collects ``tiles`` (by buffer
+    handle) and ``calls``; the second parse reads ``fixed`` (by declaration index)."""
+
+    recording: bool = False
+    tiles: dict = field(default_factory=dict)
+    calls: list = field(default_factory=list)
+    fixed: dict = field(default_factory=dict)
+    declared: int = 0
+
+    def next_index(self) -> int:
+        self.declared += 1
+        return self.declared - 1
+
+
+def _elem_bytes(dtype: str) -> int:
+    import tvm
+    return tvm.DataType(dtype).bits // 8
+
+
+class _Solver:
+    def __init__(self, state: InferState):
+        self.state = state
+        self.fixed: dict[int, Fix] = {}
+
+    def tile(self, t):
+        """The open tile a whole-tile operand stands for, else None (a slice of an open tile is no
+        constraint: its layout follows the tile's)."""
+        v = self.state.tiles.get(t.buffer.__chandle__()) if t.buffer is not None else None
+        if v is None or t.root is not None or tuple(t.shape) != v.shape:
+            return None
+        return v
+
+    def layout(self, t):
+        """Operand t's layout when known: its own, or its open tile's once fixed; else None."""
+        v = self.state.tiles.get(t.buffer.__chandle__()) if t.buffer is not None else None
+        if v is None:
+            return t.layout
+        f = self.fixed.get(v.index) if self.tile(t) is v else None
+        return f.layout if f else None
+
+    def fix(self, v: OpenTile, layout, rule, call, source) -> bool:
+        new = Fix(layout, rule, call.op, call.where, source)
+        old = self.fixed.get(v.index)
+        if old is None:
+            self.fixed[v.index] = new
+            return True
+        if old.layout != layout:
+            raise InferenceError(f"tile {v.name}{list(v.shape)}: {old.op} at {old.where} fixes {old.layout} "
+                                 f"({old.rule}{', ' + old.source if old.source else ''}) but {call.op} at "
+                                 f"{call.where} fixes {layout} ({rule}{', ' + source if source else ''})")
+        return False
+
+    def strong(self) -> bool:
+        """Rules 1 and 2 over every recorded copy and elementwise; whether any tile was fixed."""
+        changed = False
+        for call in self.state.calls:
+            if call.op not in ("copy", "elementwise"):
+                continue
+            (dname, dst), *srcs = call.operands.items()
+            n, dv = tuple(dst.shape), self.tile(dst)
+            full = [(k, t) for k, t in srcs if t.mem == "local" and _same(t.shape, n)]
+            if dv is not None and dv.mem == "local":
+                known = [(k, t) for k, t in full if self.layout(t) is not None]
+                if known:
+                    k, t = known[0]
+                    changed |= self.fix(dv, self.layout(t), "follows its source", call, f"{k} {t.name}")
+            dl = self.layout(dst)
+            if dl is None or dst.mem != "local":
+                continue
+            for k, t in srcs:
+                sv = self.tile(t)
+                if sv is None or sv.mem != "local":
+                    continue
+                if _same(t.shape, n):
+                    changed |= self.fix(sv, dl, "follows its destination", call, f"{dname} {dst.name}")
+                    continue
+                try:
+                    rep = replicated_for(dl, n, t.shape)
+                except LayoutError:
+                    continue
+                changed |= self.fix(sv, rep, "replicated onto the threads that read it", call, f"{dname} {dst.name}")
+        return changed
+
+    def vector(self) -> bool:
+        """Fix the first open register tile a copy moves to or from memory (program order)."""
+        for call in self.state.calls:
+            if call.op != "copy":
+                continue
+            for t, other in ((call.operands["dst"], call.operands["src"]), (call.operands["src"], call.operands["dst"])):
+                v = self.tile(t)
+                if v is None or v.mem != "local" or v.index in self.fixed or other.mem not in ("global", "shared"):
+                    continue
+                L = vector_layout(v.shape, _elem_bytes(v.dtype), call.scope.threads)
+                return self.fix(v, L, "16-byte vectors over the scope's threads", call,
+                                f"{call.scope.threads} threads")
+        return False
+
+    def swizzle(self):
+        from axe.layout.swizzle_search import search_swizzle
+        for v in self.state.tiles.values():
+            if v.mem != "shared" or v.index in self.fixed:
+                continue
+            eb = _elem_bytes(v.dtype)
+            write, read, first = [], [], None
+            for call in self.state.calls:
+                if call.op != "copy":
+                    continue
+                dst, src = call.operands["dst"], call.operands["src"]
+                for t, other, into in ((dst, src, write), (src, dst, read)):
+                    if self.tile(t) is not v:
+                        continue
+                    into.extend(_first_warp_accesses(self.layout(other), other, v, eb, call))
+                    first = first or call
+            if first is None:
+                continue
+            ranked = search_swizzle(v.shape, eb, write, read)
+            if not ranked:
+                raise InferenceError(f"tile {v.name}{list(v.shape)}: no candidate layout serves its copies")
+            best = ranked[0]
+            self.fix(v, best.layout, "fewest bank conflicts for its copies", first,
+                     f"write {best.write.conflicts} / read {best.read.conflicts} conflicts")
+
+
+def _same(shape, n) -> bool:
+    """Whether ``shape`` is ``n`` (up to extent-1 dims: a copy's row of a 2-D tile is a 1-D tile)."""
+    return tuple(e for e in shape if e != 1) == tuple(e for e in n if e != 1)
+
+
+def _first_warp_accesses(L, t, v, eb, call):
+    """The first warp's accesses of the shared tile ``v`` in a copy whose other operand ``t`` has
+    layout ``L`` (a register tile's thread map; memory operands move in 16-byte vectors)."""
+    from axe.layout.swizzle_search import warp_accesses
+    if L is None or t.mem != "local" or not any(a in ("tx", "lane") for a in t.thread_axes()):
+        L = vector_layout(v.shape, eb, call.scope.threads)
+    if isinstance(L, SwizzledLayout):
+        L = L.inner
+    v_max = max(1, 16 // eb)
+    while v_max >= 1:
+        try:
+            return warp_accesses(L, v.shape, v_max, first_warp=True)
+        except LayoutError:
+            v_max //= 2
+    return []
+
+
+def solve(state: InferState) -> dict:
+    """``{declaration index: Fix}`` for every open tile of a recorded build (see the module)."""
+    s = _Solver(state)
+    while True:
+        while s.strong():
+            pass
+        if not s.vector():
+            break
+    s.swizzle()
+    for v in state.tiles.values():
+        if v.index not in s.fixed:
+            raise InferenceError(f"tile {v.name}{list(v.shape)} ({v.mem}): no operator fixes its layout "
+                                 "(declare one, or copy it to or from memory or another register tile)")
+    return s.fixed
