@@ -80,7 +80,7 @@ def candidates(bound, N, K):
     ``bound``×128 with every split; above them what a run-time M schedules (the persistent tile
     128×256 or 128×128, ping-pong), and in a middle bucket (≤ :data:`MAX_BOUND` rows) also the
     tiles 128 and 256 wide cut in K as :data:`MID_SPLITS` allows, and stream-K where the bound has
-    two waves of 128×256 tiles (the stream-K scheduler's condition)."""
+    a wave of 128×256 tiles (the stream-K scheduler's condition)."""
     if bound is not None and bound <= BM:
         swapped = [dict(tile_m=bound, tile_n=128, split_k=s, stages=stages_for(128, bound, tile_k=tk),
                         **({} if tk == BK else {"tile_k": tk}))
@@ -90,7 +90,7 @@ def candidates(bound, N, K):
     runtime = [dict(), dict(tile_n=128, stages=stages_for(128)), dict(schedule="pingpong")]
     if bound is None or bound > MAX_BOUND:
         return runtime
-    streamed = [dict(stream_k=True)] if tiles(bound, N) >= 2 * SMS and K >= 4 * BK else []
+    streamed = [dict(stream_k=True)] if tiles(bound, N) >= SMS and K >= 4 * BK else []
     return runtime + [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in (128, 256) if tn <= N
                       for s in splits(K, MID_SPLITS) if s > 1] + streamed
 

@@ -267,8 +267,9 @@ def test_stream_k_builds():
     assert_call_free(art)
     off = gemm.build(2048, 4864, 520)
     assert "ld.acquire.gpu" not in off.ptx and {a["name"]: a for a in off.launch["args"]}["W_"]["shape"] == [1, 1]
-    with pytest.raises(ValueError, match="stream_k"):
-        gemm.make(2048, 4864, 520, cluster=2, stream_k=True)
+    with pytest.raises(ValueError, match="stream_k needs .* at least 132 tiles .got .* 76 tiles"):
+        gemm.make(512, 4864, 520, stream_k=True)       # fewer tiles than CTAs: a tile would span three
+    gemm.make(1024, 4864, 520, stream_k=True)          # one wave and a part (8 x 19 = 152 tiles) builds
 
 
 def test_scratch_parameters_are_marked_and_checked():

@@ -64,10 +64,13 @@ def test_heuristic_picks_the_least_modelled_cost(N, K):
     for M in (129, 256, 300, 512, 1000, 1024):      # a middle bucket: the least cost over its block-rows
         cfg, bound = gemm_select.heuristic(M, N, K), gemm_select.bucket(M)
         assert cfg in gemm_select.candidates(bound, N, K)
-        c = Config.of(cfg)
-        costs = [gemm_select.cost(N, K, x.get("tile_n", 256), x.get("split_k", 1), block_rows=bound // 128)
-                 for x in gemm_select.candidates(bound, N, K) if "schedule" not in x]
-        assert gemm_select.cost(N, K, c.bn, c.split_k, block_rows=bound // 128) == min(costs)
+        rows = -(-bound // 128)
+
+        def model(x):
+            if x.get("stream_k"):
+                return gemm_select.stream_k_cost(N, K, block_rows=rows)
+            return gemm_select.cost(N, K, x.get("tile_n", 256), x.get("split_k", 1), block_rows=rows)
+        assert model(cfg) == min(model(x) for x in gemm_select.candidates(bound, N, K) if "schedule" not in x)
 
 
 def test_scheduled_rows():

@@ -124,8 +124,10 @@ BOUNDED = {"bnd_n64x4": {"tile_n": 64, "split_k": 4, "stages": 8}, "bnd_n256x2":
 #: the middle buckets' statically scheduled candidates (``max_rows`` 256..1024): checked at M from 1 up to
 #: the bound (tiles past M load zeros and store nothing)
 BOUNDED.update({"bnd256_n256x4": {"split_k": 4}, "bnd512_n128x2": {"tile_n": 128, "split_k": 2, "stages": 6},
-                "bnd1024_n256x2": {"split_k": 2}})
-BOUNDED_ROWS = {"bnd256_n256x4": 256, "bnd512_n128x2": 512, "bnd1024_n256x2": 1024}
+                "bnd1024_n256x2": {"split_k": 2}, "bnd1024_sk": {"stream_k": True}})
+BOUNDED_ROWS = {"bnd256_n256x4": 256, "bnd512_n128x2": 512, "bnd1024_n256x2": 1024, "bnd1024_sk": 1024}
+#: stream-K wants a wave of tiles: 8 × 20 = 160 tiles of 128×256 at the bound (one wave and a part)
+BOUNDED_SHAPE = {"bnd1024_sk": (5120, 2048)}
 BOUNDED_N_K, BOUNDED_MS = (4096, 2048), (1, 5, 64, 128, 200, 449, 777)
 #: variant tag -> build target (make()'s keywords are in VARIANTS)
 TARGETS = {"sm100": "sm_100a", "sm100c2": "sm_100a"}
@@ -159,7 +161,8 @@ def _bounded_builder(tag, dtype, b_major):
     def build():
         sys.path.insert(0, ROOT)
         from kernels import gemm
-        return gemm.build_dynamic(*BOUNDED_N_K, dtype=dtype, b_major=b_major, name=case_name("dyn", dtype, b_major, tag),
+        return gemm.build_dynamic(*BOUNDED_SHAPE.get(tag, BOUNDED_N_K), dtype=dtype, b_major=b_major,
+                                  name=case_name("dyn", dtype, b_major, tag),
                                   max_rows=BOUNDED_ROWS.get(tag, BOUNDED[tag].get("tile_m", 128)), **BOUNDED[tag])
     return build
 
@@ -234,9 +237,9 @@ def _check_bounded(kernel, torch):
     bound = kernel.launch["symbols"]["M"]["max"]
     ms = tuple(m for m in BOUNDED_MS if m < bound) + (bound,)
     errs = [run_check(kernel, torch, runs=1, m=m) for m in ms]
-    n, k = BOUNDED_N_K
     dtype = {"float16": torch.float16, "bfloat16": torch.bfloat16}[kernel.launch["args"][0]["dtype"]]
     b_shape = kernel.launch["args"][1]["shape"]
+    k, n = kernel.launch["args"][0]["shape"][1], kernel.launch["args"][2]["shape"][1]
     try:
         kernel(torch.zeros(bound + 1, k, device="cuda", dtype=dtype), torch.zeros(*b_shape, device="cuda", dtype=dtype),
                torch.zeros(bound + 1, n, device="cuda", dtype=dtype))
@@ -244,7 +247,7 @@ def _check_bounded(kernel, torch):
         assert f"exceeds {bound}" in str(e), e
     else:
         raise AssertionError(f"a launch with {bound + 1} rows was not refused")
-    return f"M in {ms} x {BOUNDED_N_K}, rel err <= {max(errs):.1e} vs fp32; M = {bound + 1} refused"
+    return f"M in {ms} x {(n, k)}, rel err <= {max(errs):.1e} vs fp32; M = {bound + 1} refused"
 
 
 CHECKS = {name: _check_dynamic if name.startswith("gemm_ew_dyn") else

@@ -87,8 +87,8 @@ class StreamKSchedule(Persistent):
     """The persistent schedule with a stream-K tail (a build-time tile count): each CTA runs
     ``dp_waves`` whole tiles, then its stream-K pieces (at most three: at most one head and one
     tail), each followed by the epilogue's ``finish`` (store, hand over, or wait and add).
-    ``min_tiles``: refuse below that many tiles (two waves keep the split's pieces two k-blocks long
-    and a wave of whole tiles ahead of the split)."""
+    ``min_tiles``: refuse below that many tiles (at least one per CTA: the module's law keeps every
+    tile in at most two CTAs' ranges from there on)."""
 
     name = "stream-K"
     hands_over = True
