@@ -90,8 +90,7 @@ def _held_in_place(tensors, shapes, driver, k, i, d):
     if verdict.suggestion:
         fixed = with_replica(s.layout, verdict.suggestion, axes)
         if locality(c.layout, shapes[driver], fixed, shapes[k], axes).local:
-            reps = ",".join(map(repr, verdict.suggestion))
-            hint = f"; replicated as {fixed} (R[{reps}]) it would be local"
+            hint = f"; as {fixed} (replicated onto those threads) it would be local"
     return (f"{moved}: a thread of operand {driver} at {where or 'a large displacement'} from operand {k}'s "
             f"holder lacks the value{hint}")
 
