@@ -37,6 +37,7 @@ from axe.backends.cuda.artifact import Artifact, eval_expr
 
 from . import report as _report
 from .driver import LaunchError, check_result, cuda_driver
+from .plan import LaunchPlan
 from .report import WaitTimeoutError  # noqa: F401 - re-exported: what a failed launch or synchronize raises
 
 _INT_RANGES = {
@@ -311,7 +312,6 @@ def pack_params(launch: dict, bound: Bound, driver):
 
 _CACHE: dict = {}
 _LOCK = threading.Lock()
-_LAUNCH_LOCK = threading.Lock()   # a ParamPack is filled and launched by one thread at a time
 
 
 def clear_cache(driver=None):
@@ -355,6 +355,8 @@ class Kernel:
         self._key = hashlib.sha256(artifact.cubin).hexdigest()
         self._scratch = {}      # (device index, stream handle) -> the scratch tensors (zero-filled at allocation)
         self._bound = {}        # _call_key(args) -> a Bound that passed every check (pointers aside)
+        self._scratch_ptr = {}  # (device index, stream handle) -> (kept by a capture, the scratch set's pointers)
+        self._user_args = sum(1 for a in self.launch["args"] if not a.get("scratch"))
 
     @property
     def driver(self):
@@ -390,14 +392,31 @@ class Kernel:
             device = device if device is not None else torch.device("cuda", index)
             self._scratch[key] = [torch.zeros(a["shape"], dtype=getattr(torch, a["dtype"]), device=device)
                                   for a in missing]
-        if _capturing() and id(self._scratch[key]) not in _CAPTURED_SCRATCH:
+        if id(self._scratch[key]) not in _CAPTURED_SCRATCH and _capturing():
             _CAPTURED_SCRATCH[id(self._scratch[key])] = self._scratch[key]
         return tuple(args) + tuple(self._scratch[key])
+
+    def _scratch_ptrs(self, index: int, stream: int, device_type: str = "cuda") -> tuple:
+        """The data pointers of the scratch set of (``index``, ``stream``) (:meth:`_with_scratch`'s,
+        made on first use; asked whether a graph is being captured until a capture has used it,
+        which keeps it for the process)."""
+        got = self._scratch_ptr.get((index, stream))
+        if got is not None and (got[0] or not _capturing()):
+            return got[1]
+        import torch
+
+        n = self._user_args
+        full = self._with_scratch((None,) * n, index, stream, device=torch.device(device_type, index))
+        kept = id(self._scratch[(index, int(stream))]) in _CAPTURED_SCRATCH
+        ptrs = tuple(int(t.data_ptr()) for t in full[n:])
+        self._scratch_ptr[(index, stream)] = (kept, ptrs)
+        return ptrs
 
     def release_scratch(self):
         """Forget every scratch set (the next launch on a stream allocates a fresh one). Only call it
         when no launch that used them is still running."""
         self._scratch.clear()
+        self._scratch_ptr.clear()
 
     def bind(self, *args, device_type="cuda") -> Bound:
         """Check the arguments and compute the launch configuration without launching.
@@ -410,8 +429,8 @@ class Kernel:
 
     def _bind(self, args, device_type):
         """``(Bound, entry)``: ``entry`` is the cache record of the call signature (a list
-        ``[device_type, Bound without tensors, ParamPack or None]``; the launch keeps its parameter
-        pack there), or None when ``args`` have no key."""
+        ``[device_type, Bound without tensors, LaunchPlan or None]``; the launch keeps its plan
+        there), or None when ``args`` have no key."""
         key = _call_key(args)
         entry = self._bound.get(key) if key is not None else None
         if entry is None or entry[0] != device_type:
@@ -472,45 +491,60 @@ class Kernel:
         with _LOCK:
             return _CACHE[(device_index, self._key, self.launch["kernel"])][0]
 
-    def __call__(self, *args, stream=None):
-        """Check ``args``, encode tensor maps and launch; returns the :class:`Bound` arguments."""
+    #: the device type the checks demand of every tensor (``"cpu"`` only for a test that launches
+    #: CPU tensors through a stand-in driver)
+    device_type = "cuda"
+
+    def plan(self, *args, stream=None):
+        """The :class:`~axe.runtime.plan.LaunchPlan` of the signature of ``args`` (tensors in
+        signature order; scratch may be left out): every check of :func:`bind_arguments` runs on
+        a signature's first call, later calls of the same signature get the remembered plan."""
         import torch
 
-        d = self.driver
+        index = self._index(args, torch)
+        return self._planned(args, index, self._stream(stream, index, torch), torch)[1]
+
+    def _index(self, args, torch) -> int:
         dev = next((v.device for v in args if isinstance(v, torch.Tensor)), None)
-        index = dev.index if dev is not None and dev.index is not None else torch.cuda.current_device()
+        if dev is not None and dev.index is not None:
+            return dev.index
+        return 0 if self.device_type == "cpu" else torch.cuda.current_device()
+
+    def _stream(self, stream, index, torch) -> int:
         if stream is None:
-            stream = _current_stream(torch, index)
-        elif hasattr(stream, "cuda_stream"):
-            stream = stream.cuda_stream
-        b, entry = self._bind(self._with_scratch(args, index, stream), "cuda")
+            return _current_stream(torch, index) if self.device_type == "cuda" else 0
+        return stream.cuda_stream if hasattr(stream, "cuda_stream") else stream
+
+    def _planned(self, args, index, stream, torch):
+        """``(Bound, LaunchPlan)`` of ``args`` (scratch appended where the caller left it out)."""
+        device = torch.device(self.device_type, index)
+        b, entry = self._bind(self._with_scratch(args, index, stream, device=device), self.device_type)
         if b.device is None:
-            b.device = torch.device("cuda", index)
-        if 0 in b.grid:
-            return b  # an empty problem: nothing to launch
-        index = b.device.index if b.device.index is not None else torch.cuda.current_device()
-        func = self.function(index, b.dynamic_smem)
-        pack = entry[2] if entry is not None else None
-        if pack is None:
-            pack = ParamPack(self.launch, b.env, d)
+            b.device = device
+        plan = entry[2] if entry is not None else None
+        # a programmatic kernel's plan follows AXE_PROGRAMMATIC_LAUNCH as it is now (a benchmark
+        # toggles it between two timings of one signature)
+        if plan is None or (self.launch.get("programmatic") and plan.programmatic != programmatic_launch_enabled()):
+            cuda = self.device_type == "cuda"
+            plan = LaunchPlan(self, b, b.device.index if b.device.index is not None else index,
+                              ParamPack(self.launch, b.env, self.driver), launch_config(self.driver, self.launch, b, 0),
+                              functools.partial(_current_stream, torch) if cuda else lambda index: 0,
+                              lambda d, i: _ensure_context(d, i), self.device_type)
+            plan.programmatic = programmatic_launch_enabled()
             if entry is not None:
-                entry[2] = pack
-        with _LAUNCH_LOCK, torch.cuda.device(index), _reported(index):
-            ptr = pack.fill(b.tensors)
-            name = self.launch["name"]
-            cfg = launch_config(d, self.launch, b, stream)
-            if cfg is not None:
-                check_result(d, d.cuLaunchKernelEx(cfg, func, ptr, 0), f"cuLaunchKernelEx({name})")
-            elif self.launch.get("cooperative"):
-                check_result(
-                    d, d.cuLaunchCooperativeKernel(func, *b.grid, *b.block, b.dynamic_smem, stream, ptr),
-                    f"cuLaunchCooperativeKernel({name})",
-                )
-            else:
-                check_result(
-                    d, d.cuLaunchKernel(func, *b.grid, *b.block, b.dynamic_smem, stream, ptr, 0),
-                    f"cuLaunchKernel({name}, grid={b.grid}, block={b.block}, smem={b.dynamic_smem})",
-                )
+                entry[2] = plan
+        return b, plan
+
+    def __call__(self, *args, stream=None):
+        """Check ``args`` (fully on a signature's first call, the data pointers' alignment on every
+        call) and launch through the signature's :class:`~axe.runtime.plan.LaunchPlan`; returns the
+        :class:`Bound` arguments."""
+        import torch
+
+        index = self._index(args, torch)
+        stream = self._stream(stream, index, torch)
+        b, plan = self._planned(args, index, stream, torch)
+        plan(tuple(int(b.tensors[name].data_ptr()) for name, _ in plan.slots), stream)
         return b
 
 
@@ -609,7 +643,7 @@ def _capturing() -> bool:
     """Whether the current CUDA stream is capturing a graph (False where there is no CUDA; asked
     once per process, since a launch with scratch asks this every time)."""
     import torch
-    return _has_cuda() and torch.cuda.is_current_stream_capturing()
+    return _has_cuda() and torch._C._cuda_isCurrentStreamCapturing()
 
 
 def load(path_or_artifact, driver=None) -> Kernel:

@@ -98,6 +98,19 @@ class JitKernel:
             k = self.load(device, spec)
         return k(*args, stream=stream)
 
+    def plan(self, *args):
+        """The :class:`~axe.runtime.plan.LaunchPlan` of ``args``' call signature (the kernel built
+        or loaded on its specialization's first call, the arguments checked fully on the
+        signature's first call), or None where the loader's kernels make no plans (a test's
+        stand-in)."""
+        spec = self.spec(*args)
+        device = _device_of(args)
+        k = self._memo.get((device, *spec.items()))
+        if k is None:
+            k = self.load(device, spec)
+        make = getattr(k, "plan", None)
+        return make(*args) if make is not None else None
+
     def load(self, device, spec: dict):
         """The loaded kernel for ``spec`` on ``device`` (memoized)."""
         memo_key = (device, *spec.items())

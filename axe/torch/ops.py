@@ -34,6 +34,17 @@ capturing: the first call builds or loads the kernel).
 Inputs that are not contiguous, or whose data is not 16-byte aligned (a sliced view), are
 copied first: the kernels load 16-byte vectors.  The in-place ops then copy their results back
 into the caller's tensors.
+
+**Host cost.**  The first call of a call signature (every tensor's dtype, shape, strides and
+device, and the scalars) runs every check: the op's own (dtype, row length, shapes that must
+agree), the jit's specialization lookup and the runtime's (:func:`axe.runtime.launcher.bind_arguments`
+against the artifact's ``launch.json``), and keeps the signature's
+:class:`~axe.runtime.plan.LaunchPlan` when the call needed no copy.  A later call of that
+signature looks the plan up by one tuple of its tensors' properties, checks the data pointers'
+alignment (a misaligned view takes the checked path, which copies it), allocates the output and
+launches: no check is paid twice, and every error still names the argument (a new signature is
+checked in full).  ``FAST_PATH = False`` sends every call down the checked path (the cost before
+the plans: ``benchmarks/torch_ops.py --checked``).
 """
 
 from __future__ import annotations
@@ -45,13 +56,67 @@ from .cache import kernels_root
 from .jit import JitKernel
 
 __all__ = ["rmsnorm", "fused_add_rmsnorm", "softmax", "silu_and_mul", "rotary_embedding", "gemm", "KERNELS",
-           "spec_rows", "spec_gemm", "spec_silu", "spec_rotary"]
+           "spec_rows", "spec_gemm", "spec_silu", "spec_rotary", "prebuild", "clear_plans", "PLANS", "FAST_PATH"]
 
 #: the folder that holds the ``kernels`` package (:func:`axe.torch.cache.kernels_root`): the
 #: repository root in a checkout, ``axe/_kernels`` in an installed wheel
 ROOT = kernels_root()
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 _INT32 = 2**31 - 1
+
+#: False: every call takes the checked path (a benchmark's "before"; see the module docstring)
+FAST_PATH = True
+#: call signatures remembered per op (then forgotten all at once: a server's shapes repeat)
+PLAN_LIMIT = 1024
+#: op name -> {call signature: (LaunchPlan, what the op's fast path needs besides)}
+PLANS: dict = {}
+
+
+def _sig(t) -> tuple:
+    """What of tensor ``t`` its op's checks depend on, pointers aside: dtype, shape, strides,
+    device (a plan's key holds one per tensor argument, with the scalars)."""
+    return t.shape, t.stride(), t.dtype, t.device
+
+
+def _remember(op: str, key, plan, extra=None):
+    """Keep ``plan`` (None: the loader makes none; nothing is kept) for ``op``'s signature ``key``."""
+    if plan is None or not FAST_PATH:
+        return
+    plans = PLANS.setdefault(op, {})
+    if len(plans) >= PLAN_LIMIT:
+        plans.clear()
+    plans[key] = (plan, extra)
+
+
+def prebuild(specs, cache_dir, target: str = "sm_90a") -> int:
+    """Build the artifacts of ``specs`` — ``(name in KERNELS, specialization)`` pairs — into the
+    cache folder ``cache_dir`` (TVM + nvcc here; a GPU machine then loads them without TVM), with a
+    progress display; every failure is reported and counted.  Returns the number that failed."""
+    import traceback
+
+    from axe.progress import Progress
+
+    from .cache import ArtifactCache
+    cache, failed = ArtifactCache(cache_dir, shipped=[]), 0
+    with Progress(len(specs), "build") as p:
+        for name, spec in specs:
+            k = KERNELS[name]
+            k._cache, k.progress = cache, False
+            try:
+                with p.step(f"{name} {spec}"):
+                    k.artifact_path(target, spec)
+            except Exception:  # noqa: BLE001 - report each, then fail
+                failed += 1
+                p.note(traceback.format_exc())
+    print(f"cache {cache_dir}: {len(cache.entries())} entries")
+    return failed
+
+
+def clear_plans():
+    """Forget every op's plans (after :func:`axe.torch.tune.reload`, or a cleared jit kernel:
+    the next call of each signature is checked and planned again)."""
+    for plans in PLANS.values():
+        plans.clear()
 
 
 def _dtype(op: str, name: str, t) -> str:
@@ -183,12 +248,27 @@ def _check_rmsnorm(x, weight, op="rmsnorm"):
     return n, dt
 
 
+_RMS_PLANS = PLANS.setdefault("rmsnorm", {})
+
+
 def _rmsnorm(x, weight, eps=1e-6):
     """``x / sqrt(mean(x², -1) + eps) * weight`` over the last dimension (fp32 inside)."""
+    key = (_sig(x), _sig(weight), eps)
+    hit = _RMS_PLANS.get(key) if FAST_PATH else None
+    if hit is not None:
+        xp, wp = x.data_ptr(), weight.data_ptr()
+        if not (xp | wp) & 15:
+            y = torch.empty_like(x)
+            hit[0]((xp, wp, y.data_ptr()))
+            return y
     n, _ = _check_rmsnorm(x, weight)
-    rows = _ready(x).reshape(-1, n)
+    xr, wr = _ready(x), _ready(weight)
+    rows = xr.reshape(-1, n)
     y = torch.empty_like(rows)
-    KERNELS["rmsnorm"](rows, _ready(weight).reshape(1, n), y, float(eps))
+    args = (rows, wr.reshape(1, n), y, float(eps))
+    if xr is x and wr is weight:
+        _remember("rmsnorm", key, KERNELS["rmsnorm"].plan(*args))
+    KERNELS["rmsnorm"](*args)
     return y.view(x.shape)
 
 
@@ -215,16 +295,30 @@ def _writable(t):
     return r, r is not t
 
 
+_ADD_PLANS = PLANS.setdefault("fused_add_rmsnorm", {})
+
+
 def _fused_add_rmsnorm(x, residual, weight, eps=1e-6):
     """In place: ``residual = x + residual`` (fp32 sum rounded to the dtype), then ``x =
     residual / sqrt(mean(residual², -1) + eps) * weight`` from the rounded residual; returns
     nothing."""
+    key = (_sig(x), _sig(residual), _sig(weight), eps)
+    hit = _ADD_PLANS.get(key) if FAST_PATH else None
+    if hit is not None:
+        xp, rp, wp = x.data_ptr(), residual.data_ptr(), weight.data_ptr()
+        if not (xp | rp | wp) & 15 and xp != rp:
+            hit[0]((xp, wp, rp))
+            return
     n = _check_fused_add(x, residual, weight)
     if x.numel() and x.data_ptr() == residual.data_ptr():
         raise ValueError("axe::fused_add_rmsnorm: x and residual are the same memory; they must be distinct tensors")
     xw, x_copied = _writable(x)
     rw, r_copied = _writable(residual)
-    KERNELS["fused_add_rmsnorm"](xw.view(-1, n), _ready(weight).view(1, n), rw.view(-1, n), float(eps))
+    wr = _ready(weight)
+    args = (xw.view(-1, n), wr.view(1, n), rw.view(-1, n), float(eps))
+    if not (x_copied or r_copied) and wr is weight:
+        _remember("fused_add_rmsnorm", key, KERNELS["fused_add_rmsnorm"].plan(*args))
+    KERNELS["fused_add_rmsnorm"](*args)
     if x_copied:
         x.copy_(xw)
     if r_copied:
@@ -241,12 +335,26 @@ fused_add_rmsnorm = _define("fused_add_rmsnorm(Tensor(a!) x, Tensor(b!) residual
 
 # --- softmax ---------------------------------------------------------------------------------
 
+_SOFTMAX_PLANS = PLANS.setdefault("softmax", {})
+
+
 def _softmax(x):
     """``softmax(x, dim=-1)`` (fp32 inside, the result in x's dtype)."""
+    key = _sig(x)
+    hit = _SOFTMAX_PLANS.get(key) if FAST_PATH else None
+    if hit is not None:
+        xp = x.data_ptr()
+        if not xp & 15:
+            y = torch.empty_like(x)
+            hit[0]((xp, y.data_ptr()))
+            return y
     n = _row_length("softmax", x)
     _dtype("softmax", "x", x)
-    rows = _ready(x).reshape(-1, n)
+    xr = _ready(x)
+    rows = xr.reshape(-1, n)
     y = torch.empty_like(rows)
+    if xr is x:
+        _remember("softmax", key, KERNELS["softmax"].plan(rows, y))
     KERNELS["softmax"](rows, y)
     return y.view(x.shape)
 
@@ -268,11 +376,25 @@ def _check_silu(x):
     return two_d // 2
 
 
+_SILU_PLANS = PLANS.setdefault("silu_and_mul", {})
+
+
 def _silu_and_mul(x):
     """``silu(x[..., :d]) * x[..., d:]`` for ``x`` (..., 2d): fp32 inside, the result in x's dtype."""
+    key = _sig(x)
+    hit = _SILU_PLANS.get(key) if FAST_PATH else None
+    if hit is not None:
+        xp = x.data_ptr()
+        if not xp & 15:
+            y = torch.empty(hit[1], dtype=x.dtype, device=x.device)
+            hit[0]((xp, y.data_ptr()))
+            return y
     d = _check_silu(x)
-    rows = _ready(x).reshape(-1, 2 * d)
+    xr = _ready(x)
+    rows = xr.reshape(-1, 2 * d)
     y = x.new_empty((rows.shape[0], d))
+    if xr is x:
+        _remember("silu_and_mul", key, KERNELS["silu_and_mul"].plan(rows, y), (*x.shape[:-1], d))
     KERNELS["silu_and_mul"](rows, y)
     return y.view(*x.shape[:-1], d)
 
@@ -331,20 +453,42 @@ def _check_rotary(positions, query, key, head_size, cos_sin_cache):
     return tokens, hq, hk
 
 
+_ROTARY_PLANS = PLANS.setdefault("rotary_embedding", {})
+
+
 def _rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
     """vLLM's ``rotary_embedding``: rotates ``query`` and ``key`` (if not None) in place by the
     angles of ``cos_sin_cache[positions]``; returns nothing."""
+    sig = (_sig(positions), _sig(query), None if key is None else _sig(key), head_size, _sig(cos_sin_cache), is_neox)
+    hit = _ROTARY_PLANS.get(sig) if FAST_PATH else None
+    if hit is not None:
+        pp, qp, cp = positions.data_ptr(), query.data_ptr(), cos_sin_cache.data_ptr()
+        if hit[1]:                     # the plan rotates a key too
+            kp = key.data_ptr()
+            if not (qp | kp | cp) & 15 and not pp % positions.element_size():
+                hit[0]((pp, qp, kp, cp))
+                return
+        elif not (qp | cp) & 15 and not pp % positions.element_size():
+            hit[0]((pp, qp, cp))
+            return
     tokens, hq, hk = _check_rotary(positions, query, key, head_size, cos_sin_cache)
     if tokens == 0:
         return
     qw, q_copied = _writable(query)
-    args = [_ready(positions.reshape(-1), positions.element_size()), qw.view(tokens, hq * head_size)]
+    pr = _ready(positions.reshape(-1), positions.element_size())
+    args = [pr, qw.view(tokens, hq * head_size)]
+    copied = q_copied or pr.data_ptr() != positions.data_ptr()
     key = key if hk else None          # an empty key has nothing to turn: the build without one
     if key is not None:
         kw, k_copied = _writable(key)
         args.append(kw.view(tokens, hk * head_size))
-    args.append(_ready(cos_sin_cache))
-    KERNELS["rotary_neox" if is_neox else "rotary_gptj"](*args)
+        copied = copied or k_copied
+    cr = _ready(cos_sin_cache)
+    args.append(cr)
+    jk = KERNELS["rotary_neox" if is_neox else "rotary_gptj"]
+    if not copied and cr is cos_sin_cache and (key is not None or sig[2] is None):
+        _remember("rotary_embedding", sig, jk.plan(*args), key is not None)
+    jk(*args)
     if q_copied:
         query.copy_(qw)
     if key is not None and k_copied:
@@ -375,14 +519,29 @@ def _gemm_shape(a, b, transpose_b: bool):
     return int(M), int(N)
 
 
+_GEMM_PLANS = PLANS.setdefault("gemm", {})
+
+
 def _gemm(a, b, transpose_b=False):
     """``a @ b`` (or ``a @ b.T`` with ``transpose_b``), fp32 accumulation, output in a's dtype."""
+    key = (_sig(a), _sig(b), transpose_b)
+    hit = _GEMM_PLANS.get(key) if FAST_PATH else None
+    if hit is not None:
+        ap, bp = a.data_ptr(), b.data_ptr()
+        if not (ap | bp) & 63:
+            c = torch.empty(hit[1], dtype=a.dtype, device=a.device)
+            hit[0]((ap, bp, c.data_ptr()))
+            return c
     M, N = _gemm_shape(a, b, transpose_b)
     c = a.new_empty((M, N))
     if not (M and N and a.shape[1]):
         return c.zero_()               # an empty product (no grid to launch, no tensor map of 0 rows)
     # the GEMM's tensor maps want 64-byte aligned operands (its launch.json says so)
-    KERNELS["gemm_nt" if transpose_b else "gemm"](_ready(a, 64), _ready(b, 64), c)
+    ar, br = _ready(a, 64), _ready(b, 64)
+    jk = KERNELS["gemm_nt" if transpose_b else "gemm"]
+    if ar is a and br is b:
+        _remember("gemm", key, jk.plan(ar, br, c), (M, N))
+    jk(ar, br, c)
     return c
 
 

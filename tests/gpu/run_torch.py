@@ -80,23 +80,8 @@ SPECS = [("rmsnorm", {"n": n, "dtype": dt}) for n in (1024, 4096) for dt in ("fl
 
 
 def build(args):
-    from axe.progress import Progress
     from axe.torch import ops
-    from axe.torch.cache import ArtifactCache
-    cache = ArtifactCache(args.cache, shipped=[])
-    failed = 0
-    with Progress(len(SPECS), "build") as p:
-        for name, spec in SPECS:
-            k = ops.KERNELS[name]
-            k._cache, k.progress = cache, False
-            try:
-                with p.step(f"{name} {spec}"):
-                    k.artifact_path(TARGET, spec)
-            except Exception:  # noqa: BLE001 - report each, then fail
-                failed += 1
-                p.note(traceback.format_exc())
-    print(f"cache {args.cache}: {len(cache.entries())} entries")
-    return 1 if failed else 0
+    return 1 if ops.prebuild(SPECS, args.cache, TARGET) else 0
 
 
 # --- the GPU side -------------------------------------------------------------------------------
