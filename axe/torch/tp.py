@@ -21,7 +21,13 @@ The fused all-gather does not materialize the gathered A (its rows live in the k
 buffer in two alternating halves, and its own rows are read in place): ``return_A=True`` (the
 symm_mem convention) gathers it with NCCL beside the kernel; pass ``return_A=False`` to skip that.
 Only ``gather_dim=0``, ``scatter_dim=0`` and ``reduce_op="sum"`` are taken; anything else is
-refused naming the argument.  The artifacts are built (or found) by :class:`axe.torch.jit.JitKernel`
+refused naming the argument.
+
+With DTensors in and out, the two halves of a sequence-parallel MLP are
+:func:`all_gather_linear` (``x`` Shard(0) rows, a column-parallel ``nn.Linear`` weight Shard(0) →
+``x @ weightᵀ`` Shard(1)) and :func:`linear_reduce_scatter` (``x`` Shard(1), a row-parallel weight
+Shard(1) → Shard(0)), on a one-dimensional device mesh; the placements are checked and named in
+every refusal.  The artifacts are built (or found) by :class:`axe.torch.jit.JitKernel`
 like every axe op's.
 """
 
@@ -32,8 +38,8 @@ from dataclasses import dataclass
 from .jit import JitKernel
 from .ops import ROOT, _DTYPES
 
-__all__ = ["fused_all_gather_matmul", "fused_matmul_reduce_scatter", "choose", "explain", "Choice",
-           "FUSED_MIN_ROWS", "add_commands"]
+__all__ = ["fused_all_gather_matmul", "fused_matmul_reduce_scatter", "all_gather_linear", "linear_reduce_scatter",
+           "choose", "explain", "Choice", "FUSED_MIN_ROWS", "add_commands"]
 
 #: rows (global M) from which the fused kernels are chosen (see the module docstring)
 FUSED_MIN_ROWS = 4096
@@ -180,6 +186,55 @@ def fused_matmul_reduce_scatter(A, B, reduce_op="sum", scatter_dim=0, group_name
     P = torch.ops.axe.gemm(A.contiguous(), Bk, b_major == "col")
     dist.reduce_scatter_tensor(out, P, group=group)
     return out
+
+
+def _placed(name, t, want):
+    """``t``'s local tensor and mesh, after checking that ``t`` is a DTensor on a one-dimensional mesh
+    placed as ``want`` (a ``Shard`` dim); the refusal names the argument and what it got."""
+    from torch.distributed.tensor import DTensor, Shard
+    if not isinstance(t, DTensor):
+        raise TypeError(f"axe.torch.tp: {name} must be a DTensor placed (Shard({want}),), got {type(t).__name__}")
+    if t.device_mesh.ndim != 1 or tuple(t.placements) != (Shard(want),):
+        raise ValueError(f"axe.torch.tp: {name} must be placed (Shard({want}),) on a 1-D device mesh, got "
+                         f"{tuple(t.placements)} on a mesh of shape {tuple(t.device_mesh.shape)}")
+    return t.to_local(), t.device_mesh
+
+
+def _dtensor(local, mesh, dim, shape):
+    """``local`` as this rank's Shard(dim) part of a DTensor of global ``shape`` on ``mesh``."""
+    import torch
+    from torch.distributed.tensor import DTensor, Shard
+    return DTensor.from_local(local, mesh, (Shard(dim),), run_check=False, shape=torch.Size(shape),
+                              stride=torch.empty(shape, device="meta").stride())
+
+
+def _same_mesh(a, b):
+    if a != b:
+        raise ValueError("axe.torch.tp: x and weight must live on the same device mesh")
+
+
+def all_gather_linear(x, weight):
+    """``x @ weightᵀ`` of a sequence-parallel ``x`` (DTensor M × K placed Shard(0)) and a
+    column-parallel ``nn.Linear`` weight (DTensor N × K placed Shard(0)): a DTensor M × N placed
+    Shard(1), computed by :func:`fused_all_gather_matmul` on the mesh's group (the fused kernel or
+    NCCL + axe's GEMM, as :func:`choose` says)."""
+    xl, mesh = _placed("x", x, 0)
+    wl, wmesh = _placed("weight", weight, 0)
+    _same_mesh(mesh, wmesh)
+    _, (out,) = fused_all_gather_matmul(xl, [wl.t()], 0, mesh.get_group(), return_A=False)
+    return _dtensor(out, mesh, 1, (x.shape[0], weight.shape[0]))
+
+
+def linear_reduce_scatter(x, weight):
+    """``x @ weightᵀ`` of ``x`` (DTensor M × K placed Shard(1): each rank holds a slice of K) and a
+    row-parallel ``nn.Linear`` weight (DTensor N × K placed Shard(1)): a DTensor M × N placed
+    Shard(0) (the sum over ranks, reduce-scattered by rows), computed by
+    :func:`fused_matmul_reduce_scatter` on the mesh's group."""
+    xl, mesh = _placed("x", x, 1)
+    wl, wmesh = _placed("weight", weight, 1)
+    _same_mesh(mesh, wmesh)
+    out = fused_matmul_reduce_scatter(xl, wl.t(), "sum", 0, mesh.get_group())
+    return _dtensor(out, mesh, 0, (x.shape[0], weight.shape[0]))
 
 
 def add_commands(subparsers) -> None:

@@ -8,7 +8,8 @@
   folder; TVM absent) calls ``fused_all_gather_matmul`` and ``fused_matmul_reduce_scatter`` with
   the symm_mem conventions on Llama-3.1-8B's projections at M = 2048 and 8192, checks each result
   against fp32 (the gathered A exactly), prints :func:`axe.torch.tp.explain` and times each op
-  beside ``torch.ops.symm_mem``'s (:func:`axe.torch.timing.burst_ms`: 10 calls, median of 5, max over ranks).
+  beside ``torch.ops.symm_mem``'s (:func:`axe.torch.timing.burst_ms`: 10 calls, median of 5, max over ranks);
+  the DTensor layers (``all_gather_linear``, ``linear_reduce_scatter``) are checked on the same data.
 """
 
 import os
@@ -64,8 +65,12 @@ def run():
     w, r = dist.get_world_size(), dist.get_rank()
     group = dist.group.WORLD.group_name
     assert "tvm" not in sys.modules
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Shard
+
     from axe.torch import tp
     from axe.torch.timing import burst_ms
+    mesh = init_device_mesh("cuda", (w,))
     bad = 0
     for op, M, N, K in problems(w):
         torch.manual_seed(10 + r)
@@ -79,6 +84,7 @@ def run():
             theirs = lambda: torch.ops.symm_mem.fused_all_gather_matmul(a, [W.t()], 0, group)  # noqa: E731
             A_out, (got,) = ours()
             ok_a = torch.equal(A_out, full)
+            layer = tp.all_gather_linear(DTensor.from_local(a, mesh, [Shard(0)]), DTensor.from_local(W, mesh, [Shard(0)]))
         else:
             a = (torch.randn(M, K // w, device="cuda") * 0.5).to(torch.bfloat16)
             W = (torch.randn(N, K // w, device="cuda") * K ** -0.5).to(torch.bfloat16)
@@ -88,9 +94,11 @@ def run():
             ours = lambda: tp.fused_matmul_reduce_scatter(a, W.t(), "sum", 0, group)     # noqa: E731
             theirs = lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a, W.t(), "sum", 0, group)  # noqa: E731
             got, ok_a = ours(), True
+            layer = tp.linear_reduce_scatter(DTensor.from_local(a, mesh, [Shard(1)]), DTensor.from_local(W, mesh, [Shard(1)]))
         torch.cuda.synchronize()
         err = ((got.float() - ref).abs().max() / ref.abs().max()).item()
-        ok = ok_a and err < 2e-2
+        err_d = ((layer.to_local().float() - ref).abs().max() / ref.abs().max()).item()
+        ok = ok_a and err < 2e-2 and err_d < 2e-2
         bad += not ok
         times = {}
         for name, fn in (("axe", ours), ("symm_mem", theirs)):
@@ -98,7 +106,7 @@ def run():
             dist.all_reduce(t, op=dist.ReduceOp.MAX)
             times[name] = t.item()
         if r == 0:
-            print(f"{tp.explain(op, M, N, K, w)}\n   {'ok' if ok else 'FAIL'}: rel err {err:.2e}"
+            print(f"{tp.explain(op, M, N, K, w)}\n   {'ok' if ok else 'FAIL'}: rel err {err:.2e} (DTensor layer {err_d:.2e})"
                   f"{'' if ok_a else ', gathered A differs'}; axe {times['axe']:.3f} ms, symm_mem "
                   f"{times['symm_mem']:.3f} ms ({times['symm_mem'] / times['axe']:.2f}x)", flush=True)
     flag = torch.tensor([bad], device="cuda")
