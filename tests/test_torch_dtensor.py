@@ -52,17 +52,6 @@ def test_two_dim_mesh_placements_round_trip(placements):
     assert signature_placements(launch, "Y_") == ((64, 128), placements)
 
 
-@pytest.fixture(scope="module")
-def mesh1(tmp_path_factory):
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", init_method=f"file://{tmp_path_factory.mktemp('pg')}/store", rank=0,
-                                world_size=1)
-    yield init_device_mesh("cpu", (1,), mesh_dim_names=("gpus",))
-    dist.destroy_process_group()
-
-
 class StandIn:
     """A DistKernel's interface (``launch``, ``user_args``, call) over a one-device signature;
     the call writes ``2 * X`` into ``Y``."""

@@ -9,15 +9,9 @@ import torch
 from axe.torch import tp
 
 
-@pytest.fixture(scope="module")
-def mesh(tmp_path_factory):
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", init_method=f"file://{tmp_path_factory.mktemp('pg')}/store", rank=0,
-                                world_size=1)
-    yield init_device_mesh("cpu", (1,), mesh_dim_names=("tp",))
-    dist.destroy_process_group()
+@pytest.fixture
+def mesh(mesh1):
+    return mesh1
 
 
 @pytest.fixture
