@@ -137,8 +137,28 @@ def build(args) -> int:
 
 # --- the GPU side ---------------------------------------------------------------------------------
 
+def rope_cache(torch, positions=4096, base=500000.0):
+    """Llama-3's ``cos_sin_cache`` (positions, head size): cos of each angle in its first half, sin
+    in its second (vLLM's layout), bf16 on the GPU."""
+    inv = 1.0 / (base ** (torch.arange(0, HS, 2, device="cuda", dtype=torch.float32) / HS))
+    ang = torch.arange(positions, device="cuda", dtype=torch.float32)[:, None] * inv[None]
+    return torch.cat([ang.cos(), ang.sin()], -1).to(torch.bfloat16)
+
+
+def rope_torch(torch, positions, q, k, cache):
+    """NeoX rotary embedding of ``q`` and ``k`` (tokens, heads·HS) in place, written with torch ops
+    (what a model without a custom kernel runs); returns ``(q, k)``."""
+    cos, sin = cache[positions].chunk(2, -1)
+    cos, sin = cos[:, None], sin[:, None]
+    for t in (q, k):
+        v = t.view(t.shape[0], -1, HS)
+        a, b = v[..., :HS // 2], v[..., HS // 2:]
+        v.copy_(torch.cat([a * cos - b * sin, b * cos + a * sin], -1))
+    return q, k
+
+
 def cases(torch, m: int) -> dict:
-    """``{op: (axe call, torch call, outputs to compare)}`` at ``m`` rows (tokens).  Each call returns
+    """``{op: (axe call, torch call)}`` at ``m`` rows (tokens), Llama-3.1-8B sizes.  Each call returns
     what it computed (the in-place ones their tensors), so the check compares like with like."""
     F = torch.nn.functional
     bf, dev = torch.bfloat16, "cuda"
@@ -153,9 +173,7 @@ def cases(torch, m: int) -> dict:
     rs["torch"] = rs["axe"].clone()
     gu = rnd(m, 2 * MLP)
     pos = torch.randint(0, 4096, (m,), device=dev, generator=g)
-    inv = 1.0 / (500000.0 ** (torch.arange(0, HS, 2, device=dev, dtype=torch.float32) / HS))
-    ang = torch.arange(4096, device=dev, dtype=torch.float32)[:, None] * inv[None]
-    rope = torch.cat([ang.cos(), ang.sin()], -1).to(bf)
+    rope = rope_cache(torch)
     qk = {k: (rnd(m, HQ * HS), rnd(m, HK * HS)) for k in ("axe",)}
     qk["torch"] = tuple(t.clone() for t in qk["axe"])
     up, down = rnd(MLP, HIDDEN, scale=HIDDEN ** -0.5), rnd(HIDDEN, MLP, scale=MLP ** -0.5)
@@ -171,15 +189,8 @@ def cases(torch, m: int) -> dict:
         torch.ops.axe.fused_add_rmsnorm(xs["axe"], rs["axe"], w, EPS)
         return xs["axe"], rs["axe"]
 
-    def rope_torch():
-        q, k = qk["torch"]
-        cos, sin = rope[pos].chunk(2, -1)
-        cos, sin = cos[:, None], sin[:, None]
-        for t, h in ((q, HQ), (k, HK)):
-            v = t.view(m, h, HS)
-            a, b = v[..., :HS // 2], v[..., HS // 2:]
-            v.copy_(torch.cat([a * cos - b * sin, b * cos + a * sin], -1))
-        return q, k
+    def rope_ref():
+        return rope_torch(torch, pos, *qk["torch"], rope)
 
     def rope_axe():
         q, k = qk["axe"]
@@ -191,7 +202,7 @@ def cases(torch, m: int) -> dict:
         "fused_add_rmsnorm": (add_rms_axe, add_rms_torch),
         "softmax": (lambda: torch.ops.axe.softmax(x), lambda: torch.softmax(x, -1)),
         "silu_and_mul": (lambda: torch.ops.axe.silu_and_mul(gu), lambda: F.silu(gu[:, :MLP]) * gu[:, MLP:]),
-        "rotary_embedding": (rope_axe, rope_torch),
+        "rotary_embedding": (rope_axe, rope_ref),
         "gemm_up": (lambda: torch.ops.axe.gemm(x, up, True), lambda: torch.matmul(x, up.t())),
         "gemm_down": (lambda: torch.ops.axe.gemm(act, down, True), lambda: torch.matmul(act, down.t())),
     }
@@ -313,7 +324,7 @@ def run(args) -> int:
     import torch
 
     from axe.torch import ops
-    from dist_bench import device_tag, versions
+    from dist_bench import versions
     if importlib.util.find_spec("tvm") is None:
         print("TVM is not installed here: every artifact comes from", args.cache)
     rows, failed = [], 0
@@ -349,13 +360,21 @@ def run(args) -> int:
         print("one launch of the rmsnorm kernel, M = 1, host us:")
         for k, v in result["launchers_host_us"].items():
             print(f"  {k:55s} {v}")
-    path = args.json or os.path.join(os.environ.get("OUT", os.path.join(ROOT, "benchmarks", "results")),
-                                     f"torch_ops-{result['date']}-{device_tag()}.json")
+    write(result, args.json)
+    return 1 if failed else 0
+
+
+def write(result: dict, path=None) -> str:
+    """``result`` (with its ``benchmark`` and ``date``) as JSON at ``path``, by default
+    ``<benchmark>-<date>-<device>.json`` under ``$OUT`` (else ``benchmarks/results``)."""
+    from dist_bench import device_tag
+    path = path or os.path.join(os.environ.get("OUT", os.path.join(ROOT, "benchmarks", "results")),
+                                f"{result['benchmark']}-{result['date']}-{device_tag()}.json")
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
     print(f"wrote {path}")
-    return 1 if failed else 0
+    return path
 
 
 HEAD = (f"{'op':18s} {'M':>5s} {'axe host':>9s} {'torch host':>10s} {'ratio':>6s} {'checked':>8s} "
