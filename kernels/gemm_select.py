@@ -79,8 +79,9 @@ def candidates(bound, N, K):
     width with every split of K (deepest ring), and below 128 rows the transposed decode tile
     ``bound``×128 with every split; above them what a run-time M schedules (the persistent tile
     128×256 or 128×128, ping-pong), and in a middle bucket (≤ :data:`MAX_BOUND` rows) also the
-    tiles 128 and 256 wide cut in K as :data:`MID_SPLITS` allows, and stream-K where the bound has
-    a wave of 128×256 tiles (the stream-K scheduler's condition)."""
+    tiles 128 and 256 wide cut in K as :data:`MID_SPLITS` allows.  Stream-K is not one: bounded to
+    these buckets it measured 1.1–2.5× slower than the best split on an H100
+    (benchmarks/results/gemm_mid-2026-11-27-h100.json)."""
     if bound is not None and bound <= BM:
         swapped = [dict(tile_m=bound, tile_n=128, split_k=s, stages=stages_for(128, bound, tile_k=tk),
                         **({} if tk == BK else {"tile_k": tk}))
@@ -90,9 +91,8 @@ def candidates(bound, N, K):
     runtime = [dict(), dict(tile_n=128, stages=stages_for(128)), dict(schedule="pingpong")]
     if bound is None or bound > MAX_BOUND:
         return runtime
-    streamed = [dict(stream_k=True)] if tiles(bound, N) >= SMS and K >= 4 * BK else []
     return runtime + [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in (128, 256) if tn <= N
-                      for s in splits(K, MID_SPLITS) if s > 1] + streamed
+                      for s in splits(K, MID_SPLITS) if s > 1]
 
 
 #: the heuristic's cost model (units: k-columns of B streamed by one SM): a k-block costs its tile's
@@ -100,12 +100,6 @@ def candidates(bound, N, K):
 #: :data:`SPLIT` per extra slice (the partials' hand-over); fitted to the decode sweep on an H100
 #: (benchmarks/results/gemm_decode-2026-11-26-h100.json: within 3% of the best candidate on its 16 rows)
 K_BLOCK, SPLIT = 64, 4096
-
-
-def stream_k_cost(N, K, sms=SMS, block_rows=1):
-    """Stream-K's modelled time over ``block_rows`` block-rows: every k-block of every 128×256 tile
-    shared evenly by the SMs, and one hand-over."""
-    return -(-tiles(block_rows * BM, N) * -(-K // BK) // sms) * (256 + K_BLOCK) + SPLIT
 
 
 def cost(N, K, tile_n, split_k, sms=SMS, block_rows=1):
@@ -137,8 +131,8 @@ def heuristic(M, N, K, sms=SMS, b_major="col"):
     128-row decode bucket (or B row-major): the candidate of least :func:`cost` (ties: fewer slices,
     then 128, 64, 256 columns), the deepest ring that fits; a middle bucket: the tile 256 or 128
     wide and the split of K of least :func:`cost` over the bound's block-rows (ties: fewer slices,
-    then 256 columns; uncut: the run-time-M artifact), or stream-K where it is a candidate and
-    :func:`stream_k_cost` is lower; otherwise the default (the persistent 128×256 tile)."""
+    then 256 columns; uncut: the run-time-M artifact); otherwise the default (the persistent
+    128×256 tile)."""
     bound = bucket(M)
     if bound is None or bound > MAX_BOUND:
         return dict()
@@ -146,8 +140,6 @@ def heuristic(M, N, K, sms=SMS, b_major="col"):
         rows = -(-bound // BM)
         tn, s = min(((tn, s) for tn in (256, 128) if tn <= N for s in splits(K, MID_SPLITS)),
                     key=lambda c: (cost(N, K, c[0], c[1], sms, rows), c[1], -c[0]))
-        if {"stream_k": True} in candidates(bound, N, K) and stream_k_cost(N, K, sms, rows) < cost(N, K, tn, s, sms, rows):
-            return dict(stream_k=True)
         if s == 1:
             return dict() if tn == 256 else dict(tile_n=128, stages=stages_for(128))
         return dict(tile_n=tn, split_k=s, stages=stages_for(tn))
