@@ -32,7 +32,7 @@ dist_bench.multicast_off("ag_gemm")
 import time  # noqa: E402
 
 sys.path.insert(0, ROOT)
-from gemm import MODELS  # noqa: E402  (torch-free)
+from mlp_gemm import MODELS  # noqa: E402  (torch-free)
 
 MS = (128, 512, 2048, 8192)
 SIDES = ("bare", "nccl", "symm_mem", "axe", "axe_ce", "axe_nccl", "axe_gemm")

@@ -24,7 +24,8 @@ os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
 
 
 def main(argv=None):
-    from gemm import BUILD_TARGETS, SHAPES, artifact_name
+    from gemm import BUILD_TARGETS, artifact_name
+    from mlp_gemm import SHAPES
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(ROOT, ".carry", "gemm_bench"))
     ap.add_argument("--dtypes", nargs="*", default=["float16", "bfloat16"])

@@ -31,7 +31,7 @@ TOL = {"float16": 2e-3, "bfloat16": 1e-2}
 def specs(dtypes):
     """``[(N, K, dtype, M, spec)]``: what the op asks for at every row of the sweep."""
     from axe.torch import tune
-    from gemm import SHAPES
+    from mlp_gemm import SHAPES
     shapes = sorted({(n, k) for _, _, n, k in SHAPES})
     return [(n, k, dt, m, tune.spec_for("", n, k, dt, "col", m)) for dt in dtypes for n, k in shapes for m in MS]
 
@@ -71,7 +71,7 @@ def run(dtypes, path=None, rounds=3):
     import axe.torch.ops  # noqa: F401  (registers torch.ops.axe)
     from axe.torch import tune
     from axe.torch.timing import capture, graph_ms, median, round_robin
-    from gemm import SHAPES, triton_matmul
+    from mlp_gemm import SHAPES, triton_matmul
     from gemm_decode import read_rate
     tri = triton_matmul(few=True)
     rate = read_rate(torch)

@@ -106,7 +106,7 @@ DEEPGEMM_JIT_LIMIT = 120.0
 
 def shapes():
     """``[(set, model, proj, M, N, K)]``: the MLP shapes, then DeepSeek-V3's."""
-    from gemm import SHAPES
+    from mlp_gemm import SHAPES
     return ([("mlp", m, p, M_MLP, n, k) for m, p, n, k in SHAPES]
             + [("deepseek", "DeepSeek-V3", f"{n}x{k}", M_DS, n, k) for n, k in DEEPSEEK])
 

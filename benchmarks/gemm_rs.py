@@ -39,7 +39,7 @@ import json  # noqa: E402
 import time  # noqa: E402
 
 sys.path.insert(0, ROOT)
-from gemm import MODELS  # noqa: E402  (torch-free)
+from mlp_gemm import MODELS  # noqa: E402  (torch-free)
 
 MS = (128, 512, 2048, 8192)
 SIDES = ("bare", "nccl", "symm_mem", "axe", "axe_nccl", "axe_gemm", "axe_local", "axe_nowait", "axe_bulk")

@@ -29,7 +29,8 @@ def names(dtypes):
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from gemm import M, SHAPES
+    from gemm import M
+    from mlp_gemm import SHAPES
     seen = {}
     for dtype in dtypes:
         tdt = getattr(torch, dtype)

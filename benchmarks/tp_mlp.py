@@ -38,7 +38,7 @@ dist_bench.multicast_off("tp_mlp")
 import time  # noqa: E402
 
 sys.path.insert(0, ROOT)
-from gemm import MODELS  # noqa: E402  (torch-free)
+from mlp_gemm import MODELS  # noqa: E402  (torch-free)
 
 MS = (128, 2048, 8192)
 SIDES = ("nccl", "symm_mem", "axe", "axe_silu", "axe_nccl")
