@@ -53,10 +53,12 @@ def name_of(seq, d, causal, variant=None):
     return f"attn_bench_bf16_d{d}_s{seq}{'_causal' if causal else ''}" + (f"_{variant}" if variant else "")
 
 
-def variants_for(args, d):
-    """The configurations timed for head size ``d``: the default (None) and ``--variants`` built for it."""
+def variants_for(args, d, causal):
+    """The configurations timed for head size ``d`` and the mask: the default (None) and those of
+    ``--variants`` built for that head size, other than the default."""
     from kernels.parts.attention_variants import HEAD_DIMS as FITS
-    return [None] + [v for v in args.variants if d in FITS[v]]
+    from kernels.parts.attention_variants import default
+    return [None] + [v for v in args.variants if d in FITS[v] and v != default(d, causal)]
 
 
 def flops(seq, d, causal):
@@ -64,19 +66,28 @@ def flops(seq, d, causal):
     return 4 * b * h * seq * seq * d / (2 if causal else 1)
 
 
-def build(args):
+def _build_one(out, n, b, seq, h, d, causal, variant):
+    """One artifact (a worker of :func:`build`); returns its cubin's bytes (0: it existed)."""
+    sys.path.insert(0, ROOT)
     from build_gemm import save_built
     from kernels import attention
-    from kernels.parts.attention_variants import VARIANTS
-    total = 0
-    for d in args.head_dims:
-        for seq in args.seqs:
-            for causal in args.causal:
-                b, h = shape(seq, d)
-                for v in variants_for(args, d):
-                    n = name_of(seq, d, bool(causal), v)
-                    total += save_built(args.out, n, lambda: attention.build(b, seq, seq, h, h, d, "bfloat16", bool(causal),
-                                                                             name=n, **VARIANTS.get(v, {})))
+    return save_built(out, n, lambda: attention.build(b, seq, seq, h, h, d, "bfloat16", causal, name=n, variant=variant))
+
+
+def build(args):
+    """Every artifact the run loads (the defaults first, then the variants), ``--jobs`` at a time."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    jobs = []
+    for v in [None] + args.variants:
+        for d in args.head_dims:
+            for seq in args.seqs:
+                for causal in args.causal:
+                    b, h = shape(seq, d)
+                    if v in variants_for(args, d, bool(causal)):
+                        jobs.append((args.out, name_of(seq, d, bool(causal), v), b, seq, h, d, bool(causal), v))
+    with cf.ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as ex:
+        total = sum(f.result() for f in [ex.submit(_build_one, *j) for j in jobs])
     print(f"artifacts in {args.out}; {total / 2**10:.0f} KiB of cubins")
     return 0
 
@@ -144,7 +155,7 @@ def run_shape(torch, rt, args, seq, d, causal):
     row = {"seq": seq, "head_dim": d, "causal": causal, "batch": b, "heads": h, "peers_ms": {}, "why": {}}
     sides = {}
     o = torch.empty_like(q)
-    for var in variants_for(args, d):
+    for var in variants_for(args, d, causal):
         side = "axe" + (f"_{var}" if var else "")
         try:
             kernel = rt.load(os.path.join(args.artifacts, name_of(seq, d, causal, var)))
@@ -264,8 +275,9 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", default=None)
     ap.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS, help="the peers to time (default: all)")
-    ap.add_argument("--variants", nargs="*", default=["pp", "pp176", "ov3"],
+    ap.add_argument("--variants", nargs="*", default=["ov3", "pp176", "pp", "pp_p", "pp3_p", "simple"],
                     help="axe configurations besides the default (kernels/parts/attention_variants.py), timed as axe_<name>")
+    ap.add_argument("--jobs", type=int, default=2, help="--build: artifacts built at once")
     args = ap.parse_args(argv)
     args.out = args.artifacts
     return build(args) if args.build else run(args)

@@ -11,8 +11,9 @@ fp32, ``LSE = log Σ_k exp(scale · q·k)`` over the keys a row sees.  The causa
 
 One source, per-target table :data:`TARGETS`:
 
-- **sm_90a** (Hopper): one CTA per (query tile of ``64 · consumers`` rows, head, batch), longest
-  causal tiles launched first.  Warpgroup 0 is the producer (``setmaxnreg`` down): one thread loads
+- **sm_90a** (Hopper): one CTA per (query tile of ``64 · consumers`` rows, head, batch), in an order
+  that keeps K and V in L2 (:func:`tile_order`: the query tiles of a few heads at a time, longest
+  causal tiles first among them).  Warpgroup 0 is the producer (``setmaxnreg`` down): one thread loads
   the CTA's Q rows once and then every K and V tile by TMA into two ``stages``-deep rings of
   128-byte-swizzled shared slots with mbarriers (:func:`Ax.cuda.pipeline`; one ring for K, one for
   V, so S = Q·Kᵀ starts before V lands).  Each consumer warpgroup owns 64 query rows: per key tile
@@ -26,8 +27,8 @@ One source, per-target table :data:`TARGETS`:
   zeros and are masked to −∞ before the max.  The consumers' key loop is a configuration
   (:data:`LOOPS`): ``simple`` (each step waited for), ``overlap`` (FA3's overlap inside a warpgroup:
   S_j and P_{j−1}·V_{j−1} issued together, the softmax of S_j under the P·V) and ``pingpong`` (the
-  overlap with the two consumer warpgroups taking turns at the tensor cores); named configurations
-  are in :mod:`kernels.parts.attention_variants`.
+  overlap with the consumer warpgroups taking turns at the tensor cores); named configurations,
+  and the default per head size and mask, are in :mod:`kernels.parts.attention_variants`.
 - **trn1** (Trainium): :mod:`kernels.nki_attention`'s NKI body where it fits (no mask, head size 128,
   default scale, one head per tensor row: heads folded into the batch; anything else is refused
   naming what the body lacks) — the Trainium form of the same loop (its S and P tiles live in PSUM
@@ -49,6 +50,7 @@ from tvm.script.ir_builder import IRBuilder, tirx as IRB
 
 import axe.lang as Ax
 from axe.layout import R, S, tx
+from kernels.parts import attention_variants
 from kernels.parts.fragments import coords, registers_of
 from kernels.parts.online_softmax import OnlineSoftmax
 from kernels.parts.tiles import swizzled
@@ -78,10 +80,12 @@ def _trn1_body(p):
 
 
 #: what differs per target: the form of the body — for sm_90a its tiling (key tile ``bn`` per head
-#: size, ring ``stages``, consumer warpgroups of 64 query rows, producer registers), for trn1 the NKI
-#: body and what it cannot take — and, for a target this source cannot serve, why
+#: size, ring ``stages``, consumer warpgroups of 64 query rows, producer registers, the consumers'
+#: loop; the named variant that replaces some of them by default per head size and mask), for trn1
+#: the NKI body and what it cannot take — and, for a target this source cannot serve, why
 TARGETS = {
-    "sm_90a": dict(form="wgmma", bn={64: 128, 128: 128}, stages=2, consumers=2, producer_regs=40, schedule="simple"),
+    "sm_90a": dict(form="wgmma", bn={64: 128, 128: 128}, stages=2, consumers=2, producer_regs=40, schedule="simple",
+                   persistent=False, default=attention_variants.DEFAULTS),
     "trn1": dict(form="nki", limits=_trn1_limits, body=_trn1_body),
     "sm_100a": dict(refuse="wgmma (the register-A P·V product and the ss Q·Kᵀ) does not exist on sm_100a; "
                            "Blackwell's MMA is tcgen05 with a tensor-memory accumulator, for which this body "
@@ -133,25 +137,35 @@ class Hopper:
         if not (isinstance(bn, int) and 16 <= bn <= 256 and bn % 16 == 0):
             raise ValueError(f"attention: the key tile bn={bn!r} must be a multiple of 16 in 16..256 (one wgmma N, "
                              "one TMA box)")
-        if self.schedule == "pingpong" and self.consumers != 2:
-            raise ValueError(f"attention: the ping-pong schedule takes turns between 2 consumer warpgroups, "
+        if self.schedule == "pingpong" and self.consumers < 2:
+            raise ValueError(f"attention: the ping-pong schedule takes turns between 2 or 3 consumer warpgroups, "
                              f"not {self.consumers}")
         if self.consumers not in (1, 2, 3) or self.stages < 1:
             raise ValueError(f"attention: consumers must be 1..3 warpgroups and stages >= 1, got "
                              f"{self.consumers} and {self.stages}")
         self.bm = ROWS * self.consumers
+        self.persistent = bool(cfg["persistent"])
         self.producer_regs = cfg["producer_regs"]
         self.consumer_regs = min(240, (65536 // 128 - self.producer_regs) // self.consumers // 8 * 8)
         self.threads = 128 * (1 + self.consumers)
         self.q_tiles = -(-p.seq_q // self.bm)
         self.kv_tiles = -(-p.seq_kv // self.bn)
         self.ctas = self.q_tiles * p.q_heads * p.batch
+        self.section = section_heads(p, self.q_tiles)
+        # persistent: min(tiles, SMS) CTAs, each taking tiles i·grid + (bx, or grid − 1 − bx on odd
+        # rounds i: long and short causal tiles pair up) in turn
+        self.grid = min(self.ctas, SMS) if self.persistent else self.ctas
+        self.rounds = -(-self.ctas // self.grid)
         self.q_at = 0
-        self.k_at = self.consumers * ROWS * D
+        # persistent: O goes out through slots of its own, so a warpgroup's Q slot is free for the
+        # next tile's rows as soon as its last Q·Kᵀ has completed (the load hides under the tile's end)
+        self.o_at = self.consumers * ROWS * D if self.persistent else self.q_at
+        self.k_at = self.consumers * ROWS * D * (2 if self.persistent else 1)
         self.v_at = self.k_at + self.stages * self.bn * D
         self.smem = self.v_at + self.stages * self.bn * D
         if self.smem * 2 > 227 * 1024:
-            raise ValueError(f"attention: {self.stages} stages of {self.bn}x{D} K and V tiles and {self.bm} Q rows need "
+            raise ValueError(f"attention: {self.stages} stages of {self.bn}x{D} K and V tiles and {self.bm} Q rows"
+                             f"{' (and as many O rows: persistent)' if self.persistent else ''} need "
                              f"{self.smem * 2 // 1024} KiB of shared memory, more than 227 KiB")
 
     def kv_count(self, qt):
@@ -159,6 +173,41 @@ class Hopper:
         if not self.p.causal:
             return self.kv_tiles
         return T.min(self.kv_tiles, ((qt + 1) * self.bm + self.bn - 1) // self.bn)
+
+
+#: bytes of K and V that one section of heads may keep in L2 (an H100's or H200's L2 is 50 MB, in two
+#: partitions; FA3's scheduler budgets 32 MB the same way)
+L2_KV_BYTES = 32 << 20
+#: SMs of an H100 / H200 SXM: a section of causal tiles holds at least 4 CTAs' worth per SM of its
+#: longest tile, so that the section's last long tiles do not run alone at the end
+SMS = 132
+
+
+def section_heads(p, q_tiles):
+    """How many (batch, query head) pairs one section of :func:`tile_order` holds: 1 without a mask
+    (all query tiles of a head run side by side and read its K and V from L2); causal, the smallest
+    divisor of ``batch · q_heads`` that gives the section ``4 · SMS / q_tiles`` CTAs' worth of long
+    tiles, unless K and V of that many heads exceed :data:`L2_KV_BYTES` (then the largest divisor
+    within it).  A divisor: every section is full."""
+    n = p.q_heads * p.batch
+    if not p.causal:
+        return 1
+    kv_head = p.seq_kv * p.head_dim * 2 * 2
+    cap = max(1, L2_KV_BYTES // kv_head) * p.group
+    want = min(-(-4 * SMS // q_tiles), cap)
+    divisors = [d for d in range(1, n + 1) if n % d == 0]
+    fits = [d for d in divisors if d >= want and d <= cap]
+    return fits[0] if fits else max(d for d in divisors if d <= max(cap, 1))
+
+
+def tile_order(bx, q_tiles, section):
+    """CTA ``bx``'s ``(query tile, batch · q_heads + head)``: the CTAs go section by section of
+    ``section`` heads, and within a section by query tile from the last (the longest when causal)
+    to the first, the section's heads side by side.  Law: a bijection of ``0 .. q_tiles · heads − 1``
+    onto (query tile, head) pairs when ``section`` divides the heads; ints or TIR expressions."""
+    per = section * q_tiles
+    r = bx % per
+    return q_tiles - 1 - r // section, bx // per * section + r % section
 
 
 def _tile(pool, at, rows, cols):
@@ -209,10 +258,9 @@ class _Tiles:
     _is_meta_class = True       # a parse-time value in the kernel body, not a TIR one
 
     def __init__(self, p, h, bx):
-        # the longest causal tiles first: CTA bx takes query tile q_tiles - 1 - bx // (heads·batch)
-        per_batch = p.q_heads * p.batch
-        self.qt = Ax.computed_once(h.q_tiles - 1 - bx // per_batch)
-        hb = bx % per_batch
+        qt, hb = tile_order(bx, h.q_tiles, h.section)
+        self.qt = Ax.computed_once(qt)
+        hb = Ax.computed_once(hb)
         self.b, self.hq = hb // p.q_heads, hb % p.q_heads
         self.hk = self.hq // p.group
         self.n_kv = Ax.computed_once(h.kv_count(self.qt))
@@ -232,47 +280,116 @@ class _Tiles:
         return self.rows(X, j * self.bn, self.bn, self.hk)
 
 
-def _produce(h, t, pool, Q, K, V, qbar, kpipe, vpipe):
-    """The producer warp: the CTA's Q rows once, then K and V tile by tile into their rings."""
-    D, bn = h.p.head_dim, h.bn
-    for w in range(h.consumers):
-        Ax.copy(_tile(pool, h.q_at + w * ROWS * D, ROWS, D), t.q_rows(Q, w), barrier=qbar, stage=0)
-    with T.serial(0, t.n_kv) as j:
-        s = kpipe.slot(j)
-        kpipe.acquire(j)
-        Ax.copy(_tile(pool, h.k_at + s * (bn * D), bn, D), t.kv(K, j), barrier=kpipe.full, stage=s)
-        vpipe.acquire(j)
-        Ax.copy(_tile(pool, h.v_at + s * (bn * D), bn, D), t.kv(V, j), barrier=vpipe.full, stage=s)
-
-
-class _Consumer:
-    """One consumer warpgroup's registers and steps over key tile j: ``qk`` (S = Q·K_jᵀ), ``softmax``
-    (mask, online softmax, P in place), ``pv`` (O += P·V_j); each wgmma step waits for ``wait`` groups
-    (False: none) and frees its slot only when told (:meth:`done_k`, :meth:`done_v`)."""
+class _QSlots:
+    """The barriers of the consumers' Q slots, one per slot: ``full`` (the producer's Q load has
+    landed) and, persistent, ``empty`` (the consumer's last Q·Kᵀ of the tile has completed)."""
 
     _is_meta_class = True
 
-    def __init__(self, h, t, pool, kpipe, vpipe, tx_):
+    def __init__(self, h):
+        self.full = Ax.cuda.mbarrier(1, h.consumers, "q_full")
+        self.empty = Ax.cuda.mbarrier(1, h.consumers, "q_empty") if h.persistent else None
+
+
+class _Count:
+    """The key tiles a role has streamed through the rings before the current query tile (the rings'
+    running iteration count): 0 without persistence, else a register cell advanced tile by tile."""
+
+    _is_meta_class = True
+
+    def __init__(self, persistent):
+        self.cell = None
+        if persistent:
+            self.cell = T.alloc_buffer((1,), "int32", scope="local")
+            IRB.buffer_store(self.cell, 0, [0])
+
+    def start(self):
+        return 0 if self.cell is None else Ax.computed_once(self.cell[0])
+
+    def advance(self, n):
+        if self.cell is not None:
+            IRB.buffer_store(self.cell, self.cell[0] + n, [0])
+
+
+def _each_tile(h, bx, body):
+    """``body(i, tile)`` for the query tiles CTA ``bx`` computes (round ``i``, tile index for
+    :func:`tile_order`): tile bx alone, or persistent, one per round (the last round may have none)."""
+    if not h.persistent:
+        body(0, bx)
+        return
+    with T.serial(0, h.rounds) as i:
+        tile = i * h.grid + T.if_then_else(i % 2 == 0, bx, h.grid - 1 - bx)
+        with Ax.guard(tile < h.ctas if h.ctas % h.grid else None):
+            body(i, tile)
+
+
+def _produce(h, bx, pool, Q, K, V, qfull, qempty, kpipe, vpipe):
+    """The producer warp: per query tile, each consumer's Q rows (into its slot once the consumer has
+    freed it: persistent), then K and V tile by tile into their rings."""
+    D, bn = h.p.head_dim, h.bn
+    kv = _Count(h.persistent)
+
+    def tile(i, cta_tile):
+        t = _Tiles(h.p, h, cta_tile)
+        base = kv.start()
+        for w in range(h.consumers):
+            if h.persistent:
+                Ax.cuda.mbarrier_wait(qempty, 1 - i % 2, stage=w)   # fresh barriers: parity 1 passes at once
+            Ax.copy(_tile(pool, h.q_at + w * ROWS * D, ROWS, D), t.q_rows(Q, w), barrier=qfull, stage=w)
+        with T.serial(0, t.n_kv) as j:
+            g = base + j
+            s = kpipe.slot(g)
+            kpipe.acquire(g)
+            Ax.copy(_tile(pool, h.k_at + s * (bn * D), bn, D), t.kv(K, j), barrier=kpipe.full, stage=s)
+            vpipe.acquire(g)
+            Ax.copy(_tile(pool, h.v_at + s * (bn * D), bn, D), t.kv(V, j), barrier=vpipe.full, stage=s)
+        kv.advance(t.n_kv)
+    _each_tile(h, bx, tile)
+
+
+class _Consumer:
+    """One consumer warpgroup's registers and steps over key tile j of the current query tile
+    (:meth:`start`): ``qk`` (S = Q·K_jᵀ), ``softmax`` (mask, online softmax, P in place), ``pv``
+    (O += P·V_j); each wgmma step waits for ``wait`` groups (False: none) and frees its slot only
+    when told (:meth:`done_k`, :meth:`done_v`, :meth:`done_q`).  The rings count key tiles from
+    ``base`` (those of earlier query tiles)."""
+
+    _is_meta_class = True
+
+    def __init__(self, h, pool, kpipe, vpipe, qempty, tx_):
         p, bn, D = h.p, h.bn, h.p.head_dim
-        self.h, self.t, self.pool, self.kpipe, self.vpipe = h, t, pool, kpipe, vpipe
+        self.h, self.pool, self.kpipe, self.vpipe, self.qempty = h, pool, kpipe, vpipe, qempty
         self.wg = Ax.cuda.warpgroup_index()
         self.leader, self.tid = tx_ % 128 == 0, tx_ % 128
-        self.row0 = t.qt * h.bm + self.wg * ROWS                       # this warpgroup's first query row
         self.s = Ax.registers((ROWS, bn), "float32", Ax.cuda.wgmma_fragment(bn, "tx"), name="s_acc")
         self.p = Ax.registers((ROWS, bn), p.dtype, Ax.cuda.wgmma_fragment(bn, "tx"), name="p_reg")
         self.o = Ax.registers((ROWS, D), "float32", Ax.cuda.wgmma_fragment(D, "tx"), name="o_acc")
         self.sm = OnlineSoftmax(ROWS, ROW_VALUES, p.scale * LOG2E)
-        Ax.elementwise(self.o, lambda: T.float32(0))
         self.q = _mat(pool, h.q_at + self.wg * (ROWS * D), ROWS, D)
 
+    def start(self, t, base):
+        """A new query tile ``t`` whose key tiles are the rings' iterations ``base …``."""
+        self.t, self.base = t, base
+        self.row0 = t.qt * self.h.bm + self.wg * ROWS                  # this warpgroup's first query row
+        Ax.elementwise(self.o, lambda: T.float32(0))
+        if self.h.persistent:
+            self.sm.reset()
+
+    def done_q(self, j, n):
+        """Persistent: once the last Q·Kᵀ (key tile ``n − 1``) has completed, the Q slot may take the
+        next query tile's rows."""
+        if self.h.persistent:
+            with Ax.guard(T.And(j == n - 1, self.leader)):
+                T.evaluate(T.ptx.mbarrier.arrive.shared.b64(self.qempty.ptr(self.wg), T.uint32(1)))
+
     def qk(self, j, wait=0):
-        h, D = self.h, self.h.p.head_dim
-        self.kpipe.wait(j)
-        k = _mat(self.pool, h.k_at + self.kpipe.slot(j) * (h.bn * D), h.bn, D)
+        h, D, g = self.h, self.h.p.head_dim, self.base + j
+        self.kpipe.wait(g)
+        k = _mat(self.pool, h.k_at + self.kpipe.slot(g) * (h.bn * D), h.bn, D)
         Ax.gemm(self.s, self.q, Ax.permute(k, (1, 0)), accumulate=False, wait=wait)
 
     def done_k(self, j):
-        self.kpipe.release(j, pred=self.leader)
+        self.kpipe.release(self.base + j, pred=self.leader)
 
     def softmax(self, j):
         """Mask where the tile holds keys past the end or (causal) past a row; P = exp2(c·S − m)."""
@@ -289,13 +406,13 @@ class _Consumer:
         Ax.cast(self.p, self.s)
 
     def pv(self, j, wait=0):
-        h, D = self.h, self.h.p.head_dim
-        self.vpipe.wait(j)
-        Ax.gemm(self.o, self.p, _mat(self.pool, h.v_at + self.vpipe.slot(j) * (h.bn * D), h.bn, D), accumulate=True,
+        h, D, g = self.h, self.h.p.head_dim, self.base + j
+        self.vpipe.wait(g)
+        Ax.gemm(self.o, self.p, _mat(self.pool, h.v_at + self.vpipe.slot(g) * (h.bn * D), h.bn, D), accumulate=True,
                 wait=wait)
 
     def done_v(self, j):
-        self.vpipe.release(j, pred=self.leader)
+        self.vpipe.release(self.base + j, pred=self.leader)
 
 
 def _loop_simple(c, n):
@@ -303,6 +420,7 @@ def _loop_simple(c, n):
     with T.serial(0, n) as j:
         c.qk(j)
         c.done_k(j)
+        c.done_q(j, n)
         c.softmax(j)
         c.sm.rescale(c.o)
         c.to_p()
@@ -311,32 +429,33 @@ def _loop_simple(c, n):
 
 
 class _Turns:
-    """Two consumer warpgroups take turns issuing their wgmma blocks (FA3's ping-pong), through named
-    barriers ``ORDER + wg`` ("warpgroup wg's turn"), so that one's softmax runs under the other's
-    tensor-core work.  Block k of warpgroup 0 follows block k − 1 of warpgroup 1, which follows
-    block k − 1 of warpgroup 0; every wait has its arrival (warpgroup 1 does not pass the turn after
-    its last block, which no one waits for)."""
+    """The consumer warpgroups take turns issuing their wgmma blocks (FA3's ping-pong), through named
+    barriers ``ORDER + wg`` ("warpgroup wg's turn"), so that one's softmax runs under the others'
+    tensor-core work.  Block k of warpgroup w > 0 follows block k of warpgroup w − 1, and block k of
+    warpgroup 0 follows block k − 1 of the last; every wait has its arrival (the last warpgroup
+    does not pass the turn after its last block, which no one waits for)."""
 
     _is_meta_class = True
-    ORDER = 5                   # named barriers 5, 6 (1..3 are the consumers' store barriers)
+    ORDER = 5                   # named barriers 5, 6, 7 (1..3 are the consumers' store barriers)
 
-    def __init__(self, wg):
-        self.wg = wg
+    def __init__(self, wg, n):
+        self.wg, self.n = wg, n
 
     def take(self, first):
         """Wait for my turn (warpgroup 0's first block goes at once)."""
-        with Ax.guard(T.Or(self.wg == 1, T.bool(not first))):
+        with Ax.guard(T.Or(self.wg != 0, T.bool(not first))):
             Ax.cuda.named_barrier(self.ORDER + self.wg, 256)
 
     def give(self, last):
-        """Pass the turn (warpgroup 1's last block passes it to no one)."""
-        with Ax.guard(T.Or(self.wg == 0, T.bool(not last))):
-            Ax.cuda.named_barrier_arrive(self.ORDER + 1 - self.wg, 256)
+        """Pass the turn to the next warpgroup (the last one's last block passes it to no one)."""
+        with Ax.guard(T.Or(self.wg != self.n - 1, T.bool(not last))):
+            Ax.cuda.named_barrier_arrive(self.ORDER + (self.wg + 1) % self.n, 256)
 
 
 def _loop_overlap(c, n, turns=None):
-    """FA3's overlap inside a warpgroup: S_j = Q·K_jᵀ and O += P_{j−1}·V_{j−1} are issued together, and
-    the softmax of S_j runs while P·V is still on the tensor cores; O is rescaled once P·V has landed.
+    """FA3's overlap inside a warpgroup: S_j = Q·K_jᵀ and O += P_{j−1}·V_{j−1} are issued together; O
+    is rescaled by α_{j−1} while S_j is on the tensor cores (before P_{j−1}·V_{j−1}, which was
+    computed against the max that α_{j−1} moves O to), and the softmax of S_j runs while P·V is.
     ``turns``: the warpgroups' wgmma blocks take turns (:class:`_Turns`)."""
     take = (lambda first: turns.take(first)) if turns else (lambda first: None)
     give = (lambda last: turns.give(last)) if turns else (lambda last: None)
@@ -346,23 +465,26 @@ def _loop_overlap(c, n, turns=None):
     Ax.cuda.wgmma_wait(0)
     Ax.cuda.fence_registers(c.s)
     c.done_k(0)
+    c.done_q(0, n)
     c.softmax(0)
     c.to_p()
     with T.serial(1, n) as j:
         take(False)
         c.qk(j, wait=False)
+        c.sm.rescale(c.o)                   # α_{j−1}: the softmax of S_j has not run yet
         c.pv(j - 1, wait=False)
         give(False)
         Ax.cuda.wgmma_wait(1)               # S_j complete (groups complete in order); P·V may run on
         Ax.cuda.fence_registers(c.s)
         c.done_k(j)
+        c.done_q(j, n)
         c.softmax(j)
         Ax.cuda.wgmma_wait(0)
         Ax.cuda.fence_registers(c.o)
         c.done_v(j - 1)
-        c.sm.rescale(c.o)
         c.to_p()
     take(False)
+    c.sm.rescale(c.o)
     c.pv(n - 1, wait=False)
     give(True)
     Ax.cuda.wgmma_wait(0)
@@ -371,27 +493,38 @@ def _loop_overlap(c, n, turns=None):
 
 
 def _loop_pingpong(c, n):
-    """:func:`_loop_overlap` with the two consumer warpgroups taking turns."""
-    _loop_overlap(c, n, _Turns(c.wg))
+    """:func:`_loop_overlap` with the consumer warpgroups taking turns."""
+    _loop_overlap(c, n, _Turns(c.wg, c.h.consumers))
 
 
 #: the consumers' key loops by schedule name (data in :data:`TARGETS`, not a code path per kernel)
 LOOPS = {"simple": _loop_simple, "overlap": _loop_overlap, "pingpong": _loop_pingpong}
 
 
-def _consume(h, t, pool, O, LSE_, qbar, kpipe, vpipe, tx_):
-    """A consumer warpgroup: its 64 query rows against every key tile, then ``O / l`` (and the LSE)."""
+def _consume(h, bx, pool, O, LSE_, qfull, qempty, kpipe, vpipe, tx_):
+    """A consumer warpgroup: per query tile, its 64 query rows against every key tile, then ``O / l``
+    (and the LSE)."""
     p, D = h.p, h.p.head_dim
-    c = _Consumer(h, t, pool, kpipe, vpipe, tx_)
-    Ax.cuda.mbarrier_wait(qbar, 0)
-    LOOPS[h.schedule](c, t.n_kv)
+    c = _Consumer(h, pool, kpipe, vpipe, qempty, tx_)
+    kv = _Count(h.persistent)
     o_out = Ax.registers((ROWS, D), p.dtype, Ax.cuda.wgmma_fragment(D, "tx"), name="o_out")
-    c.sm.finish(o_out, c.o)
-    if p.lse:
-        _store_lse(LSE_, c.sm, t, c.row0, p.seq_q, c.tid)
-    # out through this warpgroup's own Q slot (its last Q·Kᵀ has completed); TMA clips rows past seq_q
-    Ax.cuda.staged_store(o_out, D, lambda j: _tile(pool, h.q_at + c.wg * (ROWS * D), ROWS, D),
-                         lambda j, buf: Ax.copy(t.q_rows(O, c.wg), buf, fence=False, wait=False), 1 + c.wg, c.leader)
+
+    def tile(i, cta_tile):
+        t = _Tiles(p, h, cta_tile)
+        c.start(t, kv.start())
+        Ax.cuda.mbarrier_wait(qfull, i % 2, stage=c.wg)
+        LOOPS[h.schedule](c, t.n_kv)
+        c.sm.finish(o_out, c.o)
+        if p.lse:
+            _store_lse(LSE_, c.sm, t, c.row0, p.seq_q, c.tid)
+        # out through this warpgroup's O slot (not persistent: its Q slot, whose last Q·Kᵀ has
+        # completed; persistent: the store's wait for the previous tile's read comes first); TMA clips
+        # rows past seq_q
+        Ax.cuda.staged_store(o_out, D, lambda j: _tile(pool, h.o_at + c.wg * (ROWS * D), ROWS, D),
+                             lambda j, buf: Ax.copy(t.q_rows(O, c.wg), buf, fence=False, wait=False), 1 + c.wg,
+                             c.leader)
+        kv.advance(t.n_kv)
+    _each_tile(h, bx, tile)
     Ax.cuda.tma_store_wait(0, pred=c.leader)
 
 
@@ -406,21 +539,20 @@ def _hopper(p: Problem, h: Hopper):
                   Q_map: T.handle("tensormap"), K_map: T.handle("tensormap"), V_map: T.handle("tensormap"),
                   O_map: T.handle("tensormap")):
         Ax.cuda.min_blocks_per_sm(1)
-        bx, tx_ = Ax.launch(h.ctas, h.threads)
+        bx, tx_ = Ax.launch(h.grid, h.threads)
         Q = Ax.param(_flat3(Q_, h.bm), tensormap=Q_map)
         K = Ax.param(_flat3(K_, h.bn), tensormap=K_map)
         V = Ax.param(_flat3(V_, h.bn), tensormap=V_map)
         O = Ax.param(_flat3(O_, h.bm), tensormap=O_map)
-        t = _Tiles(p, h, bx)
         pool = Ax.cuda.dynamic_shared(h.smem, dtype)
-        qbar = Ax.cuda.mbarrier(h.consumers, 1, "q_full")
+        qb = _QSlots(h)
         kpipe = Ax.cuda.pipeline(h.stages, producers=1, consumers=h.consumers, name="k")
         vpipe = Ax.cuda.pipeline(h.stages, producers=1, consumers=h.consumers, name="v")
         with Ax.cuda.role(0, 1, regs=h.producer_regs):
             with Ax.warps(0, 1):
-                _produce(h, t, pool, Q, K, V, qbar, kpipe, vpipe)
+                _produce(h, bx, pool, Q, K, V, qb.full, qb.empty, kpipe, vpipe)
         with Ax.cuda.role(1, 1 + h.consumers, regs=h.consumer_regs, each=True):
-            _consume(h, t, pool, O, LSE_, qbar, kpipe, vpipe, tx_)
+            _consume(h, bx, pool, O, LSE_, qb.full, qb.empty, kpipe, vpipe, tx_)
     _real_maps(Ax.current_build().tensormaps, {f"{n}_map": (shape, 2) for n, shape in p.shapes().items() if n != "LSE"})
     return attention
 
@@ -486,16 +618,24 @@ def online_softmax_reference(q, k, v, causal=False, scale=None, bm=64, bn=128):
 
 
 def make(batch, seq_q, seq_kv, q_heads, kv_heads, head_dim, dtype="bfloat16", causal=False, lse=False, scale=None,
-         name=None, **config):
+         name=None, variant=None, **config):
     """The attention kernel (an :class:`axe.lang.Kernel`) for these static sizes; arguments
-    ``(Q, K, V, O[, LSE])`` as the module docstring says; ``config``: entries of the sm_90a row of
-    :data:`TARGETS` to replace (``schedule``, ``bn``, ``stages``, ``consumers``, ``producer_regs``).
+    ``(Q, K, V, O[, LSE])`` as the module docstring says.  The sm_90a configuration: the row of
+    :data:`TARGETS`, then the named ``variant`` of :mod:`kernels.parts.attention_variants` (by
+    default the row's ``default`` for this head size and mask; ``"simple"`` is the row itself), then
+    ``config``'s entries (``schedule``, ``bn``, ``stages``, ``consumers``, ``producer_regs``).
     Wrong sizes, types or configurations are refused here."""
     p = Problem(batch, seq_q, seq_kv, q_heads, kv_heads, head_dim, dtype, causal, lse, scale)
-    unknown = sorted(set(config) - set(TARGETS["sm_90a"]) - {"form"})
+    row = TARGETS["sm_90a"]
+    unknown = sorted(set(config) - set(row) - {"form", "default"})
     if unknown:
-        raise ValueError(f"attention: unknown configuration {unknown}; the sm_90a row has {sorted(TARGETS['sm_90a'])}")
-    hop = Hopper(p, {**TARGETS["sm_90a"], **config})
+        raise ValueError(f"attention: unknown configuration {unknown}; the sm_90a row has "
+                         f"{sorted(set(row) - {'form', 'default'})}")
+    variant = variant or row["default"][(p.head_dim, p.causal)]
+    if variant not in attention_variants.VARIANTS:
+        raise ValueError(f"attention: unknown variant {variant!r}; the named ones are "
+                         f"{sorted(attention_variants.VARIANTS)}")
+    hop = Hopper(p, {**row, **attention_variants.VARIANTS[variant], **config})
 
     def factory():
         target = Ax.current_build().target
@@ -515,8 +655,8 @@ def make(batch, seq_q, seq_kv, q_heads, kv_heads, head_dim, dtype="bfloat16", ca
     return Ax.Kernel(name or f"attention_{short}_d{head_dim}{'_causal' if causal else ''}", factory,
                      reference=None, outputs=("O", "LSE") if lse else ("O",),
                      meta={"batch": batch, "seq_q": seq_q, "seq_kv": seq_kv, "q_heads": q_heads, "kv_heads": kv_heads,
-                           "head_dim": head_dim, "dtype": dtype, "causal": p.causal, "scale": p.scale,
-                           "grid": (hop.ctas,), "threads": hop.threads})
+                           "head_dim": head_dim, "dtype": dtype, "causal": p.causal, "scale": p.scale, "variant": variant,
+                           "grid": (hop.grid,), "threads": hop.threads})
 
 
 def build(*args, target="sm_90a", **kw):

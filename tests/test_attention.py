@@ -25,25 +25,29 @@ from kernels.parts.fragments import check_coords, coords  # noqa: E402
 
 @pytest.fixture(scope="module")
 def art():
-    # ragged (77 rows: less than one 128-row query tile), causal, grouped-query heads, head size 64, LSE
+    # ragged (77 rows: less than one query tile), causal, grouped-query heads, head size 64, LSE; the
+    # default for head 64 (pp3: three consumer warpgroups taking turns)
     return A.build(2, 77, 77, 4, 2, 64, "bfloat16", True, lse=True, name="attention_test")
 
 
 def test_ptx_holds_wgmma_tma_and_mbarriers(art):
     ptx = art.ptx
-    # Q·Kᵀ from shared memory (8 k16 steps over... head size 64: 4) and P·V with P from registers (128 keys: 8)
+    # one key tile: Q·Kᵀ from shared memory (head size 64: 4 k16 steps) in the prologue and P·V with P
+    # from registers (128 keys: 8) in the tail of the overlapped loop
     assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.bf16\.bf16", ptx)) == 4
     assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n64k16\.f32\.bf16\.bf16", ptx)) == 8
     assert "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
     assert "cp.async.bulk.tensor.3d.global.shared::cta" in ptx          # O's TMA store
     assert "mbarrier.try_wait.parity" in ptx and "mbarrier.arrive.expect_tx" in ptx
-    assert "setmaxnreg.dec.sync.aligned.u32 40" in ptx and "setmaxnreg.inc.sync.aligned.u32 232" in ptx
+    # the producer at 24 registers, three consumers at (512 - 24) / 3 rounded down to 8
+    assert "setmaxnreg.dec.sync.aligned.u32 24" in ptx and "setmaxnreg.inc.sync.aligned.u32 160" in ptx
+    assert "bar.arrive" in ptx                                          # the turns
     assert art.cubin and art.launch["resources"]["spill_stores"] == 0
 
 
 def test_launch_and_tensor_maps_use_the_real_extents(art):
     L = art.launch
-    assert L["grid"] == [1 * 4 * 2, 1, 1] and L["block"] == [384, 1, 1]
+    assert L["grid"] == [1 * 4 * 2, 1, 1] and L["block"] == [512, 1, 1]
     maps = {m["param"]: m for m in L["tensormaps"]}
     # (batch, seq, heads·dim) innermost first: a sequence shorter than a tile keeps its 77 rows
     assert maps["Q_map"]["shape"] == [4 * 64, 77, 2] and maps["K_map"]["shape"] == [2 * 64, 77, 2]
@@ -197,13 +201,45 @@ def test_op_fake_tensors_opcheck_and_compile(op):
 
 
 def test_pingpong_schedule_overlaps_and_takes_turns():
-    art = A.build(1, 300, 300, 2, 2, 128, "float16", False, name="attention_test_pp", schedule="pingpong")
+    art = A.build(1, 300, 300, 2, 2, 128, "float16", False, name="attention_test_pp", variant="pp")
     ptx = art.ptx
     assert "wgmma.wait_group.sync.aligned 1" in ptx                  # S_j waited for while P·V runs on
     # Q·Kᵀ and P·V (8 k16 steps each), each issued in the loop and in the prologue or the tail
     assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n128k16\.f32\.f16\.f16", ptx)) == 8 * 4
     assert "bar.arrive" in ptx and art.launch["resources"]["spill_stores"] == 0
-    with pytest.raises(ValueError, match="ping-pong schedule takes turns between 2 consumer warpgroups"):
-        A.make(1, 300, 300, 2, 2, 128, schedule="pingpong", consumers=3)
+    with pytest.raises(ValueError, match="ping-pong schedule takes turns between 2 or 3 consumer warpgroups, not 1"):
+        A.make(1, 300, 300, 2, 2, 128, variant="pp", consumers=1)
+    with pytest.raises(ValueError, match="unknown variant 'pp4'"):
+        A.make(1, 300, 300, 2, 2, 128, variant="pp4")
     with pytest.raises(ValueError, match="unknown configuration \\['tile'\\]"):
         A.make(1, 300, 300, 2, 2, 128, tile=3)
+
+
+@pytest.mark.parametrize("q_tiles, section, heads", [(1, 1, 1), (5, 1, 3), (4, 2, 6), (17, 32, 64), (3, 8, 8)])
+def test_tile_order_is_a_bijection_longest_first_within_a_section(q_tiles, section, heads):
+    seen = [A.tile_order(bx, q_tiles, section) for bx in range(q_tiles * heads)]
+    assert sorted(seen) == [(qt, h) for qt in range(q_tiles) for h in range(heads)]
+    for bx, (qt, h) in enumerate(seen):
+        assert h // section == bx // (section * q_tiles)                 # section by section
+        if bx % (section * q_tiles):                                     # in a section: query tiles descend
+            assert qt <= seen[bx - 1][0]
+
+
+def test_section_heads_keeps_a_section_in_l2():
+    P = lambda seq, d, hq, hk, b, causal: A.Problem(b, seq, seq, hq, hk, d, "bfloat16", causal)  # noqa: E731
+    assert A.section_heads(P(2048, 128, 16, 16, 8, False), 16) == 1       # no mask: a head's tiles side by side
+    # causal, K and V of a head 1 MiB: 4·132/16 = 33 heads wanted, 32 fit in L2_KV_BYTES (and divide 128)
+    assert A.section_heads(P(2048, 128, 16, 16, 8, True), 16) == 32
+    # 8 MiB a head: 4 fit (5 wanted); with 4 query heads a kv head, 16 fit: the smallest divisor >= 5
+    assert A.section_heads(P(16384, 128, 16, 16, 1, True), 128) == 4
+    assert A.section_heads(P(16384, 128, 16, 4, 1, True), 128) == 8
+    # 7 heads (prime): the whole batch or one head; here the budget holds all 7
+    assert A.section_heads(P(512, 64, 7, 7, 1, True), 3) == 7
+
+
+def test_each_default_variant_is_built_for_its_head_size():
+    from kernels.parts.attention_variants import DEFAULTS, HEAD_DIMS, VARIANTS
+    assert set(DEFAULTS) == {(d, c) for d in A.HEAD_DIMS for c in (False, True)}
+    for (d, _), v in DEFAULTS.items():
+        assert v in VARIANTS and d in HEAD_DIMS[v]
+    assert A.make(1, 64, 64, 1, 1, 64).meta["variant"] == DEFAULTS[(64, False)]

@@ -1,23 +1,48 @@
-"""Named configurations of the Hopper flash attention (``kernels/attention.py``) besides the default
-row of its ``TARGETS`` table, shared by the GPU cases and the benchmark (which run where TVM is not
-installed, so this module imports nothing): each name maps to ``kernels.attention.make``'s keywords.
+"""Named configurations of the Hopper flash attention (``kernels/attention.py``), shared by the kernel
+(its default per head size and mask), the GPU cases and the benchmark (which run where TVM is not
+installed, so this module imports nothing).  Each name maps to the entries of the sm_90a row of
+``TARGETS`` it replaces (that row is ``simple``: 2 consumer warpgroups, 128-key tiles, 2 stages,
+the producer at 40 registers):
 
+- ``simple``: each wgmma waited for (S, softmax, rescale, P·V in turn); the two consumer
+  warpgroups overlap only as the warp schedulers happen to interleave them;
 - ``ov``: FA3's overlap inside a consumer warpgroup (S_j and P_{j−1}·V_{j−1} issued together, the
-  softmax of S_j under the P·V);
+  rescale of O under S_j's wgmma, the softmax of S_j under the P·V);
 - ``ov176``: the same with 176-key tiles (FA3's non-causal head-128 tile), the producer at 24
   registers so the consumers get 240;
 - ``ov3``: the same with three consumer warpgroups (192 query rows a CTA; head size 64);
-- ``pp``, ``pp176``: the overlap with the two consumer warpgroups taking turns at the tensor cores
-  (FA3's ping-pong: one's softmax under the other's wgmma), 128- or 176-key tiles.
+- ``pp``, ``pp176``, ``pp3``: the overlap with the consumer warpgroups taking turns at the tensor
+  cores (FA3's ping-pong: one's softmax under the others' wgmma), 128- or 176-key tiles, or three
+  warpgroups (head size 64);
+- ``pp_p``, ``pp3_p``, ``ov3_p``: persistent forms (one CTA per SM walking its query tiles: the next
+  tile's Q, K and V load under the current one's end, O leaves through slots of its own), for
+  short sequences where a CTA's start and end cost as much as a few key tiles.
 """
 
 VARIANTS = {
+    "simple": dict(),
     "ov": dict(schedule="overlap"),
     "ov176": dict(schedule="overlap", bn=176, producer_regs=24),
     "ov3": dict(schedule="overlap", consumers=3, producer_regs=24),
     "pp": dict(schedule="pingpong"),
     "pp176": dict(schedule="pingpong", bn=176, producer_regs=24),
+    "pp3": dict(schedule="pingpong", consumers=3, producer_regs=24),
+    "pp_p": dict(schedule="pingpong", persistent=True),
+    "pp3_p": dict(schedule="pingpong", consumers=3, producer_regs=24, persistent=True),
+    "ov3_p": dict(schedule="overlap", consumers=3, producer_regs=24, persistent=True),
 }
 
 #: the head sizes each variant is built for (where it fits the registers without spilling)
-HEAD_DIMS = {"ov": (64, 128), "ov176": (128,), "ov3": (64,), "pp": (64, 128), "pp176": (128,)}
+HEAD_DIMS = {"simple": (64, 128), "ov": (64, 128), "ov176": (128,), "ov3": (64,), "pp": (64, 128), "pp176": (128,),
+             "pp3": (64,), "pp_p": (64, 128), "pp3_p": (64,), "ov3_p": (64,)}
+
+#: the default variant per (head size, causal): the fastest measured on an H100 (benchmarks/attention.py,
+#: benchmarks/results/attention-*.json) — head 64: three consumer warpgroups (192-row tiles halve the
+#: K/V traffic per FLOP against 128 and hide the exp2s, which cost as much as its GEMMs); head 128:
+#: FA3's ping-pong, 176-key tiles where no diagonal tile is masked
+DEFAULTS = {(64, False): "pp3", (64, True): "pp3", (128, False): "pp176", (128, True): "pp"}
+
+
+def default(head_dim, causal):
+    """The name of the default variant for this head size and mask."""
+    return DEFAULTS[(head_dim, bool(causal))]

@@ -34,6 +34,10 @@ class OnlineSoftmax:
         reg = lambda name: Ax.registers((n, 1), "float32", rows, name=name)      # noqa: E731
         self.m, self.l, self.m_new, self.m_use, self.r_sum, self.alpha = (
             reg(x) for x in ("m_run", "l_run", "m_new", "m_use", "r_sum", "alpha"))
+        self.reset()
+
+    def reset(self):
+        """Start a new set of rows: ``m = −∞``, ``l = 0``."""
         Ax.elementwise(self.own(self.m), lambda: T.float32(-math.inf))
         Ax.elementwise(self.own(self.l), lambda: T.float32(0))
 

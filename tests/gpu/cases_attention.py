@@ -1,7 +1,10 @@
 """GPU cases for the flash-attention forward (:mod:`kernels.attention`, issue 28): builds for ragged
 sequence lengths (1, 77, 1000, 2061 = 2048 + 13), causal and not, head size 64 and 128, bf16 and
 fp16, grouped-query heads (kv heads 1, 2 and 4 under 4 query heads), query and key lengths that
-differ, with and without the log-sum-exp, and the configurations of :data:`VARIANTS`; each checked against torch's
+differ, with and without the log-sum-exp, the default configuration per head size and mask
+(``kernels/parts/attention_variants.py``: ``DEFAULTS``) and the other named ones, and a causal
+case with 64 heads whose CTAs go in two sections of 32 (``kernels.attention.tile_order``), the
+persistent forms over several rounds of CTAs; each checked against torch's
 ``F.scaled_dot_product_attention`` in fp32 on the same inputs (kv heads expanded), on fresh random
 data, outputs poisoned with NaN and followed by a guard batch that must stay NaN.
 
@@ -21,19 +24,19 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, ROOT)
-from kernels.parts.attention_variants import VARIANTS  # noqa: E402  (TVM-free: the GPU machine imports it)
+from kernels.parts.attention_variants import VARIANTS  # noqa: E402,F401  (TVM-free: the GPU machine imports it)
 SHORT = {"bfloat16": "bf16", "float16": "f16"}
 BATCH, Q_HEADS = 2, 4
 
 
 
 
-def _case(seq_q, seq_kv, d, causal, dtype="bfloat16", kv_heads=2, lse=True, variant=None):
+def _case(seq_q, seq_kv, d, causal, dtype="bfloat16", kv_heads=2, lse=True, variant=None, q_heads=Q_HEADS):
     name = (f"attention_{SHORT[dtype]}_d{d}_q{seq_q}" + (f"_kv{seq_kv}" if seq_kv != seq_q else "")
-            + ("_causal" if causal else "") + f"_h{Q_HEADS}k{kv_heads}" + ("" if lse else "_nolse")
+            + ("_causal" if causal else "") + f"_h{q_heads}k{kv_heads}" + ("" if lse else "_nolse")
             + (f"_{variant}" if variant else ""))
-    return name, dict(batch=BATCH, seq_q=seq_q, seq_kv=seq_kv, q_heads=Q_HEADS, kv_heads=kv_heads, head_dim=d,
-                      dtype=dtype, causal=causal, lse=lse, **VARIANTS.get(variant, {}))
+    return name, dict(batch=BATCH, seq_q=seq_q, seq_kv=seq_kv, q_heads=q_heads, kv_heads=kv_heads, head_dim=d,
+                      dtype=dtype, causal=causal, lse=lse, variant=variant)
 
 
 CASES = dict(
@@ -42,12 +45,18 @@ CASES = dict(
     + [_case(77, 1000, 128, False), _case(77, 1000, 128, True), _case(1000, 77, 64, True),
        _case(1000, 1000, 128, True, kv_heads=1), _case(1000, 1000, 64, False, kv_heads=4),
        _case(2061, 2061, 128, True, lse=False), _case(1000, 1000, 64, False, "float16", lse=False)]
-    # the other schedules (kernels/parts/attention_variants.py)
-    + [_case(s, s, 128, c, variant=v) for v in ("ov", "pp") for s in (77, 2061) for c in (False, True)]
+    # the other named configurations (the cases above run each head size's and mask's default)
+    + [_case(s, s, 128, c, variant=v) for v in ("ov", "simple") for s in (77, 2061) for c in (False, True)]
+    + [_case(2061, 2061, 64, c, variant="simple") for c in (False, True)]
+    + [_case(2061, 2061, 128, True, q_heads=32, kv_heads=8), _case(2061, 2061, 64, True, q_heads=32, kv_heads=32)]
     + [_case(1, 1, 64, True, variant="ov"), _case(1000, 1000, 64, True, kv_heads=1, variant="pp"),
        _case(77, 1000, 128, True, "float16", variant="pp")]
     + [_case(2061, 2061, 128, c, variant="pp176") for c in (False, True)]
-    + [_case(2061, 2061, 64, c, variant="ov3") for c in (False, True)])
+    + [_case(2061, 2061, 64, c, variant="ov3") for c in (False, True)]
+    # persistent: several rounds of 132 CTAs, the last one partial (1088 and 704 tiles), and one round
+    + [_case(2061, 2061, 128, c, q_heads=32, kv_heads=8, variant="pp_p") for c in (False, True)]
+    + [_case(2061, 2061, 64, c, q_heads=32, kv_heads=32, variant="pp3_p") for c in (False, True)]
+    + [_case(1000, 1000, 64, True, q_heads=32, kv_heads=4, variant="ov3_p"), _case(77, 1000, 128, True, variant="pp_p")])
 
 def _builder(name, kw):
     def build():
