@@ -148,7 +148,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, max_rows=None, **co
         if gen == "trn1":
             gpu_only = ["a runtime M"] * dyn + cfg.options()
             if gpu_only:
-                raise Ax.TargetError(f"gemm on trn1: {', '.join(gpu_only)} belong to the GPU form")
+                raise Ax.TargetError(f"gemm on {target}: {', '.join(gpu_only)} belong to the GPU form")
             return TARGETS["trn1"].kernel(M, N, K, dtype, b_major)
         if sizes:
             raise Ax.TargetError(f"gemm on {target}: {sizes}")

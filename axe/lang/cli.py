@@ -1,4 +1,4 @@
-"""``axe build FILE[::KERNEL] --target sm_90a|sm_100a|trn1 -o DIR`` and ``axe explain FILE[::KERNEL]``."""
+"""``axe build FILE[::KERNEL] --target sm_90a|sm_100a|trn1|trn2 -o DIR`` and ``axe explain FILE[::KERNEL]``."""
 
 from __future__ import annotations
 
@@ -85,13 +85,13 @@ def add_commands(subparsers) -> None:
     b = subparsers.add_parser("build", help="build the kernels of a file into artifacts",
                               description="Build every kernel of FILE (or FILE::KERNEL) for one target into "
                                           "OUTPUT/TARGET/KERNEL/: CUDA source, PTX, cubin and launch.json for sm_*, "
-                                          "NKI source and a manifest for trn1.")
+                                          "NKI source and a manifest for trn1 and trn2.")
     b.add_argument("file", help="FILE.py or FILE.py::KERNEL")
-    b.add_argument("--target", default="sm_90a", help="sm_90a (default), sm_100a or trn1")
+    b.add_argument("--target", default="sm_90a", help="sm_90a (default), sm_100a, trn1 or trn2")
     b.add_argument("-o", "--output", default="build", help="output folder (default: build); artifacts go to "
                                                           "OUTPUT/TARGET/KERNEL")
     b.set_defaults(func=_build)
     e = subparsers.add_parser("explain", help="show each operator call's schedule candidates")
     e.add_argument("file", help="FILE.py or FILE.py::KERNEL")
-    e.add_argument("--target", default="sm_90a", help="sm_90a (default), sm_100a or trn1")
+    e.add_argument("--target", default="sm_90a", help="sm_90a (default), sm_100a, trn1 or trn2")
     e.set_defaults(func=_explain)
