@@ -145,6 +145,7 @@ def run(args) -> int:
     os.environ["AXE_CACHE_DIR"] = args.cache
     import torch
 
+    import axe.torch.ops  # noqa: F401  (registers torch.ops.axe)
     from axe.torch.timing import burst_ms, capture, graph_ms
     from dist_bench import versions
     w = weights(torch)
