@@ -7,7 +7,10 @@
   ``axe::gemm`` (with fake implementations for ``torch.compile`` and CUDA graphs);
 - :mod:`axe.torch.distributed` — distributed kernels taking and returning DTensors;
 - :mod:`axe.torch.attention` — ``torch.ops.axe.attention`` (flash-attention forward, GQA), registered
-  when the module is imported (``import axe.torch.attention``, or reading ``axe.torch.attention``).
+  when the module is imported (``import axe.torch.attention``, or reading ``axe.torch.attention``);
+- :mod:`axe.torch.moe_ops` — ``torch.ops.axe.fused_moe`` (SGLang's / vLLM's ``fused_experts``
+  conventions) and :mod:`axe.torch.fp8_ops` — ``torch.ops.axe.gemm_fp8`` (block-scaled, DeepGEMM's
+  scale layout), registered the same way.
 
 Importing this package imports neither torch nor TVM; its modules import torch when used.
 """
@@ -22,7 +25,7 @@ def __getattr__(name):
     if name == "JitKernel":
         from .jit import JitKernel
         return JitKernel
-    if name == "attention":         # a submodule: import_module, not ``from . import`` (it would ask us again)
+    if name in ("attention", "moe_ops", "fp8_ops"):   # a submodule: import_module, not ``from . import`` (it would ask us again)
         import importlib
-        return importlib.import_module(f"{__name__}.attention")
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'axe.torch' has no attribute {name!r}")

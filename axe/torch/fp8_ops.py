@@ -1,0 +1,136 @@
+"""``torch.ops.axe.gemm_fp8``: the block-scaled FP8 GEMM of ``kernels/gemm_fp8.py`` (DeepSeek-V3's
+recipe) as a ``torch.library`` op.  Registered when this module is imported
+(``import axe.torch.fp8_ops``).
+
+``gemm_fp8(a, b, a_scale, b_scale) -> Tensor``: ``C = (a_scale ⊙ a) · (b_scale ⊙ b)ᵀ`` in bf16, i.e.
+``C[i, j] = Σ_kb a_scale[i, kb] · b_scale[j // 128, kb] · Σ_{k in kb} a[i, k] · b[j, k]`` with fp32
+accumulation:
+
+- ``a`` (M, K) ``float8_e4m3fn`` (activations), ``b`` (N, K) e4m3 (an ``nn.Linear`` weight: ``C = a·bᵀ``);
+- scales in **DeepGEMM's convention** (``deep_gemm.fp8_gemm_nt((a, sfa), (b, sfb), d)`` with fp32
+  scales): ``a_scale`` logically (M, ceil(K/128)), one fp32 scale per row and 128 elements of K,
+  stored MN-major and TMA-aligned — strides ``(1, round_up(M, 4))``, what
+  ``deep_gemm``'s ``get_mn_major_tma_aligned_tensor`` returns (the transpose of a contiguous
+  ``(ceil(K/128), round_up(M, 4))`` array); ``b_scale`` (ceil(N/128), ceil(K/128)) fp32 row-major,
+  one scale per 128×128 block.  Not ``torch._scaled_mm``'s blockwise form, whose operand ``b`` is
+  (K, N) column-major and whose scales are laid out for it.  Any other strides of an ``a_scale``
+  of that logical shape are accepted and copied into the kernel's layout (small: M·K/128 floats);
+- ``C`` (M, N) bf16.
+
+The kernel is built for static sizes, so the op builds one artifact per (bucket of M, N, K, tile):
+M is rounded up to a multiple of 128 (the kernel's m-tile; at least one), so every M of a bucket
+shares the artifact at no extra tile work; where M is not the bucket, ``a`` is copied into the
+bucket's rows (zero rows after it) and ``a_scale`` into the bucket's layout, and the result is the
+first M rows of the bucket's output (a view, no copy).  Where M is a bucket and the scale is in
+DeepGEMM's layout nothing is copied.  Tile width ``bn`` 256 where N ≥ 256 and M > 128 (two
+consumer warpgroups over 256 columns), else 128 (more tiles over N for a decode-sized M).
+
+Refused (naming the argument and the condition): dtypes other than e4m3 / fp32, K below 128 or not
+a multiple of 16, N below 128 or not a multiple of 8 (TMA's 16-byte row pitch; a tile no larger
+than the tensor), operands on different devices, scale shapes that do not match.  The kernel runs
+on sm_90a only (``kernels/gemm_fp8.py`` refuses other targets when it is built).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .jit import JitKernel
+from .ops import ROOT, _define, _ready
+
+__all__ = ["gemm_fp8", "KERNEL", "spec", "bucket", "check"]
+
+BLOCK = 128
+FP8 = torch.float8_e4m3fn
+
+#: the jit kernel behind the op (its ``loader``, ``cache`` and ``target`` may be replaced)
+KERNEL = JitKernel("kernels.gemm_fp8:make", lambda A, B, SA, SB, C: spec(int(C.shape[0]), int(C.shape[1]),
+                                                                         int(A.shape[1])), path=ROOT)
+
+
+def bucket(M: int) -> int:
+    """The M the artifact is built for: M rounded up to a multiple of 128, at least 128."""
+    return max(1, -(-M // BLOCK)) * BLOCK
+
+
+def spec(Mb: int, N: int, K: int) -> dict:
+    """``kernels.gemm_fp8.make``'s keyword arguments for the bucket ``Mb`` (see the module docstring)."""
+    return {"M": Mb, "N": N, "K": K, "bn": 256 if N >= 256 and Mb > BLOCK else 128}
+
+
+def check(a, b, a_scale, b_scale):
+    """The op's conditions; returns ``(M, N, K)`` or raises naming the argument and the condition."""
+    op = "axe::gemm_fp8"
+    for name, t in (("a", a), ("b", b), ("a_scale", a_scale), ("b_scale", b_scale)):
+        if t.dim() != 2:
+            raise ValueError(f"{op}: {name} must be a matrix, got shape {tuple(t.shape)}")
+    for name, t, want in (("a", a, FP8), ("b", b, FP8), ("a_scale", a_scale, torch.float32),
+                          ("b_scale", b_scale, torch.float32)):
+        if t.dtype != want:
+            raise TypeError(f"{op}: {name} has dtype {t.dtype}, expected {want}")
+        if t.device != a.device:
+            raise ValueError(f"{op}: {name} is on {t.device}, a on {a.device}")
+    M, K = a.shape[0], int(a.shape[1])
+    N = int(b.shape[0])
+    if b.shape[1] != K:
+        raise ValueError(f"{op}: a is (M, K) = {tuple(a.shape)}, b (N, K) = {tuple(b.shape)}: K differs")
+    if K < BLOCK or K % 16:
+        raise ValueError(f"{op}: K={K}; the kernel needs K >= {BLOCK} (one k-block) and a multiple of 16 "
+                         "(TMA's 16-byte row pitch)")
+    if N < BLOCK or N % 8:
+        raise ValueError(f"{op}: b has N={N} rows; the kernel needs N >= {BLOCK} (one tile) and a multiple of 8")
+    kb, nb = -(-K // BLOCK), -(-N // BLOCK)
+    if a_scale.shape[0] != M or a_scale.shape[1] != kb:
+        raise ValueError(f"{op}: a_scale has shape {tuple(a_scale.shape)}, expected (M, ceil(K/128)) = ({M}, {kb}) "
+                         "(DeepGEMM's per-row, per-128-column scales)")
+    if tuple(b_scale.shape) != (nb, kb):
+        raise ValueError(f"{op}: b_scale has shape {tuple(b_scale.shape)}, expected (ceil(N/128), ceil(K/128)) = "
+                         f"({nb}, {kb}) (one scale per 128x128 block of b)")
+    return M, N, K
+
+
+def _gemm_fp8(a, b, a_scale, b_scale):
+    M, N, K = check(a, b, a_scale, b_scale)
+    if M == 0:
+        return torch.empty((0, N), dtype=torch.bfloat16, device=a.device)
+    Mb = bucket(M)
+    c = torch.empty((Mb, N), dtype=torch.bfloat16, device=a.device)
+    kb = a_scale.shape[1]
+    if M == Mb:
+        A = _ready(a)
+    else:
+        A = a.new_zeros((Mb, K))
+        A[:M] = a
+    SA = a_scale.t()                    # (KB, M): contiguous in DeepGEMM's layout with M a bucket
+    if M != Mb or not SA.is_contiguous() or SA.data_ptr() % 16:
+        SA = torch.zeros((kb, Mb), dtype=torch.float32, device=a.device)
+        SA[:, :M] = a_scale.t()
+    KERNEL.load(a.device, spec(Mb, N, K))(A, _ready(b), SA, _ready(b_scale), c)
+    return c[:M]
+
+
+def _gemm_fp8_fake(a, b, a_scale, b_scale):
+    M, N, _ = check(a, b, a_scale, b_scale)
+    return a.new_empty((M, N), dtype=torch.bfloat16)
+
+
+def reference(a, b, a_scale, b_scale):
+    """fp32 ``C`` of the dequantized operands (the GPU check's and the CPU tests' reference)."""
+    M, K = a.shape
+    N = b.shape[0]
+    af = a.float() * a_scale.float().repeat_interleave(BLOCK, 1)[:, :K]
+    bf = b.float() * b_scale.float().repeat_interleave(BLOCK, 0).repeat_interleave(BLOCK, 1)[:N, :K]
+    return af @ bf.t()
+
+
+def deepgemm_scales(scale):
+    """``scale`` (M, KB) as DeepGEMM lays it out: the same values with strides ``(1, round_up(M, 4))``."""
+    M, kb = scale.shape
+    store = torch.zeros((kb, -(-M // 4) * 4), dtype=torch.float32, device=scale.device)
+    store[:, :M] = scale.t()
+    return store[:, :M].t()
+
+
+#: defined in ops.py's ``axe`` library, like the other ops
+gemm_fp8 = _define("gemm_fp8(Tensor a, Tensor b, Tensor a_scale, Tensor b_scale) -> Tensor",
+                   _gemm_fp8, _gemm_fp8_fake)
