@@ -211,6 +211,33 @@ def test_a_shared_tile_takes_the_layout_with_fewest_conflicts():
     assert plain.worst == 32 and best.read.worst < plain.worst
 
 
+def test_a_shared_tile_read_through_its_transposed_view_is_searched_in_its_own_coordinates():
+    """``copy(r, permute(s, (1, 0)))``: r's layout is over the transposed shape; the search sees
+    the accesses it makes in s's coordinates (column reads: 8-way on a row-major tile) and picks a
+    swizzle that serves them, not the row-major tile that serves r's rows."""
+    from axe.layout.swizzle_search import cost, search_swizzle, storage_offsets, warp_accesses
+    from axe.schedules.infer import _permuted
+    R = parse("S[(4,128,8):(8,1@tx,1)]")
+
+    def body(X_, Y_):
+        X, Y = Ax.param(X_), Ax.param(Y_)
+        s = Ax.shared((64, 64), "float16", Ax.INFER, name="s")
+        r = Ax.registers((64, 64), "float16", R, name="r")
+        Ax.copy(s, X)
+        Ax.sync()
+        Ax.copy(r, Ax.permute(s, (1, 0)))
+        Ax.copy(Y, r)
+    _, ctx = Ax.build_func(_two_buffer_kernel("smem_transposed", (64, 64), "float16", 128, body))
+    (fix,) = ctx.infer.fixed.values()
+    read = warp_accesses(_permuted(R, (64, 64), (1, 0)), (64, 64), 1, first_warp=True)
+    assert read[0].lanes[:2] == (0, 512)          # lane 1 reads row 8 of s: a column read
+    write = warp_accesses(vector_layout((64, 64), 2, 128), (64, 64), 8, first_warp=True)
+    assert fix.layout == search_swizzle((64, 64), 2, write, read)[0].layout
+    plain = cost(read, storage_offsets(parse("S[(64,64):(64,1)]"), (64, 64)).__getitem__, 2)
+    got = cost(read, storage_offsets(fix.layout, (64, 64)).__getitem__, 2)
+    assert plain.worst == 8 and got.worst == 1
+
+
 # --- property: random chains ----------------------------------------------------------------------
 
 def _chain(rng, i):
@@ -262,3 +289,14 @@ def test_random_chains_infer_layouts_every_operator_reads_in_place():
             dst, *srcs = rec.call.operands.values()
             for s in srcs:
                 assert _local(dst.layout, tuple(dst.shape), s.layout, tuple(s.shape)), rec.format()
+
+
+def test_inferred_rmsnorm_has_the_hand_written_row_and_a_replicated_scalar():
+    """kernels/inferred/rmsnorm.py: the row takes the hand kernel's ``S[(128,8):(1@tx,1)]``, the
+    fp32 squares follow it, the (1, 1) sum of squares is replicated on every thread that scales."""
+    import kernels.inferred.rmsnorm as m
+    from kernels.rmsnorm import ROW
+    _, ctx = Ax.build_func(m.rmsnorm)
+    got = {i: f.layout for i, f in ctx.infer.fixed.items()}
+    assert got[0] == got[1] == got[2] == ROW
+    assert got[3] == parse("S[1:1] + R[128:1@tx]")

@@ -25,8 +25,10 @@ a tile no operator fixes is an error naming it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from itertools import permutations
 
-from axe.layout import LayoutError, SwizzledLayout
+from axe.layout import Layout, LayoutError, S, SwizzledLayout, group
+from axe.layout.iters import Iter
 from axe.layout.broadcast import aligned_shape
 from axe.layout.infer import replicated_for, vector_layout
 
@@ -91,11 +93,26 @@ class _Solver:
 
     def tile(self, t):
         """The open tile a whole-tile operand stands for, else None (a slice of an open tile is no
-        constraint: its layout follows the tile's)."""
+        constraint: its layout follows the tile's; nor is a permuted view, see :meth:`view`)."""
+        v, dims = self.view(t)
+        return v if v is not None and dims == tuple(range(len(v.shape))) else None
+
+    def view(self, t):
+        """``(open tile, dims)`` when operand ``t`` is the whole open tile seen through
+        ``permute(tile, dims)`` (the tile itself: dims in order), else ``(None, None)``.  In the
+        recording parse an open tile is row-major, so a permuted view is recognised by its layout;
+        an operand of the tile's shape that is no such view is the tile."""
         v = self.state.tiles.get(t.buffer.__chandle__()) if t.buffer is not None else None
-        if v is None or t.root is not None or tuple(t.shape) != v.shape:
-            return None
-        return v
+        if v is None or t.root is not None or len(t.shape) != len(v.shape):
+            return None, None
+        ident = tuple(range(len(v.shape)))
+        if tuple(t.shape) == v.shape and t.layout == S[v.shape]:
+            return v, ident
+        for dims in permutations(ident):
+            if dims != ident and tuple(v.shape[d] for d in dims) == tuple(t.shape) \
+                    and _permuted(S[v.shape], v.shape, dims) == t.layout:
+                return v, dims
+        return (v, ident) if tuple(t.shape) == v.shape else (None, None)
 
     def layout(self, t):
         """Operand t's layout when known: its own, or its open tile's once fixed; else None."""
@@ -174,9 +191,15 @@ class _Solver:
                     continue
                 dst, src = call.operands["dst"], call.operands["src"]
                 for t, other, into in ((dst, src, write), (src, dst, read)):
-                    if self.tile(t) is not v:
+                    tv, dims = self.view(t)
+                    if tv is not v:
                         continue
-                    into.extend(_first_warp_accesses(self.layout(other), other, v, eb, call))
+                    L = self.layout(other)
+                    if L is not None and dims != tuple(range(len(dims))):
+                        # other's layout is over the view's shape: put it over the tile's
+                        inv = tuple(sorted(range(len(dims)), key=lambda i: dims[i]))
+                        L = _permuted(_plain(L), t.shape, inv)
+                    into.extend(_first_warp_accesses(L, other, v, eb, call))
                     first = first or call
             if first is None:
                 continue
@@ -188,6 +211,19 @@ class _Solver:
                      f"write {best.write.conflicts} / read {best.read.conflicts} conflicts")
 
 
+def _plain(L):
+    return L.inner if isinstance(L, SwizzledLayout) else L
+
+
+def _permuted(L, shape, dims):
+    """``L`` (over ``shape``) with its dims reordered as ``permute(t, dims)`` reorders a tensor's:
+    dim j of the result is dim ``dims[j]`` of ``L``.  Law: element u of the result is held where
+    ``L`` holds the element w with ``w[dims[j]] = u[j]``."""
+    g = group(L, tuple(shape))
+    shard = tuple(i for d in dims for i in (g.blocks[d] or (Iter(1, 1, "m"),)))
+    return Layout(shard, L.replica, L.offset)
+
+
 def _same(shape, n) -> bool:
     """Whether ``shape`` is ``n`` (up to extent-1 dims: a copy's row of a 2-D tile is a 1-D tile)."""
     return tuple(e for e in shape if e != 1) == tuple(e for e in n if e != 1)
@@ -197,10 +233,10 @@ def _first_warp_accesses(L, t, v, eb, call):
     """The first warp's accesses of the shared tile ``v`` in a copy whose other operand ``t`` has
     layout ``L`` (a register tile's thread map; memory operands move in 16-byte vectors)."""
     from axe.layout.swizzle_search import warp_accesses
-    if L is None or t.mem != "local" or not any(a in ("tx", "lane") for a in t.thread_axes()):
-        L = vector_layout(v.shape, eb, call.scope.threads)
     if isinstance(L, SwizzledLayout):
         L = L.inner
+    if L is None or t.mem != "local" or not any(a in ("tx", "lane") for a in L.axes()):
+        L = vector_layout(v.shape, eb, call.scope.threads)
     v_max = max(1, 16 // eb)
     while v_max >= 1:
         try:

@@ -1,0 +1,192 @@
+#!/usr/bin/env python3
+"""Hand-written layouts against inferred ones (issue 27 item 4), side by side in one run (GPU).
+
+Each kernel of ``kernels/inferred/`` beside its hand-written twin at the same size: transpose
+(8192×8192 fp16, :func:`kernels.transpose.transpose`), RMSNorm and softmax (65536×1024 fp16, the
+static ``rmsnorm``/``softmax``), rotary (NeoX, head 128, 32 q / 8 k heads, bf16, 16384 tokens,
+:func:`kernels.rotary.dynamic`).  Both versions are checked against torch first (fresh random
+data, outputs NaN-poisoned), then timed as CUDA-graph replays (``--graph-calls`` launches a
+graph; :func:`axe.torch.timing.graph_ms`) in ``--rounds`` interleaved rounds (hand then inferred,
+the order flipped every round); a row's µs is the median over rounds, per launch.
+
+Line counts are counted here from the sources (``ast``): the top-level functions and constants
+that make up each version's GPU kernel (listed per row in ``hand_units`` / ``inferred_units``),
+without blank lines, comments and docstrings.
+
+Usage: ``build`` here (TVM + nvcc; writes ``.carry/inferred_bench/``), ``run`` on the GPU machine::
+
+    CUDA_PATH=/usr/local/cuda .venv/bin/python benchmarks/inferred.py build
+    python3 benchmarks/inferred.py run [--rounds 9] [--json PATH]
+"""
+
+import argparse
+import ast
+import datetime
+import json
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+OUT = os.path.join(ROOT, ".carry", "inferred_bench")
+
+TRANSPOSE = {"M": 8192, "N": 8192}
+ROWS = {"ROWS": 65536}
+TOKENS = 16384
+ROTARY = (128, 32, 8)
+
+#: kernel → (size, hand (module, attr, factory args, constants), inferred (...), hand units, inferred units)
+KERNELS = {
+    "transpose": ("8192x8192 fp16",
+                  ("kernels.transpose", "transpose", None, TRANSPOSE),
+                  ("kernels.inferred.transpose", "transpose", None, TRANSPOSE),
+                  ["SMEM", "_atom_regs", "_wide", "_transpose_through_tma", "transpose"], ["transpose"]),
+    "rmsnorm": ("65536x1024 fp16",
+                ("kernels.rmsnorm", "rmsnorm", None, ROWS), ("kernels.inferred.rmsnorm", "rmsnorm", None, ROWS),
+                ["ROW", "row_tile", "load_row", "store_row", "_scale_row", "_normalize_row", "rmsnorm"], ["rmsnorm"]),
+    "softmax": ("65536x1024 fp16",
+                ("kernels.softmax", "softmax", None, ROWS), ("kernels.inferred.softmax", "softmax", None, ROWS),
+                ["ROW", "ONE", "_softmax_row", "softmax", "kernels.rmsnorm:row_tile", "kernels.rmsnorm:load_row",
+                 "kernels.rmsnorm:store_row"], ["softmax"]),
+    "rotary": (f"{TOKENS} tokens, NeoX head 128, 32q/8k heads bf16",
+               ("kernels.rotary", "dynamic", ROTARY + (True, "bfloat16", "int64"), {}),
+               ("kernels.inferred.rotary", "dynamic", ROTARY + ("bfloat16", "int64"), {}),
+               ["Plan", "_passes", "_load", "_store", "_rotate", "dynamic"], ["_rotate", "dynamic"]),
+}
+
+
+def code_lines(module: str, names) -> int:
+    """Lines of code of the top-level definitions ``names`` of ``module`` (``"mod:name"`` picks
+    another module): no blank lines, no comment-only lines, no docstrings."""
+    total = 0
+    for n in names:
+        mod, name = n.split(":") if ":" in n else (module, n)
+        path = os.path.join(ROOT, *mod.split(".")) + ".py"
+        src = open(path).read()
+        tree, lines = ast.parse(src), src.splitlines()
+        node = next(d for d in tree.body if getattr(d, "name", None) == name or any(
+            getattr(t, "id", None) == name for t in getattr(d, "targets", [getattr(d, "target", None)])))
+        doc = set()
+        for sub in ast.walk(node):
+            body = getattr(sub, "body", None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and isinstance(
+                    getattr(body[0], "value", None), ast.Constant) and isinstance(body[0].value.value, str):
+                doc.update(range(body[0].lineno, body[0].end_lineno + 1))
+        first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+        total += sum(1 for i in range(first, node.end_lineno + 1)
+                     if i not in doc and lines[i - 1].strip() and not lines[i - 1].strip().startswith("#"))
+    return total
+
+
+def build():
+    sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
+    from cases_inferred import build as build_one
+    os.makedirs(OUT, exist_ok=True)
+    for kernel, (_, hand, inferred, _, _) in KERNELS.items():
+        for which, spec in (("hand", hand), ("inferred", inferred)):
+            art = build_one(*spec, name=f"{kernel}_{which}")
+            art.save(os.path.join(OUT, f"{kernel}_{which}"))
+            print(f"{kernel}_{which}: {[r.chosen for r in art.records]}", flush=True)
+    print(f"artifacts in {OUT}")
+
+
+def _setup(torch, kernel, k):
+    """``(launch, check)`` for artifact ``k`` of ``kernel`` on fresh inputs."""
+    args = {a["name"].rstrip("_"): a for a in k.launch["args"]}
+    if kernel == "transpose":
+        m, n = args["A"]["shape"]
+        a = torch.randn(m, n, device="cuda", dtype=torch.float16)
+        b = torch.full((n, m), float("nan"), device="cuda", dtype=torch.float16)
+        return (lambda: k(a, b)), (lambda: bool(torch.equal(b, a.t())))
+    if kernel in ("rmsnorm", "softmax"):
+        r, n = args["X"]["shape"]
+        x = torch.randn(r, n, device="cuda", dtype=torch.float16)
+        y = torch.full((r, n), float("nan"), device="cuda", dtype=torch.float16)
+        if kernel == "softmax":
+            ref = torch.softmax(x.float(), -1)
+            return (lambda: k(x, y)), (lambda: ((y.float() - ref).norm() / ref.norm()).item() < 2e-3)
+        w = torch.randn(1, n, device="cuda", dtype=torch.float16)
+        ref = torch.nn.functional.rms_norm(x.float(), (n,), w.view(-1).float(), 1e-6)
+        return (lambda: k(x, w, y)), (lambda: ((y.float() - ref).norm() / ref.norm()).item() < 2e-3)
+    hs, hq, hk = ROTARY
+    sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
+    from cases_serving import rope_cache, rotate
+    cache = rope_cache(torch, hs, torch.bfloat16)
+    pos = torch.randint(0, cache.shape[0], (TOKENS,), device="cuda", dtype=torch.int64)
+    q = torch.randn(TOKENS, hq * hs, device="cuda", dtype=torch.bfloat16)
+    kk = torch.randn(TOKENS, hk * hs, device="cuda", dtype=torch.bfloat16)
+    q0, k0 = q.clone(), kk.clone()
+    cd = cache.double()
+    cos, sin = cd[pos, :hs // 2], cd[pos, hs // 2:]
+
+    def check():
+        for got, x0, h in ((q, q0, hq), (kk, k0, hk)):
+            want = rotate(torch, x0.view(TOKENS, h, hs).double(), cos, sin, True)
+            if ((got.view(TOKENS, h, hs).double() - want).abs().max() / want.abs().max()).item() > 1e-2:
+                return False
+        return True
+    return (lambda: k(pos, q, kk, cache)), check
+
+
+def run(args):
+    import torch
+
+    import axe.runtime as rt
+    from axe.torch.timing import capture, graph_ms, median
+    rows, dev = [], torch.cuda.get_device_name()
+    for kernel, (size, hand, inferred, hu, iu) in KERNELS.items():
+        fns = {}
+        for which in ("hand", "inferred"):
+            k = rt.load(os.path.join(args.artifacts, f"{kernel}_{which}"))
+            launch, check = _setup(torch, kernel, k)
+            launch()
+            torch.cuda.synchronize()
+            if not check():
+                raise SystemExit(f"{kernel}_{which} is wrong against torch: not timed")
+
+            def many(launch=launch):
+                for _ in range(args.graph_calls):
+                    launch()
+            fns[which] = capture(torch, many)[0]
+        times = {"hand": [], "inferred": []}
+        for r in range(args.rounds):
+            for which in (("hand", "inferred") if r % 2 == 0 else ("inferred", "hand")):
+                times[which].append(graph_ms(torch, fns[which], 5) * 1e3 / args.graph_calls)
+        row = {"kernel": kernel, "size": size,
+               "hand_us": round(median(times["hand"]), 2), "inferred_us": round(median(times["inferred"]), 2),
+               "hand_lines": code_lines(hand[0], hu), "inferred_lines": code_lines(inferred[0], iu),
+               "hand_units": f"{hand[0]}: {', '.join(hu)}", "inferred_units": f"{inferred[0]}: {', '.join(iu)}",
+               "hand_us_rounds": [round(t, 2) for t in times["hand"]],
+               "inferred_us_rounds": [round(t, 2) for t in times["inferred"]]}
+        rows.append(row)
+        print(f"{kernel:10s} {size:44s} hand {row['hand_us']:9.2f} us  inferred {row['inferred_us']:9.2f} us  "
+              f"lines {row['hand_lines']} -> {row['inferred_lines']}", flush=True)
+    day = datetime.date.today().isoformat()
+    short = "h200" if "H200" in dev else "h100" if "H100" in dev else dev.split()[-1].lower()
+    path = args.json or os.path.join(ROOT, "benchmarks", "results", f"inferred-{day}-{short}.json")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump({"device": dev, "date": day, "timing": f"CUDA graph of {args.graph_calls} launches, median of "
+                   f"{args.rounds} interleaved rounds (5 replays each), us per launch", "rows": rows}, f, indent=1)
+    print(f"wrote {path}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("mode", choices=("build", "run", "lines"))
+    ap.add_argument("--artifacts", default=OUT)
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--graph-calls", type=int, default=20)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    if args.mode == "build":
+        build()
+    elif args.mode == "lines":
+        for kernel, (_, hand, inferred, hu, iu) in KERNELS.items():
+            print(f"{kernel:10s} hand {code_lines(hand[0], hu):4d}  inferred {code_lines(inferred[0], iu):4d}")
+    else:
+        run(args)
+
+
+if __name__ == "__main__":
+    main()

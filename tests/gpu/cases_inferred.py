@@ -1,0 +1,67 @@
+"""GPU cases for the kernels written with inferred layouts (issue 27 item 4, ``kernels/inferred/``):
+transpose, RMSNorm, softmax and a CTA-collective rotary embedding, each checked on fresh random
+data with its outputs poisoned with NaN before every launch — by the checks of their hand-written
+twins (``cases_kernels.py``: transpose exact, RMSNorm and softmax against float64;
+``cases_serving.py``: rotary against float64 at several token counts, guard values past the end).
+
+Each build also refuses an artifact whose dispatch chose other schedules than the case records, so
+a change to the inference rules that changes what runs shows up here first.  The ``*_bench``
+sizes are what ``benchmarks/inferred.py build`` builds.
+"""
+
+import importlib
+import importlib.util
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+
+def _sibling(name):
+    spec = importlib.util.spec_from_file_location(name, os.path.join(HERE, name + ".py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+_kernels, _serving = _sibling("cases_kernels"), _sibling("cases_serving")
+
+#: artifact → (module, attribute, args of a factory or None, size constants, schedules dispatch must choose)
+CASES = {
+    "inferred_transpose": ("kernels.inferred.transpose", "transpose", None, {},
+                           ["cp_async", "per_thread", "vector", "tma_store"]),
+    "inferred_rmsnorm": ("kernels.inferred.rmsnorm", "rmsnorm", None, {},
+                         ["vector", "vector", "per_thread", "cta_smem", "per_thread", "vector"]),
+    "inferred_softmax": ("kernels.inferred.softmax", "softmax", None, {},
+                         ["vector", "per_thread", "cta_smem", "per_thread", "cta_smem", "per_thread", "vector"]),
+    "inferred_rotary": ("kernels.inferred.rotary", "dynamic", (128, 32, 8, "bfloat16", "int64"), {},
+                        (["vector"] * 4 + ["per_thread"] * 2 + ["vector"] * 2) * 2),
+}
+
+
+sized = _kernels._sized      # parse with the module's size constants replaced
+
+
+def build(module_name, attr, args=None, consts=None, want=None, name=""):
+    """The sm_90a artifact; raises when dispatch chose other schedules than ``want``."""
+    sys.path.insert(0, ROOT)
+    import axe.lang as Ax
+    mod = importlib.import_module(module_name)
+    with sized(mod, consts or {}):
+        k = getattr(mod, attr)
+        art = Ax.compile_kernel(k(*args) if args is not None else k, "sm_90a")
+    got = [r.chosen for r in art.records]
+    if want is not None and got != list(want):
+        raise AssertionError(f"{name}: dispatch chose {got}, the case records {list(want)}")
+    return art
+
+
+BUILDS = {name: (lambda c=c, name=name: build(*c, name=name)) for name, c in CASES.items()}
+
+CHECKS = {
+    "inferred_transpose": _kernels.check_transpose,
+    "inferred_rmsnorm": _kernels.check_rmsnorm,
+    "inferred_softmax": _kernels.check_softmax,
+    "inferred_rotary": _serving.check_rotary,
+}
