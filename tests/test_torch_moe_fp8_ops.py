@@ -292,3 +292,49 @@ def test_compile_fullgraph(loads):
         args = (moe_inputs(T, seed=T)[0], w1, w2, torch.randn(T, 32), *fp8_inputs(T, 256, 256, seed=T))
         for got, want in zip(compiled(*args), _moe_block(*args)):
             assert torch.equal(got, want)
+
+
+# --- the same calls bound against real artifacts ---------------------------------------------------
+
+def test_calls_bind_to_the_built_kernels(tmp_path, monkeypatch):
+    """The ops' launches against the artifacts TVM + nvcc build for them: the runtime's
+    ``bind_arguments`` (device type cpu) checks every argument against each ``launch.json`` —
+    count, dtypes, static and run-time extents, alignment — with the scratch the runtime appends;
+    the stand-ins then compute.  The smallest shapes the kernels take (~20 s of builds)."""
+    pytest.importorskip("tvm")
+    monkeypatch.setenv("CUDA_PATH", "/usr/local/cuda")
+    from axe.backends.cuda.artifact import Artifact
+    from axe.runtime.launcher import bind_arguments
+    from axe.torch.cache import ArtifactCache
+    cache, grids = ArtifactCache(tmp_path, shipped=[]), []
+
+    def bound(jk, law):
+        def load(device, spec):
+            launch = Artifact.load(str(jk.artifact_path("sm_90a", spec))).launch
+            run = law(spec)
+
+            def call(*args):
+                scratch = [torch.zeros(a["shape"], dtype=getattr(torch, a["dtype"])) for a in launch["args"]
+                           if a.get("scratch")]
+                grids.append((launch["name"], bind_arguments(launch, (*args, *scratch), device_type="cpu").grid))
+                run(*args)
+            return call
+        return load
+
+    for name, jk in moe_ops.KERNELS.items():
+        monkeypatch.setattr(jk, "_cache", cache)
+        monkeypatch.setattr(jk, "progress", False)
+        monkeypatch.setattr(jk, "load", bound(jk, STANDINS[name]))
+    monkeypatch.setattr(fp8_ops.KERNEL, "_cache", cache)
+    monkeypatch.setattr(fp8_ops.KERNEL, "progress", False)
+    monkeypatch.setattr(fp8_ops.KERNEL, "load", bound(fp8_ops.KERNEL, _fp8))
+    x, w1, w2, w, ids = moe_inputs(3, E=32, H=2048, I=256, top_k=2)
+    out = torch.ops.axe.fused_moe(x, w1, w2, w, ids)
+    ref = moe_ops.reference(x, w1, w2, w, ids)
+    assert ((out.float() - ref).norm() / ref.norm()) < 1e-2
+    assert [n for n, _ in grids] == ["moe_align_bm64_pad16", "moe_gemm_silu_mul_bfloat16_bm64_bn128_512x2048",
+                                     "moe_gemm_plain_bfloat16_bm64_bn128_2048x256", "moe_combine_bfloat16"]
+    a, b, sa, sb = fp8_inputs(5, 256, 256)
+    c = torch.ops.axe.gemm_fp8(a, b, sa, sb)
+    assert grids[-1][0] == "gemm_fp8_128x256x256"
+    assert ((c.float() - fp8_ops.reference(a, b, sa, sb)).norm() / c.float().norm()) < 1e-2

@@ -41,6 +41,8 @@ traces through the op.
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 from .jit import JitKernel
@@ -72,12 +74,17 @@ KERNELS = {
 }
 
 
+_HOST = []
+
+
 def _host():
-    """``kernels.moe_host`` (no TVM), found where axe's kernels live (checkout or wheel)."""
-    from .cache import kernels_on_path
-    kernels_on_path()
-    from kernels import moe_host
-    return moe_host
+    """``kernels.moe_host`` (no TVM), found where axe's kernels live (checkout or wheel); looked up once."""
+    if not _HOST:
+        from .cache import kernels_on_path
+        kernels_on_path()
+        from kernels import moe_host
+        _HOST.append(moe_host)
+    return _HOST[0]
 
 
 def check(hidden_states, w1, w2, topk_weights, topk_ids, inplace=False, activation="silu",
@@ -161,10 +168,11 @@ def config(tokens: int, I: int) -> str:
     return "small_gather" if cfg == "tiny_gather" and I % 48 else cfg
 
 
+@functools.lru_cache(maxsize=256)
 def specs(cfg: str, E: int, H: int, I: int, top_k: int, dtype: str) -> dict:
     """``{role: (name in KERNELS, factory keyword arguments)}`` of configuration ``cfg``: the
     alignment, GEMM 1 (``n = 2I``, ``k = H``, SiLU·up, gathering x's rows), GEMM 2 (``n = H``,
-    ``k = I``) and the combine."""
+    ``k = I``) and the combine (memoized: do not modify the result)."""
     host = _host()
     kw = host.CONFIGS[cfg]
     g1, g2 = host.gemm_keywords(host.gemm_config(cfg))
