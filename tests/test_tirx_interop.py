@@ -1,6 +1,6 @@
 """axe ↔ tvm.tirx.layout: round trips, and a differential suite against TVM's own algebra.
 
-Where TVM and the specification (shared/AXE-LAYOUT.md) agree, the two implementations must
+Where TVM and the specification (docs/layouts.md) agree, the two implementations must
 agree on random layouts; where they differ, a test pins TVM's actual behaviour next to ours
 (each difference is written up with a minimal example in docs/tirx-differences.md).
 Maps are compared by brute force from the definitions, never through the code under test.

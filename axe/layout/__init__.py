@@ -1,7 +1,7 @@
 """Axe layouts: named-axis layouts ``L = (D, R, O)`` and their algebra.
 
 Pure Python, immutable values, no TVM or torch at import.  The specification is
-``shared/AXE-LAYOUT.md`` (the Axe paper §2–3, App. A–F, with its errata).
+``docs/layouts.md`` (the Axe paper §2–3, App. A–F, restated with its errata).
 
 Build layouts with the same syntax they print in::
 
