@@ -1,4 +1,4 @@
-"""The import graph of the ``axe`` package: no circles, and DESIGN.md's layering.
+"""The import graph of the ``axe`` package: no circles, and the layering of the README's architecture section.
 
 Every ``import`` of an axe module by an axe module is an edge, wherever it is written: at module
 level or inside a function (a deferred import hides a dependency from the reader, it does not
@@ -163,7 +163,7 @@ def test_no_import_cycles():
     assert not found, "import cycles in axe:\n" + "\n\n".join(_describe(c, graph) for c in found)
 
 
-#: DESIGN.md's table: what each shared layer must not import
+#: the package table (README, Architecture): what each shared layer must not import
 LAYERS = {
     "axe.layout": ("axe.",),                       # nothing of axe outside axe.layout
     "axe.ops": ("axe.schedules", "axe.backends", "axe.lang", "axe.runtime"),

@@ -1,4 +1,4 @@
-"""The shape DESIGN.md asks of kernels/: compositions of parts, not switchboards.  Each kernel
+"""The shape the architecture asks of kernels/: compositions of parts, not switchboards.  Each kernel
 function is short, kernels reach axe only through its kernel language (``axe.lang``: ``Ax.*``,
 ``Ax.cuda.*``) and its layout algebra — never a schedule's or a backend's internals — and the plain
 GEMM is a short file."""

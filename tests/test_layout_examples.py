@@ -1,4 +1,4 @@
-"""The worked examples of AXE-LAYOUT.md, each checked against the definition."""
+"""The worked examples of the layout specification (docs/layouts.md), each checked against the definition."""
 
 import pytest
 
