@@ -7,8 +7,7 @@
 The reference covers :data:`PACKAGES` and every submodule whose dotted name has no part starting
 with ``_``.  It fails (exit status 1, one line per problem) when a module does not import, when a
 name in a module's ``__all__`` does not resolve, or when a public function, class or method
-defined in axe has no docstring, except the names of :data:`KNOWN_UNDOCUMENTED` — a list that may
-only shrink: a name there that has gained a docstring is reported too, so it gets struck off.
+defined in axe has no docstring.
 ``tests/test_api_docs.py`` runs the whole build on every CI run.
 """
 
@@ -23,33 +22,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("axe.layout", "axe.lang", "axe.runtime", "axe.torch", "axe.ops")
-
-#: Public names defined without a docstring when the reference was introduced (2026-11-26).  The
-#: check accepts them and reports each one that has gained a docstring, so the list only shrinks.
-KNOWN_UNDOCUMENTED = frozenset({
-    "axe.lang.cli.add_commands",
-    "axe.lang.operators.binary",
-    "axe.lang.operators.cast",
-    "axe.lang.operators.unary",
-    "axe.lang.tensors.as_layout",
-    "axe.layout.interop.linear.LinearLayout.in_size",
-    "axe.layout.swizzle.Swizzle.check",
-    "axe.layout.swizzle.SwizzledLayout.admits",
-    "axe.layout.swizzle.SwizzledLayout.axes",
-    "axe.ops.call.OpCall.describe",
-    "axe.ops.elementwise.binary",
-    "axe.ops.elementwise.cast",
-    "axe.ops.elementwise.unary",
-    "axe.ops.scope.ExecScope.describe",
-    "axe.ops.tensor.Tensor.describe",
-    "axe.torch.cache.ArtifactCache.entry_dir",
-    "axe.torch.cache.CacheKey.describe",
-    "axe.torch.cache.CacheKey.fields",
-    "axe.torch.cache.CacheKey.spec_words",
-    "axe.torch.cli.add_commands",
-    "axe.torch.jit.JitKernel.key",
-    "axe.torch.tune.add_commands",
-})
 
 
 def module_names(packages=PACKAGES) -> list[str]:
@@ -146,9 +118,7 @@ def build(output: Path | None) -> list[str]:
             write_html(modules, output)
     # pdoc's other warnings (a type annotation naming a TYPE_CHECKING-only import) cost nothing
     problems += [f"pdoc: {w.message}" for w in caught if "does not resolve" in str(w.message)]
-    problems += [f"{n}: public, but no docstring" for n in sorted(missing - KNOWN_UNDOCUMENTED)]
-    problems += [f"{n}: has a docstring now; strike it off KNOWN_UNDOCUMENTED in scripts/api_docs.py"
-                 for n in sorted(KNOWN_UNDOCUMENTED - missing)]
+    problems += [f"{n}: public, but no docstring" for n in sorted(missing)]
     return problems
 
 

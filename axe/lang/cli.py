@@ -82,6 +82,7 @@ def _explain(args) -> int:
 
 
 def add_commands(subparsers) -> None:
+    """``axe build`` and ``axe explain``, added to the CLI's ``subparsers``."""
     b = subparsers.add_parser("build", help="build the kernels of a file into artifacts",
                               description="Build every kernel of FILE (or FILE::KERNEL) for one target into "
                                           "OUTPUT/TARGET/KERNEL/: CUDA source, PTX, cubin and launch.json for sm_*, "

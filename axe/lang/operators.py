@@ -26,14 +26,17 @@ def elementwise(dst, fn, *srcs, **config):
 
 
 def unary(dst, src, name: str, **config):
+    """``dst = name(src)`` elementwise (a name of :data:`axe.ops.elementwise.UNARY`) in the current scope."""
     _run(ops.unary(dst, src, name, scope_or_cta(), **config))
 
 
 def binary(dst, a, b, name: str, **config):
+    """``dst = name(a, b)`` elementwise (a name of :data:`axe.ops.elementwise.BINARY`) in the current scope."""
     _run(ops.binary(dst, a, b, name, scope_or_cta(), **config))
 
 
 def cast(dst, src, **config):
+    """``dst = src`` converted to ``dst``'s dtype, elementwise, in the current scope."""
     _run(ops.cast(dst, src, scope_or_cta(), **config))
 
 

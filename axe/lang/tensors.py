@@ -42,6 +42,8 @@ def _infers(layout, mem) -> bool:
 
 
 def as_layout(layout, shape):
+    """``layout`` as a layout value: None is the row-major ``S[shape]``, text is parsed, a Layout or
+    SwizzledLayout is itself; anything else is a TypeError naming its type."""
     if layout is None:
         return S[tuple(shape)]
     if isinstance(layout, str):

@@ -23,6 +23,8 @@ class Swizzle(NamedTuple):
     shift: int
 
     def check(self) -> "Swizzle":
+        """``self`` if it is a swizzle (non-negative fields, ``shift >= bits``, at most 64 bits in
+        all), else a ValueError naming the condition."""
         if min(self) < 0 or self.shift < self.bits:
             raise ValueError(f"{self}: need bits, base, shift >= 0 and shift >= bits")
         if self.bits + self.base + self.shift > 64:
@@ -81,9 +83,11 @@ class SwizzledLayout:
         return self.inner.size
 
     def admits(self, shape) -> bool:
+        """Whether the unswizzled layout admits ``shape`` (a swizzle changes offsets, not shapes)."""
         return self.inner.admits(shape)
 
     def axes(self):
+        """The axes of the unswizzled layout and of the base offset, sorted."""
         return tuple(sorted(set(self.inner.axes()) | set(self.base)))
 
     def _apply(self, c: Coord) -> Coord:

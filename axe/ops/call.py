@@ -34,6 +34,8 @@ class OpCall:
         return self.config.get("schedule")
 
     def describe(self) -> str:
+        """One line for messages: the operator, its operands in layout syntax, its attributes, where
+        it was written and its scope."""
         ops = "; ".join(f"{k} = {t.describe()}" for k, t in self.operands.items())
         attrs = "".join(f", {k}={v}" for k, v in self.attrs.items() if k != "fn")
         return f"{self.op}({ops}{attrs}) at {self.where} in {self.scope.describe()}"

@@ -54,6 +54,7 @@ def elementwise(dst, fn, *srcs, scope: ExecScope, **config) -> OpCall:
 
 
 def unary(dst, src, name: str, scope: ExecScope, **config) -> OpCall:
+    """The elementwise call ``dst = name(src)``; ``name`` must be a key of :data:`UNARY` (else OpError)."""
     if name not in UNARY:
         raise OpError(f"unary: {name!r} is not one of {sorted(UNARY)}")
     call = elementwise(dst, UNARY[name], src, scope=scope, **config)
@@ -62,6 +63,7 @@ def unary(dst, src, name: str, scope: ExecScope, **config) -> OpCall:
 
 
 def binary(dst, a, b, name: str, scope: ExecScope, **config) -> OpCall:
+    """The elementwise call ``dst = name(a, b)``; ``name`` must be a key of :data:`BINARY` (else OpError)."""
     if name not in BINARY:
         raise OpError(f"binary: {name!r} is not one of {sorted(BINARY)}")
     call = elementwise(dst, BINARY[name], a, b, scope=scope, **config)
@@ -70,6 +72,7 @@ def binary(dst, a, b, name: str, scope: ExecScope, **config) -> OpCall:
 
 
 def cast(dst, src, scope: ExecScope, **config) -> OpCall:
+    """The elementwise call ``dst = src`` converted to ``dst``'s dtype."""
     d = as_operand(dst, "cast dst")
     call = elementwise(dst, lambda x: _tir().Cast(d.dtype, x), src, scope=scope, **config)
     call.attrs["name"] = f"cast to {d.dtype}"

@@ -69,6 +69,7 @@ class ExecScope:
         return self.tx % self.unit_threads
 
     def describe(self) -> str:
+        """One line for messages: the scope's kind, its range of threads/warps and how many threads it has."""
         if self.kind in WHOLE_CTA:
             return f"{self.kind} ({self.cta_threads} threads)"
         rng = f"[{self.lo}, {self.hi})" if self.hi is not None else "each"

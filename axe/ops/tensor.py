@@ -115,6 +115,7 @@ class Tensor:
         return tuple(a for a in _inner(self.layout).axes() if a != "m")
 
     def describe(self) -> str:
+        """One line for messages: name, shape, dtype, memory, layout and base offset (when not 0)."""
         base = "" if _is_int(self.base) and int(self.base) == 0 else f" + ({self.base})"
         return f"{self.name or 'tensor'}{list(self.shape)} {self.dtype} {self.mem} {self.layout}{base}"
 

@@ -218,6 +218,7 @@ class CacheKey:
                    tvm_version() if tvm is True else tvm, target, tuple(sorted(spec.items())))
 
     def fields(self) -> dict:
+        """The key's fields as a JSON-ready dict (what :attr:`digest` hashes and ``key.json`` holds)."""
         return {"kernel": self.kernel, "source": self.source, "axe": self.axe, "tvm": self.tvm,
                 "target": self.target, "spec": dict(self.spec)}
 
@@ -240,9 +241,11 @@ class CacheKey:
         return all(fields.get(k) == v for k, v in mine.items())   # key.json also notes the build time
 
     def spec_words(self) -> list[str]:
+        """The specialization as ``name=value`` words, the form ``axe cache build`` takes."""
         return [f"{k}={json.dumps(v) if isinstance(v, bool) else v}" for k, v in self.spec]
 
     def describe(self) -> str:
+        """One line for messages: ``kernel(spec words) for target``."""
         return f"{self.kernel}({', '.join(self.spec_words())}) for {self.target}"
 
     def build_command(self) -> str:
@@ -277,6 +280,7 @@ class ArtifactCache:
         self.progress = progress
 
     def entry_dir(self, key: CacheKey, root=None) -> Path:
+        """The folder of ``key``'s entry under ``root`` (default this cache's): ``<kernel>/<digest>``."""
         return Path(root or self.root) / _slug(key.kernel) / key.digest
 
     def find(self, key: CacheKey) -> Path | None:

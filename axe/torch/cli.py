@@ -73,6 +73,7 @@ def _dir(args) -> int:
 
 
 def add_commands(subparsers) -> None:
+    """``axe cache {list, clear, dir, build}``, added to the CLI's ``subparsers``."""
     c = subparsers.add_parser("cache", help="list, clear or fill the on-disk artifact cache")
     sub = c.add_subparsers(dest="cache_command", required=True)
     for name, fn, help_ in (("list", _list, "list the cache's and shipped folders' entries"),

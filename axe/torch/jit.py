@@ -123,6 +123,7 @@ class JitKernel:
         return k
 
     def key(self, target: str, spec: dict) -> CacheKey:
+        """The cache key of ``spec`` on ``target`` (the kernel's module importable first)."""
         self._on_path()
         return CacheKey.make(self.kernel, target, spec)
 

@@ -207,6 +207,7 @@ def _main(args) -> int:
 
 
 def add_commands(subparsers) -> None:
+    """``axe tune gemm {plan, run}``, added to the CLI's ``subparsers``."""
     t = subparsers.add_parser("tune", help="measure and keep the GEMM configuration per bucket of M")
     sub = t.add_subparsers(dest="tune_kernel", required=True)
     g = sub.add_parser("gemm", help="torch.ops.axe.gemm's configurations (plan: the builds; run: measure, on a GPU)")

@@ -85,6 +85,7 @@ class LinearLayout:
         self.out_dims = out_dims
 
     def in_size(self, name: str) -> int:
+        """The extent of input ``name``: 2 to the number of its basis vectors (1 when it has none)."""
         return 1 << len(self.bases.get(name, ()))
 
     def __call__(self, **inputs) -> tuple:
