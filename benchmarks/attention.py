@@ -15,7 +15,9 @@ Two modes:
   ``benchmarks/results/attention-DATE-DEVICE.json`` (under ``$OUT`` when set): per shape ``seq,
   head_dim, causal, axe_ms, best_peer_ms, best_peer``, every peer's ms, TFLOP/s per side and, for a
   peer that could not run, why; ``axe_ms`` is the default configuration, ``axe_configs_ms`` adds the
-  configurations of ``kernels/parts/attention_variants.py`` (``--variants``).
+  configurations of ``kernels/parts/attention_variants.py`` (``--variants``).  ``--shape-timeout S``
+  runs each shape in a child process killed after S seconds; the row then says ``timed_out`` (a
+  hung kernel cannot be stopped from the process that launched it).
 
 FLOPs: ``4 · batch · heads · seq² · head_dim`` (Q·Kᵀ and P·V), halved when causal (the convention of
 FlashAttention's benchmarks).  Tensors are ``(batch, seq, heads, head_dim)``; the SDPA peers get the
@@ -226,6 +228,29 @@ def run_shape(torch, rt, args, seq, d, causal):
     return row
 
 
+def _shape_in_child(args, seq, d, causal):
+    """One shape in a child process bounded by ``--shape-timeout`` seconds (a kernel that hangs cannot
+    be stopped from inside the process that launched it): its row, or a row that says it timed out."""
+    import json
+    import subprocess
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "row.json")
+        cmd = [sys.executable, os.path.abspath(__file__), "--one", str(seq), str(d), str(int(causal)), "--json", out,
+               "--artifacts", args.artifacts, "--iters", str(args.iters), "--rounds", str(args.rounds),
+               "--peers", *args.peers, "--variants", *args.variants]
+        try:
+            subprocess.run(cmd, timeout=args.shape_timeout, check=True)
+            with open(out) as f:
+                return json.load(f)
+        except (subprocess.TimeoutExpired, subprocess.CalledProcessError, OSError, ValueError) as e:
+            why = (f"timed out after {args.shape_timeout} s" if isinstance(e, subprocess.TimeoutExpired)
+                   else _why(e))
+            return {"seq": seq, "head_dim": d, "causal": bool(causal), "batch": shape(seq, d)[0],
+                    "heads": shape(seq, d)[1], "timed_out": isinstance(e, subprocess.TimeoutExpired),
+                    "why": {"run": why}, "axe_ms": None, "axe_configs_ms": {}, "peers_ms": {}, "tflops": {}}
+
+
 def run(args):
     import datetime
     import json
@@ -235,12 +260,22 @@ def run(args):
     import axe.runtime as rt
     from dist_bench import device_tag, versions
     assert "tvm" not in sys.modules, "the GPU side runs without TVM"
+    if args.one:
+        seq, d, causal = args.one
+        with open(args.json, "w") as f:
+            json.dump(run_shape(torch, rt, args, seq, d, bool(causal)), f)
+        return 0
     rows = []
     for d in args.head_dims:
         for seq in args.seqs:
             for causal in args.causal:
-                r = run_shape(torch, rt, args, seq, d, bool(causal))
+                r = _shape_in_child(args, seq, d, causal) if args.shape_timeout else \
+                    run_shape(torch, rt, args, seq, d, bool(causal))
                 rows.append(r)
+                if "timed_out" in r:
+                    print(f"d={d:3d} seq={seq:5d} {'causal' if causal else 'full  '}: {r['why']['run']} "
+                          "(recorded; next shape)", flush=True)
+                    continue
                 tf = r["tflops"]
                 print(f"d={d:3d} seq={seq:5d} {'causal' if causal else 'full  '} b={r['batch']:2d} h={r['heads']}: "
                       + "  ".join(f"{s} {r['axe_configs_ms'].get(s) or r['peers_ms'].get(s):.3f} ms "
@@ -278,6 +313,10 @@ def main(argv=None):
     ap.add_argument("--variants", nargs="*", default=["ov3", "pp176", "pp", "pp_p", "pp3_p", "simple"],
                     help="axe configurations besides the default (kernels/parts/attention_variants.py), timed as axe_<name>")
     ap.add_argument("--jobs", type=int, default=2, help="--build: artifacts built at once")
+    ap.add_argument("--shape-timeout", type=int, default=0,
+                    help="run each shape in a child process killed after this many seconds, recorded as timed "
+                         "out in the JSON (0: in this process, unbounded)")
+    ap.add_argument("--one", type=int, nargs=3, metavar=("SEQ", "D", "CAUSAL"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.out = args.artifacts
     return build(args) if args.build else run(args)

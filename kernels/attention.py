@@ -428,28 +428,80 @@ def _loop_simple(c, n):
         c.done_v(j)
 
 
+def turn_rules(first, last, round0, chained):
+    """The two exceptions of :class:`_Turns` for a wgmma block: ``(free, mute)`` — warpgroup 0 does not
+    wait for its turn (``free``), the last warpgroup does not pass it on (``mute``).  ``first`` /
+    ``last``: the block is the tile's first / last; ``round0``: the CTA's first tile (bool or TIR);
+    ``chained`` (persistent): the turns run on from tile to tile — only the CTA's very first block is
+    free and no block is mute (warpgroup 0 takes the last pass after its last tile,
+    :func:`_absorb_turn`).  Unchained across tiles, warpgroup 0 would start tile i + 1 without
+    waiting and pass the turn to warpgroup 1 a second time before warpgroup 1 had taken the first
+    (its wait for tile i's last block): two arrivals of one warpgroup complete the 256-thread named
+    barrier, warpgroup 1's wait then needs one more that never comes (the benchmark's hang at
+    b=32 h=32 seq=512 causal, pp_p / pp3_p).  Plain Python on bools: :func:`turn_schedule` models it."""
+    free = first and (round0 if chained else True)
+    mute = last and not chained
+    return free, mute
+
+
+def _not(x):
+    return T.bool(not x) if isinstance(x, bool) else T.Not(x)
+
+
 class _Turns:
     """The consumer warpgroups take turns issuing their wgmma blocks (FA3's ping-pong), through named
     barriers ``ORDER + wg`` ("warpgroup wg's turn"), so that one's softmax runs under the others'
     tensor-core work.  Block k of warpgroup w > 0 follows block k of warpgroup w − 1, and block k of
-    warpgroup 0 follows block k − 1 of the last; every wait has its arrival (the last warpgroup
-    does not pass the turn after its last block, which no one waits for)."""
+    warpgroup 0 follows block k − 1 of the last; every wait has its arrival (:func:`turn_rules`:
+    the exceptions at the ends; persistent, the chain runs on across the CTA's tiles)."""
 
     _is_meta_class = True
     ORDER = 5                   # named barriers 5, 6, 7 (1..3 are the consumers' store barriers)
 
-    def __init__(self, wg, n):
-        self.wg, self.n = wg, n
+    def __init__(self, wg, n, round0=True, chained=False):
+        self.wg, self.n, self.round0, self.chained = wg, n, round0, chained
 
     def take(self, first):
-        """Wait for my turn (warpgroup 0's first block goes at once)."""
-        with Ax.guard(T.Or(self.wg != 0, T.bool(not first))):
+        """Wait for my turn (warpgroup 0's first block goes at once: of the tile, or persistent, of the CTA)."""
+        free, _ = turn_rules(first, False, self.round0, self.chained)
+        with Ax.guard(T.Or(self.wg != 0, _not(free))):
             Ax.cuda.named_barrier(self.ORDER + self.wg, 256)
 
     def give(self, last):
-        """Pass the turn to the next warpgroup (the last one's last block passes it to no one)."""
-        with Ax.guard(T.Or(self.wg != self.n - 1, T.bool(not last))):
+        """Pass the turn to the next warpgroup (unchained, the last one's last block passes it to no one)."""
+        _, mute = turn_rules(False, last, self.round0, self.chained)
+        with Ax.guard(T.Or(self.wg != self.n - 1, _not(mute))):
             Ax.cuda.named_barrier_arrive(self.ORDER + (self.wg + 1) % self.n, 256)
+
+
+def _absorb_turn(h, wg):
+    """Persistent ping-pong: warpgroup 0 takes the turn the last warpgroup passed after its last block
+    (so no arrival is left pending on a named barrier when the CTA exits)."""
+    if h.persistent and h.schedule == "pingpong":
+        with Ax.guard(wg == 0):
+            Ax.cuda.named_barrier(_Turns.ORDER, 256)
+
+
+def turn_schedule(consumers, ns, chained):
+    """CPU model of the ping-pong's named-barrier operations: per consumer warpgroup, the list of
+    ``("sync" | "arrive", barrier)`` it executes over query tiles with ``ns`` key tiles each (one CTA's
+    tiles in order), block by block as :func:`_loop_overlap` issues them (n + 1 blocks a tile), by
+    the rules of :func:`turn_rules`, and :func:`_absorb_turn`'s last wait."""
+    out = []
+    for wg in range(consumers):
+        ops = []
+        for i, n in enumerate(ns):
+            for k in range(n + 1):
+                free, mute = turn_rules(k == 0, k == n, i == 0, chained)
+                if wg != 0 or not free:
+                    ops.append(("sync", _Turns.ORDER + wg))
+                ops.append(("issue", (i, k)))
+                if wg != consumers - 1 or not mute:
+                    ops.append(("arrive", _Turns.ORDER + (wg + 1) % consumers))
+        if chained and wg == 0:
+            ops.append(("sync", _Turns.ORDER))
+        out.append(ops)
+    return out
 
 
 def _loop_overlap(c, n, turns=None):
@@ -493,8 +545,8 @@ def _loop_overlap(c, n, turns=None):
 
 
 def _loop_pingpong(c, n):
-    """:func:`_loop_overlap` with the consumer warpgroups taking turns."""
-    _loop_overlap(c, n, _Turns(c.wg, c.h.consumers))
+    """:func:`_loop_overlap` with the consumer warpgroups taking turns (persistent: chained across tiles)."""
+    _loop_overlap(c, n, _Turns(c.wg, c.h.consumers, c.round == 0 if c.h.persistent else True, c.h.persistent))
 
 
 #: the consumers' key loops by schedule name (data in :data:`TARGETS`, not a code path per kernel)
@@ -511,6 +563,7 @@ def _consume(h, bx, pool, O, LSE_, qfull, qempty, kpipe, vpipe, tx_):
 
     def tile(i, cta_tile):
         t = _Tiles(p, h, cta_tile)
+        c.round = i
         c.start(t, kv.start())
         Ax.cuda.mbarrier_wait(qfull, i % 2, stage=c.wg)
         LOOPS[h.schedule](c, t.n_kv)
@@ -525,6 +578,7 @@ def _consume(h, bx, pool, O, LSE_, qfull, qempty, kpipe, vpipe, tx_):
                              c.leader)
         kv.advance(t.n_kv)
     _each_tile(h, bx, tile)
+    _absorb_turn(h, c.wg)
     Ax.cuda.tma_store_wait(0, pred=c.leader)
 
 

@@ -243,3 +243,67 @@ def test_each_default_variant_is_built_for_its_head_size():
     for (d, _), v in DEFAULTS.items():
         assert v in VARIANTS and d in HEAD_DIMS[v]
     assert A.make(1, 64, 64, 1, 1, 64).meta["variant"] == DEFAULTS[(64, False)]
+
+
+def _run_turns(ops, order):
+    """Run the per-warpgroup barrier ops (:func:`kernels.attention.turn_schedule`) on a model of the
+    hardware's named barriers (a barrier of 256 threads = two warpgroups' arrivals, a sync waits for
+    its generation to complete, arrivals of one warpgroup count again), picking the runnable
+    warpgroup by ``order`` (a priority list or a random generator); returns None or why it stuck."""
+    count, gen = {}, {}
+    pc, waiting = [0] * len(ops), [None] * len(ops)
+    issued = []
+    while True:
+        runnable = [w for w in range(len(ops)) if pc[w] < len(ops[w])
+                    and (waiting[w] is None or gen.get(waiting[w][0], 0) > waiting[w][1])]
+        if not runnable:
+            break
+        w = order.choice(runnable) if hasattr(order, "choice") else min(runnable, key=order.index)
+        if waiting[w] is not None:
+            waiting[w] = None
+            pc[w] += 1
+            continue
+        op, b = ops[w][pc[w]]
+        if op == "issue":
+            issued.append((b, w))
+            pc[w] += 1
+            continue
+        g = gen.get(b, 0)
+        count[b] = count.get(b, 0) + 1
+        if count[b] == 2:
+            count[b], gen[b] = 0, g + 1
+        if op == "arrive":
+            pc[w] += 1
+        else:
+            waiting[w] = (b, g)
+    stuck = [w for w in range(len(ops)) if pc[w] < len(ops[w])]
+    if stuck:
+        return f"warpgroups {stuck} stuck at {[ops[w][pc[w]] for w in stuck]}"
+    if any(count.values()):
+        return f"arrivals left pending at exit: {count}"
+    # the turns: within a block index, warpgroups in order, and tile by tile block after block
+    if issued != sorted(issued):
+        return f"blocks out of turn: {issued}"
+    return None
+
+
+@pytest.mark.parametrize("consumers", [2, 3])
+def test_pingpong_turns_never_deadlock_across_persistent_tiles(consumers):
+    """The benchmark's hang (b=32 h=32 seq=512 d=64 causal, pp_p / pp3_p): unchained turns across a
+    persistent CTA's tiles let warpgroup 0 pass the turn twice before warpgroup 1 took it."""
+    import random
+    ns = [1, 1, 2, 4, 1, 3]                       # causal tiles of one persistent CTA (n = 1: the diagonal)
+    eager = list(range(consumers))                # warpgroup 0 runs ahead whenever it can
+    assert "stuck" in _run_turns(A.turn_schedule(consumers, ns, chained=False), eager)
+    for chained, tiles in ((True, ns), (False, ns[:1]), (True, ns[:1])):   # persistent; one tile a CTA
+        ops = A.turn_schedule(consumers, tiles, chained)
+        assert _run_turns(ops, eager) is None and _run_turns(ops, eager[::-1]) is None
+        rng = random.Random(consumers)
+        for _ in range(200):
+            assert _run_turns(ops, rng) is None
+
+
+def test_persistent_pingpong_builds_chained_turns():
+    art = A.build(2, 512, 512, 4, 4, 64, "bfloat16", True, name="attention_test_pp3_p", variant="pp3_p")
+    ptx = art.ptx
+    assert ptx.count("bar.arrive") >= 3 and art.launch["resources"]["spill_stores"] == 0

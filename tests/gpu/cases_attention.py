@@ -31,11 +31,12 @@ BATCH, Q_HEADS = 2, 4
 
 
 
-def _case(seq_q, seq_kv, d, causal, dtype="bfloat16", kv_heads=2, lse=True, variant=None, q_heads=Q_HEADS):
+def _case(seq_q, seq_kv, d, causal, dtype="bfloat16", kv_heads=2, lse=True, variant=None, q_heads=Q_HEADS,
+          batch=BATCH):
     name = (f"attention_{SHORT[dtype]}_d{d}_q{seq_q}" + (f"_kv{seq_kv}" if seq_kv != seq_q else "")
             + ("_causal" if causal else "") + f"_h{q_heads}k{kv_heads}" + ("" if lse else "_nolse")
-            + (f"_{variant}" if variant else ""))
-    return name, dict(batch=BATCH, seq_q=seq_q, seq_kv=seq_kv, q_heads=q_heads, kv_heads=kv_heads, head_dim=d,
+            + (f"_b{batch}" if batch != BATCH else "") + (f"_{variant}" if variant else ""))
+    return name, dict(batch=batch, seq_q=seq_q, seq_kv=seq_kv, q_heads=q_heads, kv_heads=kv_heads, head_dim=d,
                       dtype=dtype, causal=causal, lse=lse, variant=variant)
 
 
@@ -56,7 +57,11 @@ CASES = dict(
     # persistent: several rounds of 132 CTAs, the last one partial (1088 and 704 tiles), and one round
     + [_case(2061, 2061, 128, c, q_heads=32, kv_heads=8, variant="pp_p") for c in (False, True)]
     + [_case(2061, 2061, 64, c, q_heads=32, kv_heads=32, variant="pp3_p") for c in (False, True)]
-    + [_case(1000, 1000, 64, True, q_heads=32, kv_heads=4, variant="ov3_p"), _case(77, 1000, 128, True, variant="pp_p")])
+    + [_case(1000, 1000, 64, True, q_heads=32, kv_heads=4, variant="ov3_p"), _case(77, 1000, 128, True, variant="pp_p")]
+    # the benchmark's first causal shape (b=32 h=32 seq=512 d=64), where it hung (2026-11-27: the
+    # persistent ping-pong's turns were not chained across a CTA's tiles); the default and the
+    # persistent ping-pongs, 3072 / 4096 tiles: 24 / 32 rounds of 132 CTAs
+    + [_case(512, 512, 64, True, q_heads=32, kv_heads=32, batch=32, lse=False, variant=v) for v in (None, "pp_p", "pp3_p")])
 
 def _builder(name, kw):
     def build():
