@@ -16,7 +16,11 @@ without blank lines, comments and docstrings.
 Usage: ``build`` here (TVM + nvcc; writes ``.carry/inferred_bench/``), ``run`` on the GPU machine::
 
     CUDA_PATH=/usr/local/cuda .venv/bin/python benchmarks/inferred.py build
-    python3 benchmarks/inferred.py run [--rounds 9] [--json PATH]
+    python3 benchmarks/inferred.py run [--rounds 9] [--json PATH] [--timeout 120] [--only transpose ...]
+
+Each pair runs in its own process, killed after ``--timeout`` s: a kernel that never returns (the
+inferred transpose did, 2026-11-27, before inference kept TMA-loaded tiles TMA-writable) gets a
+row with ``error`` in the JSON, and the other pairs are timed regardless.
 """
 
 import argparse
@@ -128,52 +132,109 @@ def _setup(torch, kernel, k):
     return (lambda: k(pos, q, kk, cache)), check
 
 
-def run(args):
+def _row_base(kernel):
+    size, hand, inferred, hu, iu = KERNELS[kernel]
+    return {"kernel": kernel, "size": size,
+            "hand_lines": code_lines(hand[0], hu), "inferred_lines": code_lines(inferred[0], iu),
+            "hand_units": f"{hand[0]}: {', '.join(hu)}", "inferred_units": f"{inferred[0]}: {', '.join(iu)}"}
+
+
+def pair(args):
+    """One kernel's pair, in the child process :func:`run` starts (a hung launch hangs only it):
+    prints its row and writes it, as JSON, to ``--row-json``."""
     import torch
 
     import axe.runtime as rt
     from axe.torch.timing import capture, graph_ms, median
-    rows, dev = [], torch.cuda.get_device_name()
-    for kernel, (size, hand, inferred, hu, iu) in KERNELS.items():
-        fns = {}
-        for which in ("hand", "inferred"):
-            k = rt.load(os.path.join(args.artifacts, f"{kernel}_{which}"))
-            launch, check = _setup(torch, kernel, k)
-            launch()
-            torch.cuda.synchronize()
-            if not check():
-                raise SystemExit(f"{kernel}_{which} is wrong against torch: not timed")
+    kernel = args.kernel
+    row = _row_base(kernel)
+    row["device"] = torch.cuda.get_device_name()
 
-            def many(launch=launch):
-                for _ in range(args.graph_calls):
-                    launch()
-            fns[which] = capture(torch, many)[0]
-        times = {"hand": [], "inferred": []}
-        for r in range(args.rounds):
-            for which in (("hand", "inferred") if r % 2 == 0 else ("inferred", "hand")):
-                times[which].append(graph_ms(torch, fns[which], 5) * 1e3 / args.graph_calls)
-        row = {"kernel": kernel, "size": size,
-               "hand_us": round(median(times["hand"]), 2), "inferred_us": round(median(times["inferred"]), 2),
-               "hand_lines": code_lines(hand[0], hu), "inferred_lines": code_lines(inferred[0], iu),
-               "hand_units": f"{hand[0]}: {', '.join(hu)}", "inferred_units": f"{inferred[0]}: {', '.join(iu)}",
-               "hand_us_rounds": [round(t, 2) for t in times["hand"]],
-               "inferred_us_rounds": [round(t, 2) for t in times["inferred"]]}
+    def done():
+        with open(args.row_json, "w") as f:
+            json.dump(row, f)
+    fns = {}
+    for which in ("hand", "inferred"):
+        k = rt.load(os.path.join(args.artifacts, f"{kernel}_{which}"))
+        launch, check = _setup(torch, kernel, k)
+        launch()
+        torch.cuda.synchronize()
+        if not check():
+            row["error"] = f"{kernel}_{which} is wrong against torch: not timed"
+            print(row["error"], flush=True)
+            return done()
+
+        def many(launch=launch):
+            for _ in range(args.graph_calls):
+                launch()
+        fns[which] = capture(torch, many)[0]
+    times = {"hand": [], "inferred": []}
+    for r in range(args.rounds):
+        for which in (("hand", "inferred") if r % 2 == 0 else ("inferred", "hand")):
+            times[which].append(graph_ms(torch, fns[which], 5) * 1e3 / args.graph_calls)
+    row.update({"hand_us": round(median(times["hand"]), 2), "inferred_us": round(median(times["inferred"]), 2),
+                "hand_us_rounds": [round(t, 2) for t in times["hand"]],
+                "inferred_us_rounds": [round(t, 2) for t in times["inferred"]]})
+    print(f"{kernel:10s} {row['size']:44s} hand {row['hand_us']:9.2f} us  inferred {row['inferred_us']:9.2f} us  "
+          f"lines {row['hand_lines']} -> {row['inferred_lines']}", flush=True)
+    done()
+
+
+def run(args):
+    """Each kernel's pair in a child process bounded by ``--timeout`` seconds (load, check and
+    timing together): a pair that hangs, crashes or is wrong gets its row with ``error`` and the
+    others are timed regardless."""
+    import subprocess
+    import tempfile
+    import time
+    rows, dev = [], None
+    kernels = args.only or list(KERNELS)
+    for kernel in kernels:
+        with tempfile.TemporaryDirectory(prefix="inferred_pair_") as tmp:
+            out = os.path.join(tmp, "row.json")
+            cmd = [sys.executable, os.path.abspath(__file__), "pair", "--kernel", kernel, "--row-json", out,
+                   "--artifacts", args.artifacts, "--rounds", str(args.rounds), "--graph-calls", str(args.graph_calls)]
+            t0 = time.monotonic()
+            try:
+                rc = subprocess.run(cmd, timeout=args.timeout).returncode
+            except subprocess.TimeoutExpired:
+                rc = None
+            wall = round(time.monotonic() - t0, 1)
+            if os.path.exists(out):
+                with open(out) as f:
+                    row = json.load(f)
+            else:
+                row = _row_base(kernel)
+                row["error"] = (f"timed out after {args.timeout} s (killed: its load, check or timing never finished)"
+                                if rc is None else f"child exited {rc} without a row")
+                print(f"{kernel:10s} {row['error']}", flush=True)
+        row["wall_s"] = wall
+        dev = row.pop("device", None) or dev
         rows.append(row)
-        print(f"{kernel:10s} {size:44s} hand {row['hand_us']:9.2f} us  inferred {row['inferred_us']:9.2f} us  "
-              f"lines {row['hand_lines']} -> {row['inferred_lines']}", flush=True)
+    if dev is None:
+        try:
+            import torch
+            dev = torch.cuda.get_device_name()
+        except Exception as err:     # noqa: BLE001 - recorded, not fatal: the rows say what ran
+            dev = f"unknown ({type(err).__name__})"
     day = datetime.date.today().isoformat()
     short = "h200" if "H200" in dev else "h100" if "H100" in dev else dev.split()[-1].lower()
     path = args.json or os.path.join(ROOT, "benchmarks", "results", f"inferred-{day}-{short}.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:
         json.dump({"device": dev, "date": day, "timing": f"CUDA graph of {args.graph_calls} launches, median of "
-                   f"{args.rounds} interleaved rounds (5 replays each), us per launch", "rows": rows}, f, indent=1)
+                   f"{args.rounds} interleaved rounds (5 replays each), us per launch",
+                   "bound": f"each pair in its own process, killed after {args.timeout} s", "rows": rows}, f, indent=1)
     print(f"wrote {path}")
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=("build", "run", "lines"))
+    ap.add_argument("mode", choices=("build", "run", "lines", "pair"))
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds a pair (load, check, timing) may take")
+    ap.add_argument("--only", nargs="*", choices=list(KERNELS), help="these pairs (default: all)")
+    ap.add_argument("--kernel", choices=list(KERNELS), help=argparse.SUPPRESS)
+    ap.add_argument("--row-json", help=argparse.SUPPRESS)
     ap.add_argument("--artifacts", default=OUT)
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--graph-calls", type=int, default=20)
@@ -184,6 +245,8 @@ def main(argv=None):
     elif args.mode == "lines":
         for kernel, (_, hand, inferred, hu, iu) in KERNELS.items():
             print(f"{kernel:10s} hand {code_lines(hand[0], hu):4d}  inferred {code_lines(inferred[0], iu):4d}")
+    elif args.mode == "pair":
+        pair(args)
     else:
         run(args)
 

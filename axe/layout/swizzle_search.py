@@ -247,6 +247,23 @@ def _row_major(shape, pad=0):
     return tuple(zip(shape, reversed(strides)))
 
 
+def tma_expressible(layout, shape: Sequence[int], elem_bytes: int) -> bool:
+    """Whether a TMA load or store can write the row-major tile ``shape`` laid out as ``layout``
+    (one candidate of :func:`candidates`): unpadded and either plain (a row of a 16-byte multiple,
+    at most 256 elements) or TMA's 32/64/128-byte swizzle ``Swizzle(b, log2(16/e), 3)``, b in 1..3,
+    with the row a whole number of swizzle rows.  Mirrors the TMA schedule's ``swizzle_mode`` and
+    its box rule for the candidates the search weighs."""
+    shape = tuple(shape)
+    if storage_offsets(layout.inner if isinstance(layout, SwizzledLayout) else layout, shape) != list(range(prod(shape))):
+        return False
+    if not isinstance(layout, SwizzledLayout):
+        return shape[-1] * elem_bytes % 16 == 0 and shape[-1] <= 256
+    sw = layout.swizzle
+    if not (1 <= sw.bits <= 3 and sw.base == _log2(16 // elem_bytes) and sw.shift == 3):
+        return False
+    return shape[-1] % ((16 << sw.bits) // elem_bytes) == 0
+
+
 def search_swizzle(shape: Sequence[int], elem_bytes: int, write: Sequence[Access], read: Sequence[Access],
                    pad: bool = True) -> list[Candidate]:
     """All :func:`candidates` that every access can use, best first: fewest conflicts (writes and

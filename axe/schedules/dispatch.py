@@ -70,6 +70,16 @@ def _remote_operands(call) -> str:
     return ", ".join(names)
 
 
+#: CUDA copy schedules that complete on ``barrier=`` (arrive on the mbarrier with its byte count)
+BARRIER_COPIES = frozenset({"tma", "bulk"})
+
+#: why the other copy schedules decline ``barrier=`` rather than ignore it: the caller then waits on
+#: an mbarrier nothing arrives on, and the wait never returns (kernels/inferred/transpose.py's load,
+#: sent to cp.async by an inferred swizzle TMA cannot write, hung so on an H100, 2026-11-27)
+NO_BARRIER = ("barrier= asks for a copy that completes on the mbarrier (TMA or a bulk copy: "
+              f"{sorted(BARRIER_COPIES)}); this schedule would not arrive on it and the wait on it would never return")
+
+
 def dispatch(call, ctx: BuildContext | None = None) -> DispatchRecord:
     """Choose and emit a schedule for ``call``; raises :class:`DispatchError` when none fits."""
     if ctx is None:
@@ -98,6 +108,9 @@ def dispatch(call, ctx: BuildContext | None = None) -> DispatchRecord:
         except Exception as err:
             raise ScheduleBug(s.name, f"schedule {s.name} raised while checking {call.op} at {call.where} on "
                                       f"{ctx.target}: {type(err).__name__}: {err}") from err
+        if not isinstance(plan, str) and call.op == "copy" and ctx.family == "cuda" \
+                and call.config.get("barrier") is not None and s.name not in BARRIER_COPIES:
+            plan = NO_BARRIER       # after the check, so a schedule's own reason comes first
         if isinstance(plan, str):
             record.verdicts.append((s.name, plan))
             continue

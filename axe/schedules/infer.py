@@ -180,16 +180,19 @@ class _Solver:
         return False
 
     def swizzle(self):
-        from axe.layout.swizzle_search import search_swizzle
+        from axe.layout.swizzle_search import search_swizzle, tma_expressible
         for v in self.state.tiles.values():
             if v.mem != "shared" or v.index in self.fixed:
                 continue
             eb = _elem_bytes(v.dtype)
-            write, read, first = [], [], None
+            write, read, first, tma = [], [], None, None
             for call in self.state.calls:
                 if call.op != "copy":
                     continue
                 dst, src = call.operands["dst"], call.operands["src"]
+                if tma is None and src.mem == "global" and self.view(dst)[0] is v \
+                        and call.config.get("barrier") is not None:
+                    tma = call
                 for t, other, into in ((dst, src, write), (src, dst, read)):
                     tv, dims = self.view(t)
                     if tv is not v:
@@ -206,8 +209,21 @@ class _Solver:
             ranked = search_swizzle(v.shape, eb, write, read)
             if not ranked:
                 raise InferenceError(f"tile {v.name}{list(v.shape)}: no candidate layout serves its copies")
+            why = "fewest bank conflicts for its copies"
+            if tma is not None:
+                # A load with barrier= completes on the mbarrier, and only TMA (or a bulk copy)
+                # arrives on it: a layout TMA cannot write sends the load to cp.async, which
+                # ignores barrier=, and the kernel's wait on the barrier never returns (the
+                # inferred transpose hung so on an H100, 2026-11-27).
+                ranked = [c for c in ranked if tma_expressible(c.layout, v.shape, eb)]
+                if not ranked:
+                    raise InferenceError(
+                        f"tile {v.name}{list(v.shape)}: loaded with barrier= at {tma.where} (a TMA load, "
+                        "which completes on the mbarrier), but no candidate layout is one TMA can write "
+                        "(plain rows, or its 32/64/128-byte swizzle); declare the layout")
+                why = "fewest bank conflicts among the layouts TMA can write (it is loaded with barrier=)"
             best = ranked[0]
-            self.fix(v, best.layout, "fewest bank conflicts for its copies", first,
+            self.fix(v, best.layout, why, first,
                      f"write {best.write.conflicts} / read {best.read.conflicts} conflicts")
 
 
