@@ -58,15 +58,10 @@ def splits(K, counts=(1, 2, 4)):
     return [s for s in counts if s == 1 or k_iters // s >= MIN_SLICE]
 
 
-def tiles(rows, N, tile_n=256):
-    """The output tiles of ``rows``×N in 128-row tiles ``tile_n`` wide."""
-    return -(-rows // BM) * -(-N // tile_n)
-
-
 def scheduled_rows(bound, config):
     """The row bound ``config``'s artifact for bucket ``bound`` is scheduled for (``max_rows``), or
-    None when it takes M at run time: every decode bucket's, and a middle bucket's split-K and
-    stream-K candidates (they divide a fixed tile grid among the CTAs)."""
+    None when it takes M at run time: every decode bucket's, and a middle bucket's configurations
+    that split K (split-K or stream-K: they divide a fixed tile grid among the CTAs)."""
     if bound is None or bound > MAX_BOUND:
         return None
     if bound <= BM or config.get("split_k", 1) > 1 or config.get("stream_k"):
