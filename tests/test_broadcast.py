@@ -13,6 +13,9 @@ import sys
 
 import numpy as np
 import pytest
+from tvm.script import tirx as T
+
+import axe.lang as Ax
 
 from axe.layout import Iter, Layout, LayoutError, parse
 from axe.layout.broadcast import (aligned_shape, broadcast_index, broadcast_shape, locality, needed_replica,
@@ -236,3 +239,27 @@ def test_per_thread_refusal_at_warp_scope_says_why_staging_does_not_apply():
         by = {s.name: s.check(call, ctx) for s in candidates("elementwise", "cuda")}
     assert "R[4:8@lane]" in by["per_thread"]
     assert "CTA-wide scope" in by["smem_staged"]
+
+
+def test_trn1_broadcasting_copy_refusal_says_what_to_do_instead():
+    """No trn1 copy schedule broadcasts: the refusal says so once and names the workaround (copy at the
+    source's shape, broadcast in the operator that reads it) — the newcomer test's finding F4."""
+    from axe.layout import F, P, S
+    rows = S[(128, 512):(1 @ P, 1 @ F)]
+
+    @Ax.kernel(outputs=("Y",))
+    def bcast_copy():
+        @T.prim_func
+        def bcast_copy(G_: T.Buffer((1, 512), "bfloat16"), Y_: T.Buffer((128, 512), "bfloat16")):
+            Ax.neuron.core()
+            G, Y = Ax.param(G_), Ax.param(Y_)
+            g = Ax.neuron.sbuf((128, 512), "bfloat16", rows, name="g")
+            Ax.copy(g, G)
+            Ax.copy(Y, g)
+        return bcast_copy
+
+    with pytest.raises(Exception) as info:
+        Ax.compile_kernel(bcast_copy, "trn1")
+    text = str(info.value)
+    assert "none of trn1's copy schedules broadcasts" in text, text
+    assert "let the operator that reads it broadcast" in text

@@ -126,3 +126,21 @@ def test_an_error_before_parsing_names_the_factory_line():
     with pytest.raises(KernelError, match="a configuration check in the factory") as e:
         Ax.build_func(fails_before_parsing)
     assert e.value.line == _line_of(fails_before_parsing.factory, "raise ValueError")
+
+
+def test_axe_explain_brief_keeps_each_calls_choice_and_names_the_declined(wgmma_file):
+    """``--brief`` against the full table as the oracle: per call the same chosen line, and the names of
+    exactly the candidates the full table shows as declined before it, without their reasons."""
+    full = _axe("explain", f"{wgmma_file}::wgmma_ss_bk", "--target", "sm_90a")
+    brief = _axe("explain", f"{wgmma_file}::wgmma_ss_bk", "--target", "sm_90a", "--brief")
+    assert full.returncode == 0 and brief.returncode == 0, full.stderr + brief.stderr
+    blocks_full, blocks_brief = full.stdout.strip().split("\n\n")[1:], brief.stdout.strip().split("\n\n")[1:]
+    assert len(blocks_full) == len(blocks_brief) > 0
+    for f, b in zip(blocks_full, blocks_brief):
+        chosen = [ln for ln in f.splitlines() if ln.lstrip().startswith("+ ")]
+        declined = [ln.split()[1] for ln in f.splitlines() if ln.lstrip().startswith("- ")]
+        assert [ln for ln in b.splitlines() if ln.lstrip().startswith("+ ")] == chosen
+        assert "declined:" not in b
+        if declined:
+            assert b.splitlines()[-1].strip() == f"({len(declined)} declined first: {', '.join(declined)})"
+    assert len(brief.stdout.splitlines()) < len(full.stdout.splitlines())

@@ -71,7 +71,7 @@ def _explain(args) -> int:
     errors, failed = _user_errors(), 0
     for k in load_kernels(args.file).values():
         try:
-            text = explain(k, args.target)
+            text = explain(k, args.target, brief=args.brief)
         except errors as err:
             _report("explain", err)
             failed += 1
@@ -95,4 +95,6 @@ def add_commands(subparsers) -> None:
     e = subparsers.add_parser("explain", help="show each operator call's schedule candidates")
     e.add_argument("file", help="FILE.py or FILE.py::KERNEL")
     e.add_argument("--target", default="sm_90a", help="sm_90a (default), sm_100a, trn1 or trn2")
+    e.add_argument("--brief", action="store_true", help="per call only the chosen schedule and the names of the "
+                                                       "candidates declined before it (not their reasons)")
     e.set_defaults(func=_explain)

@@ -223,8 +223,9 @@ def without_params(func, names):
     return tvm.tirx.PrimFunc(keep, func.body, func.ret_type, func.attrs)
 
 
-def explain(k: Kernel, target: str = "sm_90a") -> str:
-    """For each operator call: the candidates, why each declined, what was chosen; first, the
+def explain(k: Kernel, target: str = "sm_90a", brief: bool = False) -> str:
+    """For each operator call: the candidates, why each declined, what was chosen (``brief``: the
+    chosen schedule and the names of those declined, see :meth:`DispatchRecord.format`); first, the
     layouts inference gave the tiles declared without one, and what fixed each."""
     _, ctx = build_func(k, target)
     head = f"kernel {k.name} on {target}\n\n"
@@ -235,7 +236,7 @@ def explain(k: Kernel, target: str = "sm_90a") -> str:
             what = f"{v.name}{list(v.shape)} {v.dtype} {v.mem}" if v else f"tile {i}"
             lines.append(f"  {what}: {fix.describe()}")
         head += "\n".join(lines) + "\n\n"
-    return head + format_records(ctx.records)
+    return head + format_records(ctx.records, brief)
 
 
 def kernels_of(module) -> dict:

@@ -44,7 +44,10 @@ class DispatchRecord:
     chosen: str | None = None
     plan: str = ""
 
-    def format(self) -> str:
+    def format(self, brief: bool = False) -> str:
+        """The call, its operands, and each candidate's verdict in the order tried.  ``brief``: where
+        a schedule was chosen, only its line and the names of the ones declined before it (the
+        reasons are ``explain``'s without ``--brief``); a call nothing fits keeps every reason."""
         c = self.call
         lines = [f"{c.op} at {c.where} in {c.scope.describe()}"]
         for k, t in c.operands.items():
@@ -52,6 +55,12 @@ class DispatchRecord:
         extra = {k: v for k, v in c.attrs.items() if k != "fn"}
         if extra:
             lines.append("  attrs " + ", ".join(f"{k}={v}" for k, v in extra.items()))
+        if brief and self.chosen is not None:
+            lines.append(f"  + {self.chosen:14} chosen: {self.plan}")
+            declined = [name for name, reason in self.verdicts if reason is not None]
+            if declined:
+                lines.append(f"    ({len(declined)} declined first: {', '.join(declined)})")
+            return "\n".join(lines)
         for name, reason in self.verdicts:
             if reason is None:
                 lines.append(f"  + {name:14} chosen: {self.plan}")
@@ -60,8 +69,9 @@ class DispatchRecord:
         return "\n".join(lines)
 
 
-def format_records(records) -> str:
-    return "\n\n".join(r.format() for r in records)
+def format_records(records, brief: bool = False) -> str:
+    """Every record's :meth:`DispatchRecord.format`, a blank line apart."""
+    return "\n\n".join(r.format(brief) for r in records)
 
 
 def _remote_operands(call) -> str:
@@ -121,7 +131,11 @@ def dispatch(call, ctx: BuildContext | None = None) -> DispatchRecord:
         ctx.records.append(record)
         return record
     ctx.records.append(record)
-    raise DispatchError("no schedule fits " + call.op + " on " + ctx.target + "\n" + record.format())
+    hint = ""
+    if call.attrs.get("broadcast") and not any(s.broadcasts for s in cands):
+        hint = (f"\nnone of {ctx.target}'s {call.op} schedules broadcasts: {call.op} the source at its own shape "
+                "and let the operator that reads it broadcast (Ax.elementwise takes operands of broadcastable shapes)")
+    raise DispatchError("no schedule fits " + call.op + " on " + ctx.target + "\n" + record.format() + hint)
 
 
 def run(call) -> None:
