@@ -79,6 +79,11 @@ def _trn1_body(p):
     return nki_attention(p.batch, p.seq_q, p.dtype).factory()
 
 
+def _sm100_body(p, cfg):
+    from kernels.parts.attention_tcgen05 import body      # it builds on this module's tiles and maps
+    return body(p, cfg)
+
+
 #: what differs per target: the form of the body — for sm_90a its tiling (key tile ``bn`` per head
 #: size, ring ``stages``, consumer warpgroups of 64 query rows, producer registers, the consumers'
 #: loop; the named variant that replaces some of them by default per head size and mask), for trn1
@@ -87,9 +92,7 @@ TARGETS = {
     "sm_90a": dict(form="wgmma", bn={64: 128, 128: 128}, stages=2, consumers=2, producer_regs=40, schedule="simple",
                    persistent=False, default=attention_variants.DEFAULTS),
     "trn1": dict(form="nki", limits=_trn1_limits, body=_trn1_body),
-    "sm_100a": dict(refuse="wgmma (the register-A P·V product and the ss Q·Kᵀ) does not exist on sm_100a; "
-                           "Blackwell's MMA is tcgen05 with a tensor-memory accumulator, for which this body "
-                           "is not written"),
+    "sm_100a": dict(form="tcgen05", bn={64: 128, 128: 128}, stages=2, body=_sm100_body),
 }
 
 
@@ -685,6 +688,7 @@ def make(batch, seq_q, seq_kv, q_heads, kv_heads, head_dim, dtype="bfloat16", ca
     if unknown:
         raise ValueError(f"attention: unknown configuration {unknown}; the sm_90a row has "
                          f"{sorted(set(row) - {'form', 'default'})}")
+    asked = variant
     variant = variant or row["default"][(p.head_dim, p.causal)]
     if variant not in attention_variants.VARIANTS:
         raise ValueError(f"attention: unknown variant {variant!r}; the named ones are "
@@ -702,7 +706,7 @@ def make(batch, seq_q, seq_kv, q_heads, kv_heads, head_dim, dtype="bfloat16", ca
             if why:
                 raise Ax.TargetError(f"attention on {target}: {why}")
             return cfg["body"](p)
-        func = _hopper(p, hop)
+        func = _hopper(p, hop) if cfg["form"] == "wgmma" else _tcgen05(cfg, p, asked, config)
         return func if p.lse else Ax.without_params(func, ("LSE_",))
 
     short = "bf16" if dtype == "bfloat16" else "f16"
@@ -711,6 +715,16 @@ def make(batch, seq_q, seq_kv, q_heads, kv_heads, head_dim, dtype="bfloat16", ca
                      meta={"batch": batch, "seq_q": seq_q, "seq_kv": seq_kv, "q_heads": q_heads, "kv_heads": kv_heads,
                            "head_dim": head_dim, "dtype": dtype, "causal": p.causal, "scale": p.scale, "variant": variant,
                            "grid": (hop.grid,), "threads": hop.threads})
+
+
+def _tcgen05(row, p, variant, config):
+    """The sm_100a body with ``config``'s entries of its row; the sm_90a variants and entries are
+    refused by name, since they configure a body this target does not run."""
+    foreign = sorted(set(config) - set(row) - {"form", "body"}) + ([f"variant={variant!r}"] if variant else [])
+    if foreign:
+        raise Ax.TargetError(f"attention on sm_100a: {', '.join(foreign)} configure the sm_90a body; the sm_100a "
+                             f"row takes {sorted(set(row) - {'form', 'body'})}")
+    return row["body"](p, {**row, **config})
 
 
 def build(*args, target="sm_90a", **kw):

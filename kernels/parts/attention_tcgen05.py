@@ -1,0 +1,294 @@
+"""The sm_100a (Blackwell) body of :mod:`kernels.attention`: the same :class:`~kernels.attention.Problem`,
+tensors and launch signature as the sm_90a body, with the tensor-core work on ``tcgen05.mma`` and the
+accumulators in tensor memory (TMEM).  **Compile-verified only**: no Blackwell GPU is lent, so it is
+built, assembled by ptxas for sm_100a and its PTX checked (``tests/test_attention_sm100.py``), never run.
+
+One CTA of 256 threads per (query tile of 128 rows, query head, batch), in :func:`kernels.attention.tile_order`:
+
+- warp 0, the producer: the tile's Q rows once (``q_full``), then every key tile's K and V by TMA
+  into two ``stages``-deep rings (``Ax.cuda.pipeline``; K and V apart, so S = Q·Kᵀ starts before V
+  lands); the MMAs' commits free the slots;
+- warp 1, the MMA thread (one elected lane): ``S_0 = Q·K_0ᵀ``; then per key tile j: wait for ``P_j``
+  (``p_full``), issue ``S_{j+1} = Q·K_{j+1}ᵀ`` into the S tile of TMEM (the softmax has read ``S_j``
+  out of it) and ``O += P_j·V_j`` into the O tile of TMEM, both ``tcgen05.mma.cta_group::1`` with
+  their operands in shared memory, each committed (``tcgen05.commit``) to its barrier (``s_full``,
+  ``o_done``) and to its ring slot's *empty* barrier;
+- warpgroup 1, softmax, correction and epilogue (thread t holds TMEM lanes 32·(t/32) + …: all 128
+  rows, ``tcgen05.ld.16x256b``, four rows per thread, a quad per row): per key tile, S out of TMEM
+  into fp32 registers, the ragged / causal mask, the online softmax
+  (:class:`kernels.parts.online_softmax.OnlineSoftmax`: running max and sum, exp2 with
+  ``scale·log2 e``); once ``P_{j−1}·V_{j−1}`` has completed (``o_done``) it rescales O in TMEM by α
+  (ld, multiply, st, 32 columns at a time) and writes P, cast to the input type, into a shared tile
+  by stmatrix (the A operand of the next P·V), then every thread arrives on ``p_full``.  So the
+  softmax of ``S_{j+1}`` runs while the tensor cores compute ``P_j·V_j``.  At the end ``O / l`` goes
+  out of TMEM through the (by then free) Q slot by stmatrix and TMA stores, which clip rows past
+  ``seq_q``; the LSE by per-thread stores.
+
+Every mbarrier wait is bounded (``remote=True`` waits: a wait that never completes ends the launch
+after ``CTA_WAIT_TIMEOUT_NS`` with a report naming the barrier, stage and phase), since a hang on
+hardware no one here can run would otherwise be silent.
+
+Law (the same as the sm_90a body's, whatever the tiling): for every query row i,
+``O[i] = Σ_k p_ik V[k] / Σ_k p_ik`` with ``p_ik = exp(scale·q_i·k_k − m_i)`` over the keys row i sees;
+:func:`kernels.attention.online_softmax_reference` with ``bm=ROWS``, ``bn=`` this body's key tile is
+the NumPy model of the loop (the CPU test checks it against a direct softmax at this tiling).
+"""
+
+import math
+
+from tvm.script import tirx as T
+from tvm.script.ir_builder import tirx as IRB
+
+import axe.lang as Ax
+from axe.layout import R, S, tx
+from kernels.attention import LOG2E, _Tiles, _flat3, _mat, _real_maps, _tile, section_heads
+from kernels.parts.fragments import coords, registers_of
+from kernels.parts.online_softmax import OnlineSoftmax
+
+ROWS = 128                 # query rows per CTA: one tcgen05.mma M (cta_group::1), one TMEM lane each
+THREADS = 256              # warpgroup 0: producer warp, MMA warp; warpgroup 1: softmax
+#: a per-row value over tcgen05.ld's 16x256b fragment of 128 rows (``Ax.cuda.tcgen05_fragment``):
+#: thread t of the warpgroup holds rows 32·(t/32) + 16h + 8r + (t%32)/4 (h, r in {0, 1}), and the
+#: four lanes of a quad hold the same rows
+ROW_VALUES = S[(4, 2, 2, 8):(32 @ tx, 2, 1, 4 @ tx)] + R[4:1 @ tx]
+CHUNK = 32                 # O columns the correction moves through registers at a time
+STORE = 64                 # O columns per TMA store (one 128-byte swizzle panel)
+
+
+def fragment(cols):
+    """The softmax warpgroup's registers of a (128, cols) fp32 TMEM tile (tcgen05.ld 16x256b)."""
+    return Ax.cuda.tcgen05_fragment("16x256b", cols // 8, ROWS)
+
+
+class Blackwell:
+    """The sm_100a tiling of a :class:`~kernels.attention.Problem` (``cfg``: :data:`kernels.attention.TARGETS`
+    ``["sm_100a"]``; ``bn`` an int or per head size): query tiles of :data:`ROWS`, key tiles of ``bn``,
+    ``stages``-deep K and V rings, and where each tile lies in the shared pool."""
+
+    def __init__(self, p, cfg):
+        self.p = p
+        D = p.head_dim
+        bn = cfg["bn"][D] if isinstance(cfg["bn"], dict) else cfg["bn"]
+        self.bn, self.stages, self.bm = bn, cfg["stages"], ROWS
+        if not (isinstance(bn, int) and 64 <= bn <= 256 and bn % 64 == 0):
+            raise ValueError(f"attention on sm_100a: the key tile bn={bn!r} must be 64, 128, 192 or 256 (one "
+                             "tcgen05.mma N, whole 128-byte swizzle panels of P)")
+        if not (isinstance(self.stages, int) and self.stages >= 1):
+            raise ValueError(f"attention on sm_100a: stages must be an int >= 1, got {self.stages!r}")
+        self.q_tiles = -(-p.seq_q // ROWS)
+        self.kv_tiles = -(-p.seq_kv // bn)
+        self.ctas = self.grid = self.q_tiles * p.q_heads * p.batch
+        self.section = section_heads(p, self.q_tiles)
+        self.q_at = 0
+        self.k_at = ROWS * D
+        self.v_at = self.k_at + self.stages * bn * D
+        self.p_at = self.v_at + self.stages * bn * D
+        self.smem = self.p_at + ROWS * bn
+        if self.smem * 2 > 227 * 1024:
+            raise ValueError(f"attention on sm_100a: {self.stages} stages of {bn}x{D} K and V tiles, {ROWS} Q rows "
+                             f"and a {ROWS}x{bn} P tile need {self.smem * 2 // 1024} KiB of shared memory, more "
+                             "than 227 KiB")
+        # S (fp32, bn columns) and O (fp32, D columns) in TMEM's 512 columns: at most 256 + 128
+        self.tmem_columns = bn + D
+
+    def kv_count(self, qt):
+        """Key tiles query tile ``qt`` reads: all, or (causal) those up to its last row's diagonal."""
+        if not self.p.causal:
+            return self.kv_tiles
+        return T.min(self.kv_tiles, ((qt + 1) * ROWS + self.bn - 1) // self.bn)
+
+
+def _when(cond, emit):
+    """``emit()`` where ``cond`` holds: a Python bool (static sizes) decides at build time, a TIR
+    condition guards the emitted code."""
+    if not isinstance(cond, bool):
+        with Ax.guard(cond):
+            emit()
+    elif cond:
+        emit()
+
+
+def _wait(bar, phase, stage=0):
+    """A bounded wait (``remote=True`` is the bounded form: a barrier that never completes ends the
+    launch with a report instead of hanging it)."""
+    Ax.cuda.mbarrier_wait(bar, phase, stage, remote=True)
+
+
+class _Sync:
+    """The CTA's barriers: ``q_full`` (the Q rows landed), ``s_full`` (the MMA thread's commit: S_j is
+    in TMEM), ``p_full`` (all 128 softmax threads: P_j is in shared memory, O is rescaled), ``o_done``
+    (the commit: O += P_j·V_j completed, so O may be read and P's tile rewritten), the K and V rings
+    (bounded waits on both sides)."""
+
+    _is_meta_class = True
+
+    def __init__(self, b):
+        self.q = Ax.cuda.mbarrier(1, 1, "q_full")
+        self.s = Ax.cuda.mbarrier(1, 1, "s_full")
+        self.p = Ax.cuda.mbarrier(ROWS, 1, "p_full")
+        self.o = Ax.cuda.mbarrier(1, 1, "o_done")
+        self.k = Ax.cuda.pipeline(b.stages, producers=1, consumers=1, name="k", remote=True)
+        self.v = Ax.cuda.pipeline(b.stages, producers=1, consumers=1, name="v", remote=True)
+
+
+def _produce(b, t, pool, Q, K, V, sync):
+    """Warp 0: the tile's Q rows, then K and V tile by tile into their rings."""
+    D, bn = b.p.head_dim, b.bn
+    Ax.copy(_tile(pool, b.q_at, ROWS, D), t.rows(Q, t.qt * ROWS, ROWS, t.hq), barrier=sync.q, stage=0)
+    with T.serial(0, t.n_kv) as j:
+        s = sync.k.slot(j)
+        sync.k.acquire(j)
+        Ax.copy(_tile(pool, b.k_at + s * (bn * D), bn, D), t.kv(K, j), barrier=sync.k.full, stage=s)
+        sync.v.acquire(j)
+        Ax.copy(_tile(pool, b.v_at + s * (bn * D), bn, D), t.kv(V, j), barrier=sync.v.full, stage=s)
+
+
+def _issue(b, t, pool, s_t, o_t, sync):
+    """Warp 1: S_0, then per key tile j, once P_j is written, S_{j+1} and O += P_j·V_j (the first
+    P·V overwrites O), each by one elected thread and committed to its barriers."""
+    D, bn = b.p.head_dim, b.bn
+    q, p_s = _mat(pool, b.q_at, ROWS, D), _mat(pool, b.p_at, ROWS, bn)
+
+    def qk(j):
+        s = sync.k.slot(j)
+        sync.k.wait(j)
+        k = _mat(pool, b.k_at + s * (bn * D), bn, D)
+        with Ax.cuda.elect_one():
+            Ax.gemm(s_t, q, Ax.permute(k, (1, 0)), accumulate=False, barrier=(sync.s, sync.k.empty[s]))
+
+    def pv(j, first):
+        _wait(sync.p, j % 2)
+        Ax.cuda.tcgen05_fence_after()       # after the softmax's tcgen05.ld of S_j and st of O
+        _when(j + 1 < t.n_kv, lambda: qk(j + 1))
+        s = sync.v.slot(j)
+        sync.v.wait(j)
+        v = _mat(pool, b.v_at + s * (bn * D), bn, D)
+        with Ax.cuda.elect_one():
+            Ax.gemm(o_t, p_s, v, accumulate=not first, barrier=(sync.o, sync.v.empty[s]))
+
+    _wait(sync.q, 0)
+    qk(0)
+    pv(0, True)
+    with T.serial(1, t.n_kv) as j:
+        pv(j, False)
+
+
+def _mask(s_acc, width, row0, col0, seq_kv, causal, tid):
+    """Scores of keys past ``seq_kv`` (causal: after the row's own position) set to −∞; each register's
+    (row, key) read off the tcgen05.ld fragment (:func:`kernels.parts.fragments.coords`)."""
+    flat, shape = s_acc.flat(), (ROWS, width)
+    for r in range(registers_of(s_acc.layout, shape)):
+        row, col = coords(s_acc.layout, shape, r, tid)
+        ok = col0 + col < seq_kv
+        ok = T.And(ok, col0 + col <= row0 + row) if causal else ok
+        IRB.buffer_store(flat, T.if_then_else(ok, flat[r], T.float32(-math.inf)), [r])
+
+
+class _Softmax:
+    """Warpgroup 1: its registers (S and P of a key tile, an O chunk) and its steps."""
+
+    _is_meta_class = True
+
+    def __init__(self, b, pool, s_t, o_t, sync, tid):
+        p, bn = b.p, b.bn
+        self.b, self.s_t, self.o_t, self.sync, self.tid = b, s_t, o_t, sync, tid
+        self.s = Ax.registers((ROWS, bn), "float32", fragment(bn), name="s_acc")
+        self.p = Ax.registers((ROWS, bn), p.dtype, fragment(bn), name="p_reg")
+        self.chunk = Ax.registers((ROWS, CHUNK), "float32", fragment(CHUNK), name="o_chunk")
+        self.sm = OnlineSoftmax(ROWS, ROW_VALUES, p.scale * LOG2E)
+        self.p_s = _mat(pool, b.p_at, ROWS, bn)
+
+    def step(self, j, row0, first):
+        """Key tile j: S out of TMEM, mask, online softmax; after P_{j−1}·V_{j−1}, O *= α and P_j into
+        its shared tile; then ``p_full``."""
+        b, p, bn = self.b, self.b.p, self.b.bn
+        _wait(self.sync.s, j % 2)
+        Ax.copy(self.s, self.s_t)
+        need = (j + 1) * bn > p.seq_kv
+        if p.causal:
+            need = T.Or(need, (j + 1) * bn - 1 > row0)
+        _when(need, lambda: _mask(self.s, bn, row0, j * bn, p.seq_kv, p.causal, self.tid))
+        self.sm.update(self.s)
+        if not first:
+            _wait(self.sync.o, (j - 1) % 2)
+            for c in range(b.p.head_dim // CHUNK):
+                cols = slice(c * CHUNK, (c + 1) * CHUNK)
+                Ax.copy(self.chunk, self.o_t[:, cols])
+                self.sm.rescale(self.chunk)
+                Ax.copy(self.o_t[:, cols], self.chunk)
+        Ax.cast(self.p, self.s)
+        Ax.copy(self.p_s, self.p)
+        Ax.cuda.fence_proxy_async()         # P's generic writes before the MMA's async reads
+        Ax.cuda.tcgen05_fence_before()      # the ld of S and st of O before the arrival
+        T.evaluate(T.ptx.mbarrier.arrive.shared.b64(self.sync.p.ptr(0), T.uint32(1)))
+
+
+def _softmax(b, t, pool, s_t, o_t, O, LSE_, sync, tid):
+    """Warpgroup 1: the key loop, then ``O / l`` out through the Q slot (TMA clips rows past
+    ``seq_q``) and the LSE."""
+    p, D = b.p, b.p.head_dim
+    w = _Softmax(b, pool, s_t, o_t, sync, tid)
+    row0 = t.qt * ROWS
+    w.step(0, row0, True)
+    with T.serial(1, t.n_kv) as j:
+        w.step(j, row0, False)
+    _wait(sync.o, (t.n_kv - 1) % 2)
+    o = Ax.registers((ROWS, D), "float32", fragment(D), name="o_acc")
+    out = Ax.registers((ROWS, D), p.dtype, fragment(D), name="o_out")
+    Ax.copy(o, o_t)
+    w.sm.finish(out, o)
+    if p.lse:
+        _store_lse(LSE_, w.sm, t, row0, p.seq_q, tid)
+    leader = tid == 0
+
+    def store(j, buf):
+        Ax.copy(O[t.b:t.b + 1, row0:row0 + ROWS, t.hq * D + j * STORE:t.hq * D + (j + 1) * STORE], buf,
+                fence=False, wait=False)
+    Ax.cuda.staged_store(out, STORE, lambda j: _tile(pool, b.q_at + j * (ROWS * STORE), ROWS, STORE), store, 1,
+                         leader, bufs=D // STORE)
+    Ax.cuda.tma_store_wait(0, pred=leader)
+
+
+def _store_lse(LSE_, sm, t, row0, seq_q, tid):
+    """Each row's log-sum-exp by the first lane of its quad (rows past ``seq_q``: none)."""
+    for r in range(sm.regs):
+        row, _ = coords(ROW_VALUES, (ROWS, 1), r, tid)
+        with Ax.guard(T.And(tid % 4 == 0, row0 + row < seq_q)):
+            IRB.buffer_store(LSE_, sm.lse(r), [t.b, t.hq, row0 + row])
+
+
+def body(p, cfg):
+    """The sm_100a PrimFunc of problem ``p`` (``cfg``: the sm_100a row of ``TARGETS``); parameters as
+    the sm_90a body's."""
+    b = Blackwell(p, cfg)
+    B, Sq, Skv, Hq, Hk, D, dtype = p.batch, p.seq_q, p.seq_kv, p.q_heads, p.kv_heads, p.head_dim, p.dtype
+    lse_shape = (B, Hq, Sq) if p.lse else (1,)
+
+    @T.prim_func
+    def attention(Q_: T.Buffer((B, Sq, Hq, D), dtype), K_: T.Buffer((B, Skv, Hk, D), dtype),
+                  V_: T.Buffer((B, Skv, Hk, D), dtype), O_: T.Buffer((B, Sq, Hq, D), dtype),
+                  LSE_: T.Buffer(lse_shape, "float32"),
+                  Q_map: T.handle("tensormap"), K_map: T.handle("tensormap"), V_map: T.handle("tensormap"),
+                  O_map: T.handle("tensormap")):
+        Ax.cuda.min_blocks_per_sm(1)
+        bx, tx_ = Ax.launch(b.grid, THREADS)
+        Q = Ax.param(_flat3(Q_, ROWS), tensormap=Q_map)
+        K = Ax.param(_flat3(K_, b.bn), tensormap=K_map)
+        V = Ax.param(_flat3(V_, b.bn), tensormap=V_map)
+        O = Ax.param(_flat3(O_, ROWS), tensormap=O_map)
+        pool = Ax.cuda.dynamic_shared(b.smem, dtype)
+        sync = _Sync(b)
+        s_t = Ax.cuda.tmem((ROWS, b.bn), "float32", name="s_tmem", last=False)
+        o_t = Ax.cuda.tmem((ROWS, D), "float32", name="o_tmem")
+        t = _Tiles(p, b, bx)
+        with Ax.cuda.role(0, 1):
+            with Ax.warps(0, 1):
+                _produce(b, t, pool, Q, K, V, sync)
+            with Ax.warps(1, 2):
+                _issue(b, t, pool, s_t, o_t, sync)
+        with Ax.cuda.role(1, 2, each=True):
+            _softmax(b, t, pool, s_t, o_t, O, LSE_, sync, tx_ % 128)
+        Ax.cuda.tmem_free(o_t)
+        Ax.cuda.tmem_free(s_t)
+    _real_maps(Ax.current_build().tensormaps, {f"{n}_map": (shape, 2) for n, shape in p.shapes().items() if n != "LSE"})
+    return attention
