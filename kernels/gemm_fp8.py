@@ -14,14 +14,25 @@ The kernel is a composition of :mod:`kernels.parts`: a tile scheduler
 (:class:`~kernels.parts.mainloops.fp8_block_scaled.BlockScaled`: per-k-block wgmma into a partial
 accumulator and fp32 promotion; B whole or multicast to CTA pairs) and the store epilogue through a
 static buffer (:class:`~kernels.parts.epilogues.static_store.StaticStore`, with stream-K's one-site
-hand-over).  Tile widths ``bn`` 128, 192 or 256; ``cluster=2``: CTA pairs on vertically neighbouring
-tiles sharing B; ``stream_k``: the last waves split over all CTAs in k-blocks (bn 128 or 256, no
-clusters).  Why each choice, with the measurements: ``docs/gemm_fp8.md``.
+hand-over; or with ``split_k`` :class:`~kernels.parts.mainloops.fp8_block_scaled.FP8SplitK` with
+:class:`~kernels.parts.epilogues.one_site_split_k.OneSiteSplitK`).  Tile widths ``bn`` 128, 192 or
+256; ``cluster=2``: CTA pairs on vertically neighbouring tiles sharing B; ``stream_k``: the last waves
+split over all CTAs in k-blocks; ``split_k=S``: every tile's k-blocks cut into S slices on different
+CTAs, fp32 partials added in slice order (both bn 128 or 256, no clusters).  The configuration space
+and its selection by shape: :mod:`kernels.gemm_fp8_select`.  Why each choice, with the measurements:
+``docs/gemm_fp8.md``.
+
+A run-time M (:func:`make_dynamic`, ``M=None``): one artifact for every row count, A, SA and C bound
+at launch (their TMA maps encoded from the tensors, SA's row stride ``round_up(M, 4)`` included);
+with ``max_rows`` the tile grid is scheduled statically for that many rows (so split-K, stream-K and
+CTA pairs serve it; rows past M load zeros and store nothing) and a launch with more is refused;
+without, the persistent grid is ``min(sms, tiles)`` of the run-time tile count.
 
 Shapes need not be multiples of the tile: TMA zero-fills loads past M, N or K and clips stores.
 K may be a single k-block (K = 128: SA's tensor map then has an extent-1 dimension, which gets the
-packed stride the driver accepts, :func:`axe.backends.cuda.tensormap.packed_strides`); a tensor smaller
-than one tile in M, N or K is refused.
+packed stride the driver accepts, :func:`axe.backends.cuda.tensormap.packed_strides`); a static M, N
+or K smaller than one tile is refused (a run-time M may be any count: A and C are declared through a
+tile-high view).
 """
 
 from math import gcd
@@ -30,67 +41,92 @@ from tvm.script import tirx as T
 
 import axe.lang as Ax
 from kernels.fp8_blocks import reference, scale_shapes  # noqa: F401  (torch-only: the GPU side imports it)
+from kernels.gemm_config import MAX_BOUND
+from kernels.gemm_fp8_select import STAGES
 from kernels.parts import compose
+from kernels.parts.epilogues.one_site_split_k import OneSiteSplitK
 from kernels.parts.epilogues.static_store import OneSiteHandover, StaticStore
-from kernels.parts.mainloops.fp8_block_scaled import BK, BM, FP8, PART, BlockScaled, FP8StreamK, fp8_tile  # noqa: F401
+from kernels.parts.mainloops.fp8_block_scaled import (BK, BM, FP8, PART, BlockScaled, FP8SplitK, FP8StreamK,  # noqa: F401
+                                                      fp8_tile)
 from kernels.parts.mainloops.tma_wgmma import HALF, MulticastB, WholeB
 from kernels.parts.schedulers.persistent import Persistent
 from kernels.parts.schedulers.stream_k import StreamK  # noqa: F401  (the split tests model)
+from kernels.parts.tiles import rows_view, unbake_rows
 
 SMS, GROUP = 132, 16
-STAGES = {128: 5, 192: 4, 256: 4}   # pipeline depth per tile width (shared memory: 227 KiB)
 THREADS, PRODUCER_REGS, CONSUMER_REGS = 384, 40, 232
 
 
-def check(M, N, K, bn, sms, cluster, stream_k):
-    """The configuration's and the sizes' conditions."""
+def check(M, N, K, bn, sms, cluster, stream_k, split_k=1, max_rows=None):
+    """The configuration's and the sizes' conditions (``M`` None: a run-time M, at most ``max_rows``)."""
     if bn not in STAGES:
         raise ValueError(f"gemm_fp8: bn must be one of {sorted(STAGES)}, got {bn!r}")
     if cluster not in (1, 2) or sms % cluster:
         raise ValueError(f"gemm_fp8: cluster must be 1 or 2 and divide sms={sms}, got {cluster!r}")
-    if M < BM or N < bn or K < BK:
+    if max_rows is not None and not (M is None and 1 <= max_rows <= MAX_BOUND):
+        raise ValueError(f"gemm_fp8: max_rows bounds a run-time M (make_dynamic) by 1..{MAX_BOUND}, got {max_rows!r}")
+    if (M is not None and M < BM) or N < bn or K < BK:
         raise ValueError(f"gemm_fp8: {M}x{N}x{K} is smaller than one {BM}x{bn} tile and one {BK}-wide k-block "
-                         "(a TMA box larger than its whole tensor is not built: no GPU case covers it)")
+                         "(a TMA box larger than its whole tensor is not built for a static size: no GPU case "
+                         "covers it; a run-time M takes any row count)")
     if N % 8 or K % 16:
         raise ValueError(f"gemm_fp8: N={N} must be a multiple of 8 and K={K} of 16 (TMA: 16-byte row pitches)")
-    if stream_k and (bn % PART or cluster != 1):
-        raise ValueError(f"gemm_fp8: stream_k is built for bn 128 or 256 without clusters, got bn={bn}, "
+    if (stream_k or split_k > 1) and (bn % PART or cluster != 1):
+        raise ValueError(f"gemm_fp8: stream_k and split_k are built for bn 128 or 256 without clusters, got bn={bn}, "
                          f"cluster={cluster}")
+    if stream_k and split_k > 1:
+        raise ValueError("gemm_fp8: stream_k and split_k are two tile schedulers; pick one")
+    if M is None and max_rows is None and (stream_k or split_k > 1 or cluster > 1):
+        raise ValueError("gemm_fp8: a run-time M without max_rows runs the persistent schedule on single CTAs "
+                         f"(got stream_k={stream_k}, split_k={split_k}, cluster={cluster}): bound it with max_rows")
 
 
-def parts(M, N, K, bn, stages, sms, group, cluster, stream_k):
-    """``(scheduler, mainloop, epilogue)``: new objects (they keep a build's state)."""
+def parts(M, N, K, bn, stages, sms, group, cluster, stream_k, split_k=1, rows=None):
+    """``(scheduler, mainloop, epilogue)``: new objects (they keep a build's state).  ``rows``: the
+    row count the tile grid is planned for (default M; a bound on a run-time M)."""
+    rows = M if rows is None else rows
     sa_shape, sb_shape = scale_shapes(M, N, K)
     k_iters = sa_shape[0]
-    main = BlockScaled(bn, stages, k_iters, sb_shape[0], MulticastB() if cluster > 1 else WholeB())
+    # split-K's slices are all L long: the last one may walk past K (the mainloop clamps SB there)
+    k_loaded = -(-k_iters // split_k) * split_k
+    main = BlockScaled(bn, stages, k_iters, sb_shape[0], MulticastB() if cluster > 1 else WholeB(), k_loaded)
     if stream_k:
-        sched = FP8StreamK(M, N, BM, bn, sms, group, k_iters, HALF, bn)
+        sched = FP8StreamK(rows, N, BM, bn, sms, group, k_iters, HALF, bn)
+    elif split_k > 1:
+        sched = FP8SplitK(rows, N, BM, bn, sms, group, k_iters, split_k, HALF)
     else:       # a pair's CTAs take block-rows 2p and 2p + 1 (the second past M when they are odd)
-        sched = Persistent(M, N, BM, bn, sms // cluster, max(group // cluster, 1), stack=cluster)
+        sched = Persistent(rows, N, BM, bn, sms // cluster, max(group // cluster, 1), stack=cluster)
     # the epilogue's chunk: the widest dividing both the tile and an SB block (its TMA box's width)
     epi = StaticStore(main, sched, "bfloat16", gcd(bn, PART), PART)
-    return compose(sched, main, OneSiteHandover(epi, k_iters) if stream_k else epi)
+    if stream_k:
+        epi = OneSiteHandover(epi, k_iters)
+    elif split_k > 1:
+        epi = OneSiteSplitK(epi, split_k)
+    return compose(sched, main, epi)
 
 
 def kernel(M, N, K, sched, main, epi, sms):
-    """The ``tvm.tirx`` PrimFunc of the composition on ``sms`` persistent CTAs (without stream-K the
-    workspace and flags leave the signature)."""
+    """The ``tvm.tirx`` PrimFunc of the composition on ``sms`` persistent CTAs (without a split of K
+    the workspace and flags leave the signature).  A run-time ``M`` (a TIR variable): A, SA and C are
+    declared through tile-high views and their TMA maps take M, and SA's row stride, from the tensors."""
     sa_shape, sb_shape = scale_shapes(M, N, K)
     k_iters, bn, acc_layout, part_layout = main.k_iters, main.bn, main.acc_layout(), main.part_layout()
+    dyn = not isinstance(M, int)
+    grid = sched.launch_grid(sms) if main.cluster == 1 else sms
 
     @T.prim_func
     def gemm_fp8_kernel(A_: T.Buffer((M, K), FP8), B_: T.Buffer((N, K), FP8), SA_: T.Buffer(sa_shape, "float32"),
                         SB_: T.Buffer(sb_shape, "float32"), C_: T.Buffer((M, N), "bfloat16"),
                         A_map: T.handle("tensormap"), B_map: T.handle("tensormap"),
                         SA_map: T.handle("tensormap"), C_map: T.handle("tensormap"),
-                        W_: T.Buffer(sched.workspace, "float32"), F_: T.Buffer((2 * sms,), "int32")):
+                        W_: T.Buffer(sched.workspace, "float32"), F_: T.Buffer(sched.flags(sms), "int32")):
         Ax.cuda.min_blocks_per_sm(1)
-        cid, tx = main.launch(sms, THREADS)
-        A = Ax.param(A_, tensormap=A_map)
+        cid, tx = main.launch(grid, THREADS)
+        A = Ax.param(rows_view(A_, dyn), tensormap=A_map)
         B = Ax.param(B_, tensormap=B_map)
-        SA = Ax.param(SA_, tensormap=SA_map)
+        SA = Ax.param(rows_view(SA_, dyn, axis=1), tensormap=SA_map)
         SB = Ax.param(SB_)
-        C = Ax.param(C_, tensormap=C_map)
+        C = Ax.param(rows_view(C_, dyn), tensormap=C_map)
         epi.declare_scratch(W_, F_)
         pool = Ax.cuda.dynamic_shared(main.smem, FP8)
         main.setup()
@@ -121,17 +157,26 @@ def kernel(M, N, K, sched, main, epi, sms):
                                                                        m_blk, n_blk, k0, k1, part))
             Ax.cuda.tma_store_wait(0, pred=leader)
         main.teardown()
+    if dyn:
+        unbake_rows(Ax.current_build().tensormaps, ("A_map", "C_map", "SA_map"), vectors=("SA_map",))
     return gemm_fp8_kernel if sched.hands_over else Ax.without_params(gemm_fp8_kernel, ("W_", "F_"))
 
 
-def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=1, stream_k=False):
-    """The block-scaled FP8 GEMM kernel for static sizes; ``bn``: tile columns (128, 192 or 256);
-    ``cluster=2``: CTA pairs on vertically neighbouring tiles, each loading half of the B tile with
-    a TMA multicast to both (B's L2 traffic per CTA halved, as in kernels/gemm.py); ``stream_k``:
-    split the last waves' tiles over all CTAs in k-blocks (bn 128 or 256, no clusters)."""
-    check(M, N, K, bn, sms, cluster, stream_k)
+def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=1, stream_k=False, split_k=1,
+         max_rows=None):
+    """The block-scaled FP8 GEMM kernel; ``M`` None: a run-time M (:func:`make_dynamic`), scheduled
+    for ``max_rows`` rows where given.  ``bn``: tile columns (128, 192 or 256); ``cluster=2``: CTA
+    pairs on vertically neighbouring tiles, each loading half of the B tile with a TMA multicast to
+    both (B's L2 traffic per CTA halved, as in kernels/gemm.py); ``stream_k``: split the last waves'
+    tiles over all CTAs in k-blocks; ``split_k=S``: cut every tile's K into S slices on different
+    CTAs (both bn 128 or 256, no clusters)."""
+    check(M, N, K, bn, sms, cluster, stream_k, split_k, max_rows)
     stages = stages or STAGES[bn]
-    config = (M, N, K, bn, stages, sms, group, cluster, stream_k)
+    dyn = M is None
+    if dyn:                 # a TIR variable: A (M, K), SA (KB, round_up(M, 4)) and C (M, N) bind it at launch
+        import tvm
+        M = tvm.tirx.Var("M", "int32")
+    config = (M, N, K, bn, stages, sms, group, cluster, stream_k, split_k, max_rows)
     parts(*config)          # refusals now, not at build time
 
     def factory():
@@ -139,16 +184,33 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
         if Ax.target_family(target) != "cuda" or Ax.target_arch(target) != 90:
             raise Ax.TargetError(f"gemm_fp8 on {target}: the FP8 block-scaled mainloop is built for sm_90a's wgmma "
                                  "(no tcgen05 or trn1 form yet)")
+        if max_rows is not None:        # scheduled for max_rows: a launch with more is refused
+            Ax.current_build().symbol_max["M"] = max_rows
         return kernel(M, N, K, *parts(*config), sms)
 
-    return Ax.Kernel(name or f"gemm_fp8_{M}x{N}x{K}", factory, reference=reference, outputs=("C",),
-                     meta={"M": M, "N": N, "K": K, "bn": bn, "stages": stages, "grid": (sms,), "threads": THREADS,
-                           "cluster": cluster, "stream_k": stream_k})
+    default = f"gemm_fp8_dyn_{N}x{K}" if dyn else f"gemm_fp8_{M}x{N}x{K}"
+    return Ax.Kernel(name or default, factory, reference=reference, outputs=("C",),
+                     meta={"M": None if dyn else M, "N": N, "K": K, "bn": bn, "stages": stages, "grid": (sms,),
+                           "threads": THREADS, "cluster": cluster, "stream_k": stream_k, "split_k": split_k,
+                           "max_rows": max_rows})
 
 
 def build(M, N, K, bn=128, name=None, target="sm_90a", **kw):
     """Build :func:`make`'s kernel into an artifact (CUDA source, PTX, cubin, launch.json)."""
     return Ax.compile_kernel(make(M, N, K, bn, name=name, **kw), target)
+
+
+def make_dynamic(N, K, bn=128, max_rows=None, name=None, **kw):
+    """The FP8 GEMM for any number of rows M, read off A at launch (one artifact per bucket of M):
+    scheduled statically for ``max_rows`` (≤ :data:`~kernels.gemm_config.MAX_BOUND`) rows where
+    given — split-K, stream-K and CTA pairs need that — else the persistent grid over the run-time
+    tile count.  ``kw``: :func:`make`'s options."""
+    return make(None, N, K, bn, name=name, max_rows=max_rows, **kw)
+
+
+def build_dynamic(N, K, bn=128, max_rows=None, name=None, target="sm_90a", **kw):
+    """Build :func:`make_dynamic`'s kernel into an artifact."""
+    return Ax.compile_kernel(make_dynamic(N, K, bn, max_rows, name, **kw), target)
 
 
 #: the example ``axe build kernels/gemm_fp8.py`` builds: DeepSeek-V3's attention output projection

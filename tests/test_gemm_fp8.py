@@ -625,7 +625,7 @@ def test_stream_k_model_catches_a_wrong_split():
 
 
 def test_stream_k_refusals_name_the_condition():
-    with pytest.raises(ValueError, match="stream_k is built for bn 128 or 256 without clusters, got bn=192"):
+    with pytest.raises(ValueError, match="stream_k and split_k are built for bn 128 or 256 without clusters, got bn=192"):
         G.make(1000, 6200, 1536, bn=192, stream_k=True)
     with pytest.raises(ValueError, match="without clusters, got bn=256, cluster=2"):
         G.make(1000, 6200, 1536, bn=256, cluster=2, stream_k=True)

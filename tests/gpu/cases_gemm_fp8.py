@@ -5,7 +5,12 @@ projection sizes, CTA pairs sharing B through TMA multicast (``cluster=2``, with
 block-rows), ``bn = 192`` (weight scales staged per 64 columns; a tile past N; odd k-blocks) and
 stream-K (``stream_k=True`` on 132 CTAs, both tile widths: tiles filling 1.5 waves, all split, and
 2.3 waves, one whole wave first; a tile's two pieces meet through the workspace and a flag, and
-the three launches of a check reuse the flags, which each launch must leave zero).
+the three launches of a check reuse the flags, which each launch must leave zero), split-K
+(:data:`SPLIT_K`: 2, 3, 4, 6 and 8 slices, tile widths 128 and 256, slices whose last one runs past
+K so SB's column is clamped, ragged M, N and K) and a run-time M (:data:`DYNAMIC`: one artifact
+checked at several M — 1, a ragged count inside the bucket, the bound — scheduled for a bucket
+bound with split-K, CTA pairs or stream-K, or unbounded on the persistent grid; a bounded artifact
+must refuse bound + 1 rows).
 
 Each check quantizes fresh random fp32 operands the way DeepSeek-V3 does (activations per row and
 128 columns, weights per 128×128 block, scale = amax / 448; :mod:`kernels.fp8_blocks`), poisons C
@@ -57,6 +62,27 @@ SHAPES = {
     "sk_ds_o": (4096, 7168, 16384, 256, 1),      # DeepSeek-V3 o-projection: 896 tiles (6.8 waves), 128 k-blocks
 }
 STREAM_K = {s for s in SHAPES if s.startswith("sk_")}
+#: split-K at static sizes: name -> (M, N, K, bn, split_k)
+SPLIT_K = {
+    "splitk2": (256, 1024, 2048, 128, 2),         # 16 k-blocks, slices of 8: every slice inside K
+    "splitk3_past_k": (777, 576, 1408, 128, 3),   # 11 k-blocks, slices of 4: the last one runs a k-block past K
+    "splitk4_b256": (300, 2112, 1936, 256, 4),    # K ragged (16 k-blocks, the last 16 wide), 17 column blocks
+    "splitk6": (128, 1024, 6144, 128, 6),         # 48 k-blocks, slices of 8, 8 tiles x 6 = 48 units
+    "splitk8_ds": (128, 7168, 16384, 128, 8),     # DeepSeek-V3 o-projection at decode: 56 x 8 = 448 units
+}
+#: a run-time M: name -> (N, K, make keywords, the row counts checked); ``max_rows`` bounds a bucket
+DYNAMIC = {
+    "dyn16_sk4": (4096, 14336, dict(bn=128, split_k=4, max_rows=16), (1, 7, 16)),
+    "dyn64_b256_sk2": (2112, 1936, dict(bn=256, split_k=2, max_rows=64), (1, 33, 64)),
+    "dyn128_sk3_past_k": (576, 7168, dict(bn=128, split_k=3, max_rows=128), (1, 65, 128)),
+    "dyn128_plain": (7168, 2048, dict(bn=128, max_rows=128), (1, 100, 128)),
+    "dyn64_k1": (512, 128, dict(bn=128, max_rows=64), (1, 4, 64)),          # K = 128: SA's extent-1 dimension
+    "dyn384_sk6": (1024, 6144, dict(bn=128, split_k=6, max_rows=384), (1, 250, 384)),
+    "dyn512_c2": (2112, 1536, dict(bn=256, cluster=2, max_rows=512), (1, 257, 300, 512)),
+    "dyn1024_stream_k": (3144, 1408, dict(bn=128, stream_k=True, max_rows=1024), (513, 1000, 1024)),
+    "dyn_b192": (2112, 7168, dict(bn=192), (1, 100, 1000, 2049)),          # unbounded: grid min(132, tiles)
+    "dyn_b256": (4096, 512, dict(bn=256), (1, 128, 4097)),
+}
 TOL = 1e-2
 
 
@@ -73,7 +99,26 @@ def _builder(shape):
     return build
 
 
-BUILDS = {case_name(s): _builder(s) for s in SHAPES}
+def _split_builder(shape):
+    def build():
+        sys.path.insert(0, ROOT)
+        from kernels import gemm_fp8
+        M, N, K, bn, split_k = SPLIT_K[shape]
+        return gemm_fp8.build(M, N, K, bn, name=case_name(shape), split_k=split_k)
+    return build
+
+
+def _dynamic_builder(shape):
+    def build():
+        sys.path.insert(0, ROOT)
+        from kernels import gemm_fp8
+        N, K, kw, _ = DYNAMIC[shape]
+        return gemm_fp8.build_dynamic(N, K, name=case_name(shape), **kw)
+    return build
+
+
+BUILDS = {**{case_name(s): _builder(s) for s in SHAPES}, **{case_name(s): _split_builder(s) for s in SPLIT_K},
+          **{case_name(s): _dynamic_builder(s) for s in DYNAMIC}}
 
 
 def operands(m, n, k, torch):
@@ -93,16 +138,12 @@ def rel_err(c, ref):
     return ((c.float() - ref).norm() / ref.norm()).item()
 
 
-def run_check(kernel, torch, runs=3):
-    """Launch ``kernel`` on fresh quantized data ``runs`` times; returns a line with the worst
-    relative error.
-    Also checks that the comparison can fail: the same output is far from the reference with SB's
-    n-blocks reversed (a wrong scale assignment would not pass)."""
+def check_at(kernel, torch, m, n, k, runs=3):
+    """Launch ``kernel`` on fresh quantized m×n×k data ``runs`` times, C poisoned with NaN first;
+    returns the worst relative error.  Also checks that the comparison can fail: the same output is
+    far from the reference with SB's n-blocks reversed (a wrong scale assignment would not pass)."""
     sys.path.insert(0, ROOT)
     from kernels.fp8_blocks import reference
-    args = {a["name"]: a for a in kernel.launch["args"]}
-    m, k = args["A_"]["shape"]
-    n = args["C_"]["shape"][1]
     worst = 0.0
     for _ in range(runs):
         A, B, SA, SB = operands(m, n, k, torch)
@@ -118,7 +159,40 @@ def run_check(kernel, torch, runs=3):
         wrong = reference(A, B, SA, SB.flip(0).contiguous())["C"]
         if SB.shape[0] > 1:
             assert rel_err(c, wrong) > 10 * TOL, "the check cannot tell SB's blocks apart"
+    return worst
+
+
+def run_check(kernel, torch, runs=3):
+    """:func:`check_at` at the artifact's static sizes; returns a line with the worst relative error."""
+    args = {a["name"]: a for a in kernel.launch["args"]}
+    m, k = args["A_"]["shape"]
+    n = args["C_"]["shape"][1]
+    worst = check_at(kernel, torch, m, n, k, runs)
     return f"{m}x{n}x{k} e4m3 block-scaled, {runs} random runs, rel err {worst:.1e} vs fp32 dequantized"
 
 
-CHECKS = {name: run_check for name in BUILDS}
+def dynamic_check(shape):
+    """The check of a run-time-M artifact: :func:`check_at` at each of the case's row counts; a
+    bounded artifact must refuse one row more than its bound (a ``LaunchError`` naming the bound)."""
+    N, K, kw, ms = DYNAMIC[shape]
+
+    def check(kernel, torch, runs=2):
+        import axe.runtime as rt
+        worst = max(check_at(kernel, torch, m, N, K, runs) for m in ms)
+        bound = kw.get("max_rows")
+        if bound is not None:
+            A, B, SA, SB = operands(bound + 1, N, K, torch)
+            c = torch.empty((bound + 1, N), device="cuda", dtype=torch.bfloat16)
+            try:
+                kernel(A, B, SA, SB, c)
+            except rt.LaunchError as err:
+                assert str(bound) in str(err), f"the refusal does not name the bound {bound}: {err}"
+            else:
+                raise AssertionError(f"{bound + 1} rows launched on an artifact scheduled for {bound}")
+        return (f"run-time M in {ms} (bound {bound}) x{N}x{K} {kw}: {runs} random runs each, "
+                f"rel err {worst:.1e} vs fp32 dequantized")
+    return check
+
+
+CHECKS = {**{case_name(s): run_check for s in list(SHAPES) + list(SPLIT_K)},
+          **{case_name(s): dynamic_check(s) for s in DYNAMIC}}

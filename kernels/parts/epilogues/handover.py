@@ -75,7 +75,10 @@ class SplitKHandover(Handover):
         self.slices = slices
         self.name = f"{inner.name} + split-K reduction"
 
-    def finish(self, acc, out, pool, C, W, F, cid, wg, leader, m_blk, n_blk, t, s):
+    def reduce(self, W, F, acc, leader, wg, t, s, store):
+        """Unit (tile t, slice s): publish below the last slice, else ``store(take_slice)`` —
+        ``take_slice(r)`` waits for slice r's partial and returns its block (call it for r = 0, 1, …,
+        S−2 in that order: the sum's order is fixed)."""
         last = self.slices - 1
 
         def slot(r):
@@ -84,6 +87,13 @@ class SplitKHandover(Handover):
             with IRB.Then():
                 publish(W, F, slot(s), acc, leader, wg)
             with IRB.Else():
-                for r in range(last - 1):
-                    Ax.elementwise(acc, lambda a, p: a + p, acc, take(W, F, slot(r), leader, wg))
-                self.inner.tile(acc, out, pool, C, wg, leader, m_blk, n_blk, partial=take(W, F, slot(last - 1), leader, wg))
+                store(lambda r: take(W, F, slot(r), leader, wg))
+
+    def finish(self, acc, out, pool, C, W, F, cid, wg, leader, m_blk, n_blk, t, s):
+        last = self.slices - 1
+
+        def store(take_slice):
+            for r in range(last - 1):
+                Ax.elementwise(acc, lambda a, p: a + p, acc, take_slice(r))
+            self.inner.tile(acc, out, pool, C, wg, leader, m_blk, n_blk, partial=take_slice(last - 1))
+        self.reduce(W, F, acc, leader, wg, t, s, store)

@@ -22,8 +22,12 @@ thread index; keeps its rank in a pair and its thread index), ``setup()`` (the s
 ``consume(pool, SB, pipe, acc, part, wg, leader, it, n_blk)`` and ``k_range(..., base, k0, k1,
 n_blk)`` (consumers: all k-blocks of the CTA's tile it, or k-blocks [k0, k1) of a stream-K piece),
 ``teardown()``; the geometry of :class:`~.tma_wgmma.Cooperative` (``part``, ``acc_layout()``,
-``row0``) and of the partial accumulator (``part_n``, ``part_layout()``).  :class:`FP8StreamK` is
-the stream-K schedule in the form these loops take.
+``row0``) and of the partial accumulator (``part_n``, ``part_layout()``).  :class:`FP8StreamK` and
+:class:`FP8SplitK` are the stream-K and split-K schedules in the form these loops take (their
+consumers pass a piece's block-column, which SB's blocks need).  A split-K schedule iterates every
+slice ``L`` k-blocks long, so a tile's last slice may run past K (``k_loaded`` > ``k_iters``): TMA
+loads zeros for A, B and SA there, and SB, read from global memory, is read at its last k-block
+instead (a finite scale times a zero partial adds nothing).
 
 Law: after a tile's k-blocks [k0, k) the accumulator holds ``Σ SA[i, kb] · SB[j // 128, kb] ·
 Σ_{k in kb} A[i, k] · B[j, k]`` over them in fp32 (the tensor cores' reduced precision confined to
@@ -40,6 +44,7 @@ import axe.lang as Ax
 from axe.lang.block_scale import scale_accumulate
 from axe.layout import S, Swizzle, SwizzledLayout
 from kernels.parts.mainloops.tma_wgmma import HALF, Cooperative
+from kernels.parts.schedulers.split_k import SplitK
 from kernels.parts.schedulers.stream_k import StreamKSchedule
 from kernels.parts.tiles import block
 
@@ -69,13 +74,16 @@ def _wait_for(part):
 
 class BlockScaled(Cooperative):
     """The block-scaled FP8 mainloop of a 128×``bn`` tile (``bn`` 128, 192 or 256) over ``k_iters``
-    k-blocks; ``n_blocks``: SB's rows (128-column blocks of N); ``b``: how B reaches the slots."""
+    k-blocks; ``n_blocks``: SB's rows (128-column blocks of N); ``b``: how B reaches the slots;
+    ``k_loaded``: the k-blocks the scheduler walks per tile (more than ``k_iters`` where split-K's
+    equal slices run past K)."""
 
     name = "TMA + fp8 wgmma, block-scaled"
 
-    def __init__(self, bn, stages, k_iters, n_blocks, b):
+    def __init__(self, bn, stages, k_iters, n_blocks, b, k_loaded=None):
         super().__init__(FP8, "col", BM, bn, BK, stages, k_iters, 0, b)
         self.n_blocks = n_blocks
+        self.past_k = (k_loaded or k_iters) > k_iters
         # a tile width that is a multiple of 128 keeps one SB block per 128-column partial; otherwise one
         # partial spans the tile and SB is staged per column group (the gcd: no group crosses a block)
         self.staged = bn % PART != 0
@@ -139,9 +147,13 @@ class BlockScaled(Cooperative):
         row, lane = wg * 2 + i % 2, self.tx % 128
         with Ax.guard(lane < groups):
             nb = T.min((n_blk * self.bn + lane * self.group_n) // PART, self.n_blocks - 1)
-            IRB.buffer_store(self.sbg.flat(), SB.flat()[nb * self.k_iters + kb], [row * groups + lane])
+            IRB.buffer_store(self.sbg.flat(), SB.flat()[nb * self.k_iters + self.sb_k(kb)], [row * groups + lane])
         Ax.cuda.named_barrier(1 + wg, 128)
         return self.sbg[row:row + 1, :]
+
+    def sb_k(self, kb):
+        """SB's column for k-block kb: kb, or past K (a split-K slice's zero-filled k-blocks) the last."""
+        return T.min(kb, self.k_iters - 1) if self.past_k else kb
 
     def k_block(self, pool, SB, pipe, acc, part, wg, leader, i, kb, n_blk, first):
         """Slot of iteration i (k-block kb): wgmma each 128-column half (or, ``staged``, the whole
@@ -158,7 +170,8 @@ class BlockScaled(Cooperative):
             def half():
                 b = self.tile(pool, self.b_at + s * (self.bn * BK) + h * (part_n * BK), (part_n, BK))
                 Ax.gemm(part, a, Ax.permute(b, (1, 0)), accumulate=False, wait=False)
-                sb = self.sb_scales(SB, wg, i, kb, n_blk) if self.staged else SB[nb:nb + 1, kb:kb + 1]
+                kc = self.sb_k(kb)
+                sb = self.sb_scales(SB, wg, i, kb, n_blk) if self.staged else SB[nb:nb + 1, kc:kc + 1]
                 scale_accumulate(acc[:, h * part_n:(h + 1) * part_n], part, sa_rows, sb,
                                  accumulate=not first, before_apply=lambda: _wait_for(part))
             if self.ragged_half and h == self.halves - 1:
@@ -217,3 +230,18 @@ class FP8StreamK(StreamKSchedule):
                 k_range(base, k0, k1, n_blk)
                 finish(m_blk, n_blk, k0, k1)
         rest()
+
+
+class FP8SplitK(SplitK):
+    """:class:`~kernels.parts.schedulers.split_k.SplitK`'s units and order, its consumers' loop in the
+    form the FP8 kernel emits: each unit's slice through ``k_range(base, k0, k1, n_blk)`` (SB's
+    blocks need the block-column), then ``finish(m_blk, n_blk, tile, slice)``."""
+
+    def consume_rest(self, cid, k_range, finish):
+        L = self.L
+
+        @T.macro
+        def slice_mma(j, t, s, m_blk, n_blk):
+            k_range(j * L - s * L, s * L, s * L + L, n_blk)
+            finish(m_blk, n_blk, t, s)
+        self.walk(cid, slice_mma)

@@ -1,0 +1,113 @@
+"""Choosing a block-scaled FP8 GEMM configuration (``kernels.gemm_fp8.make`` keywords) by shape: the
+buckets of M, the candidates of each bucket (what the sweep and ``axe tune`` measure) and a heuristic
+that picks one without measuring.
+
+Pure Python (no TVM, no torch): a serving machine picks an artifact per call from the same tables.
+
+The buckets are the 16-bit GEMM's (:data:`kernels.gemm_select.BUCKETS`): a call with M rows runs the
+artifact of the smallest bound ≥ M.  An artifact takes M at run time (``make(None, ...)``); up to
+:data:`~kernels.gemm_config.MAX_BOUND` rows it is **scheduled statically for the bound**
+(``max_rows``), so the tile grid is fixed at build time and split-K and CTA pairs can serve any M of
+the bucket (rows past M load zeros and store nothing).  Larger buckets run the run-time-M
+persistent schedule (no split, no pairs: the grid is an expression of M).
+
+The configuration space: ``bn`` (tile width 128, 192 or 256), ``stages`` (:data:`STAGES`: the
+deepest ring that fits beside the static store buffer), ``cluster`` (1, or CTA pairs sharing B),
+``stream_k``, ``split_k`` (K cut into slices of whole 128-deep k-blocks, fp32 partials added in slice
+order), ``max_rows`` (the bucket bound a run-time M is scheduled for).
+
+The cost model is the 16-bit GEMM's (:func:`kernels.gemm_select.cost`: waves of work units, each
+streaming its slice of K through tiles ``bn`` wide, plus a hand-over charge per extra slice), fed
+with the FP8 k-block count: a 128-deep e4m3 k-block moves the same bytes per row of A and B as a
+64-deep 16-bit one (128 bytes) and takes the tensor cores the same time (four ``wgmma`` of k32
+against four of k16), so the 16-bit model's unit is the FP8 k-block.  It was fitted on the 16-bit
+decode sweeps, not on FP8 ones: the sweep (``benchmarks/gemm_fp8_allm.py``) measures it.
+"""
+
+from kernels.gemm_config import MAX_BOUND, SMS
+from kernels.gemm_select import BK as BK16, BUCKETS, MID_SPLITS, bucket, cost as cost16, name, splits as splits16  # noqa: F401
+
+BM, BK = 128, 128                   # the FP8 tile's rows and k-block depth (one scale block of K)
+#: pipeline depth per tile width (227 KiB of shared memory: slots of A, B and SA's 128 row scales,
+#: beside the 128-column bf16 store buffer)
+STAGES = {128: 5, 192: 4, 256: 4}
+#: the slice counts a decode bucket tries (its few tiles leave most of the SMs idle without them)
+DECODE_SPLITS = (1, 2, 4, 8)
+
+
+def k_iters(K):
+    """FP8 k-blocks of K (128 deep)."""
+    return -(-K // BK)
+
+
+def _k16(K):
+    """The 16-bit model's K with as many (64-deep) k-blocks as K has FP8 ones (the module docstring)."""
+    return k_iters(K) * BK16
+
+
+def splits(K, counts=DECODE_SPLITS):
+    """The split-K slice counts worth trying for K: 1, and those of ``counts`` whose slices keep at
+    least :data:`kernels.gemm_select.MIN_SLICE` FP8 k-blocks (and so are at least 2 long, with every
+    slice starting inside K, as :class:`~kernels.parts.schedulers.split_k.SplitK` requires)."""
+    return splits16(_k16(K), counts)
+
+
+def cost(N, K, bn, split_k, sms=SMS, block_rows=1):
+    """The modelled time of (bn, split_k) over ``block_rows`` block-rows: the 16-bit model's
+    (:func:`kernels.gemm_select.cost`) with FP8 k-blocks as its unit."""
+    return cost16(N, _k16(K), bn, split_k, sms, block_rows)
+
+
+def scheduled_rows(bound, config):
+    """The row bound ``config``'s artifact for bucket ``bound`` is scheduled for (``max_rows``), or
+    None when it takes M at run time: a bucket of at most :data:`MAX_BOUND` rows is scheduled for
+    its bound where the configuration needs a fixed tile grid (split-K, stream-K, CTA pairs) or the
+    bucket is a decode bucket (≤ 128 rows: one block-row, no rows to save)."""
+    if bound is None or bound > MAX_BOUND:
+        return None
+    if bound <= BM or config.get("split_k", 1) > 1 or config.get("stream_k") or config.get("cluster", 1) > 1:
+        return bound
+    return None
+
+
+def widths(N):
+    """The tile widths a shape with N columns can take (a tile no wider than N)."""
+    return [bn for bn in STAGES if bn <= N]
+
+
+def candidates(bound, N, K):
+    """The configurations measured for bucket ``bound`` (``make`` keywords without M, N, K and
+    ``max_rows``, which :func:`scheduled_rows` adds): a decode bucket every tile width 128 or 256
+    with every split of :data:`DECODE_SPLITS`; a middle bucket (≤ :data:`MAX_BOUND` rows) the tiles
+    128, 192 and 256 wide uncut, 128 and 256 as CTA pairs and cut in K as
+    :data:`~kernels.gemm_select.MID_SPLITS` allows; a larger bucket the widths uncut (the run-time-M
+    schedule).  Split-K needs a tile width that is a multiple of 128 (the hand-over adds 128-column
+    chunks)."""
+    plain = [dict(bn=bn, stages=STAGES[bn]) for bn in widths(N)]
+    if bound is not None and bound <= BM:
+        return [dict(bn=bn, stages=STAGES[bn], split_k=s) for bn in (128, 256) if bn <= N for s in splits(K)]
+    if bound is None or bound > MAX_BOUND:
+        return plain
+    pairs = [dict(bn=bn, stages=STAGES[bn], cluster=2) for bn in (128, 256) if bn <= N]
+    return plain + pairs + [dict(bn=bn, stages=STAGES[bn], split_k=s) for bn in (128, 256) if bn <= N
+                            for s in splits(K, MID_SPLITS) if s > 1]
+
+
+def heuristic(M, N, K, sms=SMS):
+    """A configuration for M×N×K without measuring: over the candidates of M's bucket that are not
+    CTA pairs (the model has no term for them), the one of least :func:`cost` over the bound's
+    block-rows (an unbounded bucket counted as 8192 rows); ties go to fewer slices, then the wider
+    tile.  ``max_rows`` is added where :func:`scheduled_rows` says."""
+    bound = bucket(M)
+    rows = -(-(bound or 8192) // BM)
+    cands = [c for c in candidates(bound, N, K) if c.get("cluster", 1) == 1]
+    best = min(cands, key=lambda c: (cost(N, K, c["bn"], c.get("split_k", 1), sms, rows), c.get("split_k", 1), -c["bn"]))
+    return with_bound(bound, best)
+
+
+def with_bound(bound, config):
+    """``config`` with the ``max_rows`` its artifact for bucket ``bound`` is scheduled for (if any);
+    ``split_k=1`` dropped (the default)."""
+    out = {k: v for k, v in config.items() if not (k == "split_k" and v == 1)}
+    rows = scheduled_rows(bound, out)
+    return {**out, "max_rows": rows} if rows is not None else out
