@@ -87,6 +87,8 @@ class LaunchPlan:
                 pack.array[i] = base + 8 * position[p["arg"]]
         self._device = None
         self._stream = current_stream
+        #: a launch that needs more per call than pointers and one cuLaunchKernel (see :meth:`fields`)
+        self.plain = cfg is None and not self.scratch
         if self.empty:          # nothing to launch: no function to load, no map of zero rows to encode
             return
         self.maps = [_Map(position[spec["tensor"]], i, spec, bound.tensors[spec["tensor"]], d)
@@ -103,6 +105,32 @@ class LaunchPlan:
         if device_type == "cuda":
             import torch
             self._device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+
+    def fields(self):
+        """What a compiled launcher needs to launch this plan itself — ``(func, grid, block, smem,
+        params, scalars)``: the ``CUfunction`` as an integer (0 for an empty grid, which launches
+        nothing), and per kernel parameter either the byte offset of its value in ``scalars``
+        (the scalar parameters' bytes, as this plan passes them) or ``-(slot + 1)``: the data
+        pointer of tensor argument ``slot`` (:attr:`slots` order).  Writing those pointers and
+        those bytes into a parameter array and launching ``func`` with this grid, block and shared
+        memory is exactly what :meth:`__call__` launches.  None for a plan that needs more per
+        call: tensor maps (which follow their tensors), the kernel's scratch, a launch
+        configuration (clusters, programmatic serialization) or a cooperative launch."""
+        launch = self.kernel.launch
+        if not self.plain or launch.get("cooperative") or any(p["kind"] == "tensormap" for p in launch["params"]):
+            return None
+        from .launcher import _CTYPES
+
+        position = {n: i for i, (n, _) in enumerate(self.slots)}
+        params, scalars = [], b""
+        for i, p in enumerate(launch["params"]):
+            if p["kind"] == "tensor":
+                params.append(-(position[p["arg"]] + 1))
+            else:
+                params.append(len(scalars))
+                scalars += ctypes.string_at(self.pack.array[i], ctypes.sizeof(_CTYPES[p["dtype"]]))
+        func = 0 if self.empty else int(self.func)
+        return func, tuple(self.grid), tuple(self.block), int(self.smem), params, scalars
 
     def _launcher(self, d, cfg):
         """``launch(stream, array, 0) -> result``: the driver call with everything but the stream

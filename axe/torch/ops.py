@@ -45,18 +45,32 @@ alignment (a misaligned view takes the checked path, which copies it), allocates
 launches: no check is paid twice, and every error still names the argument (a new signature is
 checked in full).  ``FAST_PATH = False`` sends every call down the checked path (the cost before
 the plans: ``benchmarks/torch_ops.py --checked``).
+
+**The compiled launcher.**  Where :mod:`axe.torch.fast_ops` builds and loads (a C++ compiler and
+torch's headers; on the first import of this module on a machine, ~10 s), ``rmsnorm``,
+``fused_add_rmsnorm``, ``softmax``, ``silu_and_mul`` and ``rotary_embedding`` get its C++ kernel
+for CPU and CUDA tensors: a call of a planned signature is looked up, launched and answered in
+C++, without entering Python; any other call runs the Python implementation above, registered as
+``axe_checked::<op>``, which checks everything as before and hands its plan over.  ``gemm`` keeps
+the Python plans (its tensor maps follow their tensors; it meets the host-cost goal without).
+:func:`launcher` says which path is in force and why; ``AXE_FAST_OPS=0`` keeps the Python one.
+``FAST_PATH`` and :func:`clear_plans` govern both tables.
 """
 
 from __future__ import annotations
 
+import sys
+import types
+
 import torch
 
-from . import tune
+from . import fast_ops, tune
 from .cache import kernels_root
 from .jit import JitKernel
 
 __all__ = ["rmsnorm", "fused_add_rmsnorm", "softmax", "silu_and_mul", "rotary_embedding", "gemm", "KERNELS",
-           "spec_rows", "spec_gemm", "spec_silu", "spec_rotary", "prebuild", "clear_plans", "PLANS", "FAST_PATH"]
+           "spec_rows", "spec_gemm", "spec_silu", "spec_rotary", "prebuild", "clear_plans", "PLANS", "FAST_PATH",
+           "launcher"]
 
 #: the folder that holds the ``kernels`` package (:func:`axe.torch.cache.kernels_root`): the
 #: repository root in a checkout, ``axe/_kernels`` in an installed wheel
@@ -78,14 +92,21 @@ def _sig(t) -> tuple:
     return t.shape, t.stride(), t.dtype, t.device
 
 
-def _remember(op: str, key, plan, extra=None):
-    """Keep ``plan`` (None: the loader makes none; nothing is kept) for ``op``'s signature ``key``."""
+def _remember(op: str, key, plan, extra=None, compiled=()):
+    """Keep ``plan`` (None: the loader makes none; nothing is kept) for ``op``'s signature ``key``,
+    and hand it to the compiled launcher where it takes ``op``: ``compiled`` is
+    :func:`axe.torch.fast_ops.record`'s ``(sources, outputs, distinct)`` — which op argument or
+    output each of the kernel's tensor arguments is, and with what alignment."""
     if plan is None or not FAST_PATH:
         return
     plans = PLANS.setdefault(op, {})
     if len(plans) >= PLAN_LIMIT:
         plans.clear()
     plans[key] = (plan, extra)
+    if op in _COMPILED:
+        rec = fast_ops.record(plan, *compiled)
+        if rec is not None:
+            _LAUNCHER.submit(op, *rec)
 
 
 def prebuild(specs, cache_dir, target: str = "sm_90a") -> int:
@@ -113,10 +134,30 @@ def prebuild(specs, cache_dir, target: str = "sm_90a") -> int:
 
 
 def clear_plans():
-    """Forget every op's plans (after :func:`axe.torch.tune.reload`, or a cleared jit kernel:
-    the next call of each signature is checked and planned again)."""
+    """Forget every op's plans, the compiled launcher's too (after :func:`axe.torch.tune.reload`,
+    or a cleared jit kernel: the next call of each signature is checked and planned again)."""
     for plans in PLANS.values():
         plans.clear()
+    if _LAUNCHER is not None:
+        _LAUNCHER.clear()
+
+
+class _Module(types.ModuleType):
+    """This module's class: assigning ``FAST_PATH`` also switches the compiled launcher's table,
+    which never enters Python to read the flag (the module's own functions read the global)."""
+
+    @property
+    def FAST_PATH(self):
+        return self.__dict__["FAST_PATH"]
+
+    @FAST_PATH.setter
+    def FAST_PATH(self, on):
+        self.__dict__["FAST_PATH"] = on
+        if _LAUNCHER is not None:
+            _LAUNCHER.enable(bool(on))
+
+
+sys.modules[__name__].__class__ = _Module
 
 
 def _dtype(op: str, name: str, t) -> str:
@@ -216,16 +257,64 @@ KERNELS = {
 #: wrappers (autograd shim, dynamo-disable frame, aliasing check) cost ~20 µs of host time per call
 #: on an H200 host (measured with ``tests/gpu/run_torch.py``'s profile): more than the launch itself.
 _LIB = torch.library.Library("axe", "DEF")
+#: the checked Python implementations of the ops the compiled launcher takes (its misses call them)
+_CHECKED_NS = "axe_checked"
+_CHECKED = None
+#: the loaded :class:`axe.torch.fast_ops.Launcher`, and the ops registered through it
+_LAUNCHER = None
+_COMPILED: set = set()
+_WHY = None
 
 
-def _define(schema: str, impl, fake):
+def launcher() -> dict:
+    """Which launch path the ops take here: ``{"path": "compiled" or "python", "why": the built
+    library's file, or why it is not in force (AXE_FAST_OPS=0, no compiler, the compiler's error),
+    "compiled": ops the C++ kernel launches, "python": ops launched from Python}``."""
+    python = sorted(n for n in _DEFINED if n not in _COMPILED)
+    return {"path": "compiled" if _COMPILED else "python", "why": _WHY, "compiled": sorted(_COMPILED), "python": python}
+
+
+def _compiled():
+    """The compiled launcher, built and loaded on the first op that asks (None where it cannot
+    be; :func:`launcher` says why)."""
+    global _LAUNCHER, _CHECKED, _WHY
+    if _WHY is None:
+        try:
+            _LAUNCHER = fast_ops.load()
+            _LAUNCHER.set_limit(PLAN_LIMIT)
+            _LAUNCHER.enable(FAST_PATH)
+            _CHECKED = torch.library.Library(_CHECKED_NS, "DEF")
+            _WHY = str(_LAUNCHER.path)
+        except fast_ops.BuildError as e:
+            _WHY = str(e)
+    return _LAUNCHER
+
+
+_DEFINED: list = []
+
+
+def _define(schema: str, impl, fake, compiled: bool = False):  # noqa: C901 - one registration, two paths
     """Define ``axe::<schema>`` with ``impl`` for CPU and CUDA tensors and ``fake`` for fake and
-    meta tensors; returns the op (``torch.ops.axe.<name>``)."""
+    meta tensors; returns the op (``torch.ops.axe.<name>``).  ``compiled``: where the compiled
+    launcher loads, its C++ kernel is the op's and ``impl`` runs on its misses (as
+    ``axe_checked::<name>``); ``impl`` must then hand its plans over (:func:`_remember`)."""
+    global _WHY
     name = schema.split("(", 1)[0]
     _LIB.define(schema)
+    _DEFINED.append(name)
+    torch.library.register_fake(f"axe::{name}", fake, lib=_LIB)
+    if compiled and _compiled() is not None:
+        try:
+            _CHECKED.define(schema)
+            for key in ("CPU", "CUDA"):
+                _CHECKED.impl(name, impl, key)
+            _LAUNCHER.register(name, _CHECKED_NS)
+            _COMPILED.add(name)
+            return getattr(torch.ops.axe, name)
+        except (RuntimeError, fast_ops.BuildError) as e:
+            _WHY = f"{_WHY}; axe::{name} stays on the Python path: {e}"
     for key in ("CPU", "CUDA"):
         _LIB.impl(name, impl, key)
-    torch.library.register_fake(f"axe::{name}", fake, lib=_LIB)
     return getattr(torch.ops.axe, name)
 
 
@@ -266,8 +355,9 @@ def _rmsnorm(x, weight, eps=1e-6):
     rows = xr.reshape(-1, n)
     y = torch.empty_like(rows)
     args = (rows, wr.reshape(1, n), y, float(eps))
-    if xr is x and wr is weight:
-        _remember("rmsnorm", key, KERNELS["rmsnorm"].plan(*args))
+    if xr is x and wr is weight:       # kernel (X_, W_, Y_) = (x, weight, the output shaped like x)
+        _remember("rmsnorm", key, KERNELS["rmsnorm"].plan(*args),
+                  compiled=(((0, 16), (1, 16), (-1, 16)), ((0, tuple(x.shape)),)))
     KERNELS["rmsnorm"](*args)
     return y.view(x.shape)
 
@@ -277,7 +367,7 @@ def _rmsnorm_fake(x, weight, eps=1e-6):
     return x.new_empty(x.shape)
 
 
-rmsnorm = _define("rmsnorm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor", _rmsnorm, _rmsnorm_fake)
+rmsnorm = _define("rmsnorm(Tensor x, Tensor weight, float eps=1e-06) -> Tensor", _rmsnorm, _rmsnorm_fake, compiled=True)
 
 
 # --- fused_add_rmsnorm ----------------------------------------------------------------------
@@ -316,8 +406,9 @@ def _fused_add_rmsnorm(x, residual, weight, eps=1e-6):
     rw, r_copied = _writable(residual)
     wr = _ready(weight)
     args = (xw.view(-1, n), wr.view(1, n), rw.view(-1, n), float(eps))
-    if not (x_copied or r_copied) and wr is weight:
-        _remember("fused_add_rmsnorm", key, KERNELS["fused_add_rmsnorm"].plan(*args))
+    if not (x_copied or r_copied) and wr is weight:      # kernel (X_, W_, R_) = (x, weight, residual)
+        _remember("fused_add_rmsnorm", key, KERNELS["fused_add_rmsnorm"].plan(*args),
+                  compiled=(((0, 16), (2, 16), (1, 16)), (), ((0, 1),)))
     KERNELS["fused_add_rmsnorm"](*args)
     if x_copied:
         x.copy_(xw)
@@ -330,7 +421,7 @@ def _fused_add_rmsnorm_fake(x, residual, weight, eps=1e-6):
 
 
 fused_add_rmsnorm = _define("fused_add_rmsnorm(Tensor(a!) x, Tensor(b!) residual, Tensor weight, float eps=1e-06) -> ()",
-                            _fused_add_rmsnorm, _fused_add_rmsnorm_fake)
+                            _fused_add_rmsnorm, _fused_add_rmsnorm_fake, compiled=True)
 
 
 # --- softmax ---------------------------------------------------------------------------------
@@ -354,7 +445,7 @@ def _softmax(x):
     rows = xr.reshape(-1, n)
     y = torch.empty_like(rows)
     if xr is x:
-        _remember("softmax", key, KERNELS["softmax"].plan(rows, y))
+        _remember("softmax", key, KERNELS["softmax"].plan(rows, y), compiled=(((0, 16), (-1, 16)), ((0, tuple(x.shape)),)))
     KERNELS["softmax"](rows, y)
     return y.view(x.shape)
 
@@ -365,7 +456,7 @@ def _softmax_fake(x):
     return x.new_empty(x.shape)
 
 
-softmax = _define("softmax(Tensor x) -> Tensor", _softmax, _softmax_fake)
+softmax = _define("softmax(Tensor x) -> Tensor", _softmax, _softmax_fake, compiled=True)
 
 
 # --- silu_and_mul ---------------------------------------------------------------------------
@@ -394,7 +485,9 @@ def _silu_and_mul(x):
     rows = xr.reshape(-1, 2 * d)
     y = x.new_empty((rows.shape[0], d))
     if xr is x:
-        _remember("silu_and_mul", key, KERNELS["silu_and_mul"].plan(rows, y), (*x.shape[:-1], d))
+        shape = (*x.shape[:-1], d)
+        _remember("silu_and_mul", key, KERNELS["silu_and_mul"].plan(rows, y), shape,
+                  compiled=(((0, 16), (-1, 16)), ((0, shape),)))
     KERNELS["silu_and_mul"](rows, y)
     return y.view(*x.shape[:-1], d)
 
@@ -404,7 +497,7 @@ def _silu_and_mul_fake(x):
     return x.new_empty((*x.shape[:-1], d))
 
 
-silu_and_mul = _define("silu_and_mul(Tensor x) -> Tensor", _silu_and_mul, _silu_and_mul_fake)
+silu_and_mul = _define("silu_and_mul(Tensor x) -> Tensor", _silu_and_mul, _silu_and_mul_fake, compiled=True)
 
 
 # --- rotary_embedding -----------------------------------------------------------------------
@@ -487,7 +580,9 @@ def _rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
     args.append(cr)
     jk = KERNELS["rotary_neox" if is_neox else "rotary_gptj"]
     if not copied and cr is cos_sin_cache and (key is not None or sig[2] is None):
-        _remember("rotary_embedding", sig, jk.plan(*args), key is not None)
+        # kernel (P_, Q_[, K_], C_) = (positions, query[, key], cos_sin_cache)
+        sources = ((0, positions.element_size()), (1, 16), *(((2, 16),) if key is not None else ()), (4, 16))
+        _remember("rotary_embedding", sig, jk.plan(*args), key is not None, compiled=(sources,))
     jk(*args)
     if q_copied:
         query.copy_(qw)
@@ -500,7 +595,8 @@ def _rotary_embedding_fake(positions, query, key, head_size, cos_sin_cache, is_n
 
 
 rotary_embedding = _define("rotary_embedding(Tensor positions, Tensor(a!) query, Tensor(b!)? key, int head_size, "
-                           "Tensor cos_sin_cache, bool is_neox) -> ()", _rotary_embedding, _rotary_embedding_fake)
+                           "Tensor cos_sin_cache, bool is_neox) -> ()", _rotary_embedding, _rotary_embedding_fake,
+                           compiled=True)
 
 
 # --- gemm ------------------------------------------------------------------------------------

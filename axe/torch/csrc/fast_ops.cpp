@@ -1,0 +1,421 @@
+// The compiled launch path of torch.ops.axe.* (axe/torch/fast_ops.py builds and loads this file).
+//
+// One boxed kernel serves every op registered through axe_fast_register, for the CPU and CUDA
+// dispatch keys.  Per call it computes the call signature (every tensor argument's dtype, device,
+// sizes and strides; every scalar's value) and looks it up in the op's table:
+//
+// - hit, every data pointer aligned as the plan demands (and the plan's distinct tensors
+//   distinct): allocate the outputs, write the pointers into a parameter array on the stack,
+//   one cuLaunchKernel on torch's current stream of the tensors' device; the GIL is never taken;
+// - otherwise (a new signature, a misaligned view, no driver, a launch the driver refused): the
+//   op's checked Python implementation, registered as axe_checked::<op>, through the dispatcher
+//   (which takes the GIL).  It runs every check and launches; where it planned the signature it
+//   hands the plan here (axe_fast_submit, matched to this call by the thread's pending key) and
+//   the table keeps it once the call returned.
+//
+// Law (axe/runtime/plan.py's): a hit launches exactly what the Python LaunchPlan of that
+// signature launches for the same tensors - function, grid, block, shared memory and parameter
+// bytes - because the plan's fields are copied from it.
+//
+// Python reaches the table through the extern "C" functions at the end (ctypes): no pybind11,
+// no libpython, no libtorch_python, no libcuda or libc10_cuda at link time (the driver's
+// cuLaunchKernel is dlsym'd at first use; the stream comes through c10's device guard interface).
+
+#include <dlfcn.h>
+
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <torch/library.h>
+
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+namespace {
+
+using LaunchFn = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
+                         void**);
+
+// A call signature, flattened: per argument a tag, then what the op's checks depend on.
+using Key = std::vector<int64_t>;
+
+struct KeyHash {
+  size_t operator()(const Key& k) const noexcept {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
+    for (int64_t v : k) h = (h ^ static_cast<uint64_t>(v)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+struct Output {
+  int like;                     // the argument whose dtype and device it takes
+  std::vector<int64_t> shape;   // fixed by the signature
+};
+
+// What one checked signature launches (copied from its Python LaunchPlan, see axe_fast_submit).
+struct Plan {
+  void* func = nullptr;
+  unsigned grid[3] = {0, 0, 0}, block[3] = {0, 0, 0}, smem = 0;
+  std::vector<char> scalars;     // the scalar parameters' bytes
+  std::vector<int64_t> params;   // per kernel parameter: >= 0 its offset in scalars; < 0: -(slot + 1)
+  std::vector<int> sources;      // per slot: an argument's position (>= 0) or -(output + 1)
+  std::vector<uint64_t> masks;   // per slot: alignment - 1
+  std::vector<Output> outputs;
+  std::vector<std::pair<int, int>> distinct;  // argument positions whose data pointers must differ
+  bool empty() const { return grid[0] == 0 || grid[1] == 0 || grid[2] == 0; }
+};
+
+using PlanPtr = std::shared_ptr<const Plan>;
+
+struct Op {
+  Op(std::string name, c10::OperatorHandle checked) : name(std::move(name)), checked(std::move(checked)) {}
+  std::string name;
+  c10::OperatorHandle checked;
+  std::unordered_map<Key, PlanPtr, KeyHash> plans;
+};
+
+std::shared_mutex table_mutex;           // writers: submit, clear; readers: every call
+std::vector<std::unique_ptr<Op>> ops;    // by op id; only appended to (ids stay valid)
+std::atomic<bool> enabled{true};
+std::atomic<int64_t> plan_limit{1024};
+std::atomic<LaunchFn> launch_override{nullptr};
+std::atomic<int64_t> hits{0}, misses{0};
+thread_local std::string last_error;
+
+// The call whose checked implementation runs on this thread now: its op and key, and the plan
+// the implementation handed over.
+struct Pending {
+  int op = -1;
+  Key key;
+  std::shared_ptr<Plan> plan;
+};
+thread_local Pending pending;
+
+LaunchFn driver_launch() {
+  LaunchFn fn = launch_override.load(std::memory_order_acquire);
+  if (fn) return fn;
+  static LaunchFn found = [] {
+    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+    return lib ? reinterpret_cast<LaunchFn>(dlsym(lib, "cuLaunchKernel")) : nullptr;
+  }();
+  return found;
+}
+
+enum Tag : int64_t { kTensor = 1, kNone, kDouble, kInt, kBool };
+
+// The signature of args into key; false where an argument is of a kind no plan is kept for.
+bool make_key(c10::ArrayRef<c10::IValue> args, Key& key) {
+  key.clear();
+  for (const c10::IValue& v : args) {
+    if (v.isTensor()) {
+      const at::Tensor& t = v.toTensor();
+      if (t.layout() != c10::kStrided) return false;
+      const int64_t dim = t.dim();
+      key.push_back(kTensor);
+      key.push_back(static_cast<int64_t>(t.scalar_type()));
+      key.push_back(static_cast<int64_t>(t.device().type()));
+      key.push_back(t.device().index());
+      key.push_back(dim);
+      const auto sizes = t.sizes();
+      const auto strides = t.strides();
+      key.insert(key.end(), sizes.begin(), sizes.end());
+      key.insert(key.end(), strides.begin(), strides.end());
+    } else if (v.isNone()) {
+      key.push_back(kNone);
+    } else if (v.isDouble()) {
+      double d = v.toDouble();
+      int64_t bits;
+      std::memcpy(&bits, &d, sizeof bits);
+      key.push_back(kDouble);
+      key.push_back(bits);
+    } else if (v.isBool()) {
+      key.push_back(kBool);
+      key.push_back(v.toBool());
+    } else if (v.isInt()) {
+      key.push_back(kInt);
+      key.push_back(v.toInt());
+    } else {
+      return false;
+    }
+  }
+  return true;
+}
+
+// Restores the device that was current, where a launch had to switch.
+struct DeviceSwitch {
+  const c10::impl::DeviceGuardImplInterface* impl = nullptr;
+  c10::Device previous{c10::DeviceType::CPU};
+  DeviceSwitch(const c10::impl::DeviceGuardImplInterface* i, c10::Device want) {
+    c10::Device cur = i->getDevice();
+    if (cur != want) {
+      impl = i;
+      previous = i->exchangeDevice(want);
+    }
+  }
+  ~DeviceSwitch() {
+    if (impl) impl->uncheckedSetDevice(previous);
+  }
+};
+
+constexpr size_t kMaxSlots = 16, kMaxParams = 64;
+
+// Launch plan p on the arguments at the top of stack; on success the arguments are replaced by
+// the outputs.  False (the stack untouched) where the checked path must take the call.
+bool launch(const Plan& p, torch::jit::Stack* stack, size_t n) {
+  c10::ArrayRef<c10::IValue> args = torch::jit::last(*stack, n);
+  const size_t slots = p.sources.size();
+  if (slots > kMaxSlots || p.params.size() > kMaxParams) return false;
+  uint64_t ptrs[kMaxSlots];
+  const at::Tensor* first = nullptr;
+  for (size_t s = 0; s < slots; ++s) {
+    int src = p.sources[s];
+    if (src < 0) continue;
+    const at::Tensor& t = args[src].toTensor();
+    ptrs[s] = reinterpret_cast<uint64_t>(t.data_ptr());
+    if (ptrs[s] & p.masks[s]) return false;  // a misaligned view: the checked path copies it
+    if (!first) first = &t;
+  }
+  for (const auto& [a, b] : p.distinct)
+    if (args[a].toTensor().data_ptr() == args[b].toTensor().data_ptr()) return false;
+  if (!first) return false;
+  const c10::Device device = first->device();
+  LaunchFn fn = nullptr;
+  if (!p.empty()) {
+    fn = driver_launch();
+    if (!fn) return false;
+  }
+  c10::SmallVector<at::Tensor, 2> outs;
+  for (const Output& o : p.outputs) outs.push_back(at::empty(o.shape, args[o.like].toTensor().options()));
+  for (size_t s = 0; s < slots; ++s) {
+    int src = p.sources[s];
+    if (src >= 0) continue;
+    ptrs[s] = reinterpret_cast<uint64_t>(outs[-src - 1].data_ptr());
+    if (ptrs[s] & p.masks[s]) return false;
+  }
+  if (!p.empty()) {
+    void* params[kMaxParams];
+    for (size_t i = 0; i < p.params.size(); ++i) {
+      int64_t at = p.params[i];
+      params[i] = at >= 0 ? const_cast<char*>(p.scalars.data() + at) : static_cast<void*>(&ptrs[-at - 1]);
+    }
+    void* stream = nullptr;  // a CPU tensor (a test's stand-in driver): stream 0
+    int result;
+    if (device.is_cuda()) {
+      const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
+      DeviceSwitch on(impl, device);  // the function belongs to that device's context
+      stream = impl->getStream(device).native_handle();
+      result = fn(p.func, p.grid[0], p.grid[1], p.grid[2], p.block[0], p.block[1], p.block[2], p.smem, stream,
+                  params, nullptr);
+    } else {
+      result = fn(p.func, p.grid[0], p.grid[1], p.grid[2], p.block[0], p.block[1], p.block[2], p.smem, stream,
+                  params, nullptr);
+    }
+    // refused (no context on this thread, an earlier kernel's fault...): nothing was launched,
+    // and the checked path launches again and reports the error in words
+    if (result != 0) return false;
+  }
+  torch::jit::drop(*stack, n);
+  for (at::Tensor& t : outs) torch::jit::push(*stack, std::move(t));
+  return true;
+}
+
+struct PendingScope {
+  PendingScope(int op, Key&& key) {
+    pending.op = op;
+    pending.key = std::move(key);
+    pending.plan.reset();
+  }
+  ~PendingScope() {
+    pending.op = -1;
+    pending.plan.reset();
+  }
+};
+
+void remember(Op& op, Key key, std::shared_ptr<Plan> plan) {
+  std::unique_lock<std::shared_mutex> lock(table_mutex);
+  if (!enabled.load(std::memory_order_relaxed)) return;
+  if (static_cast<int64_t>(op.plans.size()) >= plan_limit.load(std::memory_order_relaxed)) op.plans.clear();
+  op.plans[std::move(key)] = std::move(plan);
+}
+
+struct Kernel final : c10::OperatorKernel {
+  Kernel(int id, Op* op) : id(id), op(*op) {}
+  int id;
+  Op& op;  // owned by ops, never freed
+
+  void operator()(const c10::OperatorHandle& handle, c10::DispatchKeySet, torch::jit::Stack* stack) {
+    const size_t n = handle.schema().arguments().size();
+    Key key;
+    if (!enabled.load(std::memory_order_relaxed) || !make_key(torch::jit::last(*stack, n), key)) {
+      op.checked.callBoxed(stack);
+      return;
+    }
+    PlanPtr plan;
+    {
+      std::shared_lock<std::shared_mutex> lock(table_mutex);
+      auto it = op.plans.find(key);
+      if (it != op.plans.end()) plan = it->second;
+    }
+    if (plan && launch(*plan, stack, n)) {
+      hits.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    misses.fetch_add(1, std::memory_order_relaxed);
+    PendingScope scope(id, std::move(key));
+    op.checked.callBoxed(stack);
+    if (pending.plan) remember(op, std::move(pending.key), std::move(pending.plan));
+  }
+};
+
+// Reads axe_fast_submit's record (the format is stated there); nullptr where it is malformed.
+std::shared_ptr<Plan> parse(const int64_t* rec, int64_t n, const char* bytes, int64_t nbytes, size_t nargs) {
+  auto p = std::make_shared<Plan>();
+  int64_t i = 0;
+  auto next = [&](int64_t& v) {
+    if (i >= n) return false;
+    v = rec[i++];
+    return true;
+  };
+  int64_t v, count;
+  if (!next(v)) return nullptr;
+  p->func = reinterpret_cast<void*>(static_cast<uintptr_t>(v));
+  for (unsigned* d : {&p->grid[0], &p->grid[1], &p->grid[2], &p->block[0], &p->block[1], &p->block[2], &p->smem}) {
+    if (!next(v) || v < 0 || v > UINT32_MAX) return nullptr;
+    *d = static_cast<unsigned>(v);
+  }
+  if (!next(count) || count < 0 || static_cast<size_t>(count) > kMaxParams) return nullptr;
+  if (!next(v)) return nullptr;  // the slot count, read first so that parameters can be checked against it
+  const int64_t slots = v;
+  if (slots < 0 || static_cast<size_t>(slots) > kMaxSlots) return nullptr;
+  for (int64_t k = 0; k < count; ++k) {
+    if (!next(v) || v >= nbytes || v < -slots) return nullptr;
+    p->params.push_back(v);
+  }
+  int outputs = 0;
+  for (int64_t s = 0; s < slots; ++s) {
+    int64_t src, align;
+    if (!next(src) || !next(align) || align <= 0 || (align & (align - 1))) return nullptr;
+    if (src >= static_cast<int64_t>(nargs)) return nullptr;
+    if (src < 0) outputs = std::max<int>(outputs, static_cast<int>(-src));
+    p->sources.push_back(static_cast<int>(src));
+    p->masks.push_back(static_cast<uint64_t>(align - 1));
+  }
+  if (!next(count) || count != outputs) return nullptr;
+  for (int64_t k = 0; k < count; ++k) {
+    Output o;
+    int64_t like, dim;
+    if (!next(like) || like < 0 || like >= static_cast<int64_t>(nargs) || !next(dim) || dim < 0) return nullptr;
+    o.like = static_cast<int>(like);
+    for (int64_t d = 0; d < dim; ++d) {
+      if (!next(v) || v < 0) return nullptr;
+      o.shape.push_back(v);
+    }
+    p->outputs.push_back(std::move(o));
+  }
+  if (!next(count) || count < 0) return nullptr;
+  for (int64_t k = 0; k < count; ++k) {
+    int64_t a, b;
+    if (!next(a) || !next(b) || a < 0 || b < 0 || a >= static_cast<int64_t>(nargs) || b >= static_cast<int64_t>(nargs))
+      return nullptr;
+    p->distinct.emplace_back(static_cast<int>(a), static_cast<int>(b));
+  }
+  if (i != n) return nullptr;
+  p->scalars.assign(bytes, bytes + nbytes);
+  return p;
+}
+
+}  // namespace
+
+extern "C" {
+
+// The error of this thread's last failed call, in words.
+const char* axe_fast_error() { return last_error.c_str(); }
+
+// Registers the compiled kernel as axe::<op>'s CPU and CUDA kernel; a miss calls
+// <checked_ns>::<op> (same schema, the Python implementation).  Returns the op's id, or -1 (see
+// axe_fast_error).  The registrations live as long as the process (Library objects never freed:
+// no teardown order to get wrong at exit).
+int axe_fast_register(const char* name, const char* checked_ns) {
+  try {
+    auto checked = c10::Dispatcher::singleton().findSchema({std::string(checked_ns) + "::" + name, ""});
+    if (!checked) throw std::runtime_error(std::string(checked_ns) + "::" + name + " is not defined");
+    auto op = std::make_unique<Op>(name, *checked);
+    int id;
+    Op* raw = op.get();
+    {
+      std::unique_lock<std::shared_mutex> lock(table_mutex);
+      id = static_cast<int>(ops.size());
+      ops.push_back(std::move(op));
+    }
+    for (c10::DispatchKey k : {c10::DispatchKey::CPU, c10::DispatchKey::CUDA}) {
+      auto* lib = new torch::Library(torch::Library::IMPL, "axe", k, __FILE__, __LINE__);
+      lib->impl(name, torch::CppFunction::makeFromBoxedFunctor(std::make_unique<Kernel>(id, raw)));
+    }
+    return id;
+  } catch (const std::exception& e) {
+    last_error = e.what();
+    return -1;
+  }
+}
+
+// Hands the checked implementation's plan of the call now checked on this thread (op `name`) to
+// the table.  The record `rec` (int64 words):
+//   func, grid x y z, block x y z, dynamic shared memory,
+//   P, S, then P words: per kernel parameter its offset in `bytes` (>= 0) or -(slot + 1),
+//   S pairs: per slot (the kernel's tensor arguments, in its signature's order) its source - an
+//     argument's position, or -(k + 1) for output k - and its alignment in bytes,
+//   O, per output: the argument whose dtype and device it takes, its rank, its sizes,
+//   D, D pairs of argument positions whose data pointers must differ.
+// Returns 1 (kept, once the call returns), 0 (no such call is being checked on this thread:
+// nothing to key it by), -1 (a malformed record).
+int axe_fast_submit(const char* name, const int64_t* rec, int64_t n, const char* bytes, int64_t nbytes) {
+  if (pending.op < 0) return 0;
+  size_t nargs;
+  {
+    std::shared_lock<std::shared_mutex> lock(table_mutex);
+    const Op& op = *ops[pending.op];
+    if (op.name != name) return 0;
+    nargs = op.checked.schema().arguments().size();
+  }
+  auto plan = parse(rec, n, bytes, nbytes, nargs);
+  if (!plan) {
+    last_error = std::string("malformed plan record for axe::") + name;
+    return -1;
+  }
+  pending.plan = std::move(plan);
+  return 1;
+}
+
+// Whether calls look plans up (false: every call takes the checked path; no plan is kept).
+void axe_fast_enable(int on) { enabled.store(on != 0); }
+
+// At most `limit` plans per op (then that op's are forgotten all at once).
+void axe_fast_set_limit(int64_t limit) { plan_limit.store(limit); }
+
+// Forgets every op's plans.
+void axe_fast_clear() {
+  std::unique_lock<std::shared_mutex> lock(table_mutex);
+  for (auto& op : ops) op->plans.clear();
+}
+
+// Launch through `fn` (cuLaunchKernel's signature) instead of libcuda's; nullptr: libcuda's again.
+void axe_fast_set_launch(void* fn) { launch_override.store(reinterpret_cast<LaunchFn>(fn)); }
+
+// out[0..3): calls launched here, calls sent to the checked path, plans kept (all ops).
+void axe_fast_counts(int64_t* out) {
+  out[0] = hits.load();
+  out[1] = misses.load();
+  std::shared_lock<std::shared_mutex> lock(table_mutex);
+  int64_t plans = 0;
+  for (auto& op : ops) plans += static_cast<int64_t>(op->plans.size());
+  out[2] = plans;
+}
+
+}  // extern "C"

@@ -1,0 +1,178 @@
+"""The compiled launch path of ``torch.ops.axe.*``: ``csrc/fast_ops.cpp`` (beside this module),
+built on first use on each machine against the torch that imports it, loaded through ctypes.
+
+The library registers one boxed C++ kernel as an op's CPU and CUDA kernel.  A call whose
+signature (every tensor's dtype, shape, strides and device; the scalars) it has a plan for, and
+whose data pointers are aligned as the plan demands, allocates the outputs and calls
+``cuLaunchKernel`` on torch's current stream without entering Python; any other call runs the
+op's checked Python implementation (registered as ``axe_checked::<op>``, same schema), which hands
+its plan over (:meth:`Launcher.submit`) after checking.  ``axe.torch.ops`` decides which ops go
+through it and reports the path in force (:func:`axe.torch.ops.launcher`).
+
+The build: one compiler command (``$CXX``, else ``c++``; torch's headers and ``libc10`` /
+``libtorch_cpu``; no ninja, no pybind11, no CUDA toolkit), into
+``<folder>/<digest>/`` where the digest covers the source, the torch version, its CUDA
+version and C++ ABI, and the compiler: a machine builds once per torch (~10 s on 2 cores), under a
+file lock, so concurrent processes build it once.  The folder is ``$AXE_FAST_OPS_DIR``, else
+``~/.cache/axe/fast_ops`` (the default cache folder's, whatever ``$AXE_CACHE_DIR`` says: the
+library belongs to the machine, the artifacts travel between machines and caches).
+``AXE_FAST_OPS=0`` switches the path off.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+__all__ = ["ENV", "ENV_DIR", "SOURCE", "Launcher", "BuildError", "build", "load", "record"]
+
+ENV, ENV_DIR = "AXE_FAST_OPS", "AXE_FAST_OPS_DIR"
+SOURCE = Path(__file__).resolve().parent / "csrc" / "fast_ops.cpp"
+_I64 = ctypes.c_int64
+
+
+class BuildError(RuntimeError):
+    """The compiled launcher cannot be built or loaded here (the message says why)."""
+
+
+def _torch_dirs(torch) -> tuple[Path, Path]:
+    """torch's C++ headers and libraries (``include/``, ``lib/`` inside the torch package)."""
+    root = Path(torch.__file__).resolve().parent
+    return root / "include", root / "lib"
+
+
+def _command(torch, compiler: str, out: Path) -> list:
+    include, lib = _torch_dirs(torch)
+    abi = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
+    return [compiler, "-O2", "-std=c++20", "-shared", "-fPIC", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+            f"-I{include}", str(SOURCE), "-o", str(out), f"-L{lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}", "-ldl"]
+
+
+def build(root=None) -> Path:
+    """The library built for the torch imported here, under ``root`` (default: ``$AXE_FAST_OPS_DIR``
+    or ``~/.cache/axe/fast_ops``); built now if absent.  :class:`BuildError` says
+    why it cannot be (no compiler, no headers, the compiler's own error)."""
+    import torch
+
+    from .cache import _locked
+    compiler = shutil.which(os.environ.get("CXX") or "c++")
+    if compiler is None:
+        raise BuildError(f"no C++ compiler ({os.environ.get('CXX') or 'c++'}) on PATH")
+    include, _ = _torch_dirs(torch)
+    if not (include / "torch" / "library.h").is_file():
+        raise BuildError(f"torch's C++ headers are not installed ({include / 'torch' / 'library.h'} is missing)")
+    digest = hashlib.sha256("\0".join([SOURCE.read_text(), torch.__version__, str(torch.version.cuda),
+                                       str(torch._C._GLIBCXX_USE_CXX11_ABI), compiler]).encode()).hexdigest()[:16]
+    folder = Path(root or os.environ.get(ENV_DIR) or Path.home() / ".cache" / "axe" / "fast_ops") / digest
+    so = folder / "fast_ops.so"
+    if so.is_file():
+        return so
+    folder.mkdir(parents=True, exist_ok=True)
+    with _locked(folder.parent / f"{digest}.lock"):
+        if so.is_file():                                  # another process built it meanwhile
+            return so
+        tmp = folder / f"fast_ops.{os.getpid()}.so"
+        r = subprocess.run(_command(torch, compiler, tmp), capture_output=True, text=True)
+        if r.returncode:
+            tmp.unlink(missing_ok=True)
+            tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-12:])
+            raise BuildError(f"{compiler} failed on {SOURCE.name} (torch {torch.__version__}):\n{tail}")
+        os.replace(tmp, so)
+    return so
+
+
+class Launcher:
+    """The loaded library (see the module docstring and the ``extern "C"`` functions of
+    ``csrc/fast_ops.cpp``, whose contracts these methods state)."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        lib = self._lib = ctypes.CDLL(str(path))
+        lib.axe_fast_error.restype = ctypes.c_char_p
+        lib.axe_fast_register.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+        lib.axe_fast_submit.argtypes = [ctypes.c_char_p, ctypes.POINTER(_I64), _I64, ctypes.c_char_p, _I64]
+        lib.axe_fast_enable.argtypes = [ctypes.c_int]
+        lib.axe_fast_set_limit.argtypes = [_I64]
+        lib.axe_fast_set_launch.argtypes = [ctypes.c_void_p]
+        lib.axe_fast_counts.argtypes = [ctypes.POINTER(_I64)]
+
+    def register(self, name: str, checked_ns: str):
+        """``axe::<name>`` launches through the library for CPU and CUDA tensors; a miss calls
+        ``<checked_ns>::<name>`` (which must be defined, same schema)."""
+        if self._lib.axe_fast_register(name.encode(), checked_ns.encode()) < 0:
+            raise BuildError(f"registering axe::{name}: {self._lib.axe_fast_error().decode()}")
+
+    def submit(self, name: str, words, scalars: bytes) -> bool:
+        """Hand the plan of :func:`record` (``words``, ``scalars``) to the call of ``axe::<name>``
+        being checked on this thread; False where none is (a direct call of the Python
+        implementation: nothing to key the plan by)."""
+        arr = (_I64 * len(words))(*words)
+        r = self._lib.axe_fast_submit(name.encode(), arr, len(words), scalars, len(scalars))
+        if r < 0:
+            raise ValueError(self._lib.axe_fast_error().decode())
+        return bool(r)
+
+    def enable(self, on: bool):
+        """False: every call takes the checked path and no plan is kept (``ops.FAST_PATH``)."""
+        self._lib.axe_fast_enable(int(bool(on)))
+
+    def set_limit(self, limit: int):
+        """At most ``limit`` plans per op (then that op's are forgotten at once)."""
+        self._lib.axe_fast_set_limit(int(limit))
+
+    def clear(self):
+        """Forget every plan."""
+        self._lib.axe_fast_clear()
+
+    def set_launch(self, address: int | None):
+        """Launch through the function at ``address`` (``cuLaunchKernel``'s C signature: a test's
+        stand-in) instead of libcuda's; None: libcuda's again."""
+        self._lib.axe_fast_set_launch(address)
+
+    def counts(self) -> dict:
+        """``{"launched": calls launched by the library, "checked": calls sent to the checked
+        path (signature known to have no plan, or not launchable), "plans": plans kept}``."""
+        out = (_I64 * 3)()
+        self._lib.axe_fast_counts(out)
+        return {"launched": out[0], "checked": out[1], "plans": out[2]}
+
+
+def record(plan, sources, outputs=(), distinct=()) -> tuple[list, bytes] | None:
+    """The words and bytes :meth:`Launcher.submit` takes for the
+    :class:`~axe.runtime.plan.LaunchPlan` ``plan`` of an op's call (None where the plan needs more
+    per call than the library does: :meth:`~axe.runtime.plan.LaunchPlan.fields`).  ``sources``:
+    per slot of the plan, ``(the op argument's position, or -(k + 1) for output k; the op's
+    alignment in bytes)`` (a slot's alignment is the larger of the op's and the kernel's);
+    ``outputs``: per output, ``(position of the argument whose dtype and device it takes,
+    shape)``; ``distinct``: pairs of argument positions whose data pointers must differ."""
+    fields = plan.fields()
+    if fields is None:
+        return None
+    func, grid, block, smem, params, scalars = fields
+    if len(sources) != len(plan.slots):
+        raise ValueError(f"{plan.name}: {len(sources)} sources for the kernel's {len(plan.slots)} tensor arguments")
+    words = [func, *grid, *block, smem, len(params), len(sources), *params]
+    for (src, align), (_, kernel_align) in zip(sources, plan.slots):
+        words += [src, max(align, kernel_align)]
+    words.append(len(outputs))
+    for like, shape in outputs:
+        words += [like, len(shape), *shape]
+    words.append(len(distinct))
+    for a, b in distinct:
+        words += [a, b]
+    return words, scalars
+
+
+def load(root=None) -> Launcher:
+    """The library, built if needed (:func:`build`) and loaded; :class:`BuildError` where it
+    cannot be, or where ``$AXE_FAST_OPS`` is ``0``."""
+    if os.environ.get(ENV, "1") == "0":
+        raise BuildError(f"{ENV}=0")
+    try:
+        return Launcher(build(root))
+    except OSError as e:
+        raise BuildError(f"loading the built library: {e}") from e
