@@ -29,10 +29,11 @@ One source, per-target table :data:`TARGETS`:
   S_j and P_{j−1}·V_{j−1} issued together, the softmax of S_j under the P·V) and ``pingpong`` (the
   overlap with the consumer warpgroups taking turns at the tensor cores); named configurations,
   and the default per head size and mask, are in :mod:`kernels.parts.attention_variants`.
-- **trn1** (Trainium): :mod:`kernels.nki_attention`'s NKI body where it fits (no mask, head size 128,
-  default scale, one head per tensor row: heads folded into the batch; anything else is refused
-  naming what the body lacks) — the Trainium form of the same loop (its S and P tiles live in PSUM
-  and SBUF and P is transposed on TensorE instead of staying in registers).
+- **trn1 / trn2** (Trainium, ``neuronxcc.nki`` / ``nki.*``): :mod:`kernels.nki_attention`'s NKI body,
+  for every problem the sm_90a body takes — the Trainium form of the same loop (S and P tiles in
+  PSUM and SBUF, P transposed on TensorE instead of staying in registers; key blocks above the
+  causal diagonal skipped, the diagonal block masked by ``nisa.affine_select``); trn2 builds the
+  same body and respells its statements for the ``nki.*`` API.
 - **sm_100a** (Blackwell): refused — wgmma does not exist on sm_100a (its tensor-core MMA is
   tcgen05 with the accumulator in tensor memory, and the P·V step would need P staged through
   tensor memory or shared memory), so this body does not build there; the error says so.
@@ -64,19 +65,14 @@ HEAD_DIMS = (64, 128)
 ROW_VALUES = S[(4, 2, 8):(32 @ tx, 1, 4 @ tx)] + R[4:1 @ tx]
 
 def _trn1_limits(p):
-    """Why the trn1 body (:func:`kernels.nki_attention.nki_attention`) cannot compute ``p``, or None."""
-    why = [w for bad, w in ((p.causal, "a causal mask"), (p.lse, "the log-sum-exp"),
-                            (p.head_dim != 128, f"head_dim {p.head_dim} (it has 128)"),
-                            (p.q_heads != 1 or p.kv_heads != 1, f"{p.q_heads} query / {p.kv_heads} kv heads in the "
-                             "tensor (it takes heads folded into the batch: (batch·heads, seq, 1, dim))"),
-                            (p.seq_q != p.seq_kv, "seq_q != seq_kv"),
-                            (abs(p.scale - 1 / math.sqrt(p.head_dim)) > 1e-12, f"scale {p.scale}")) if bad]
-    return "its NKI body does not take " + ", ".join(why) if why else None
+    """Why the Trainium body (:func:`kernels.nki_attention.body`) cannot compute ``p``, or None: it
+    takes every :class:`Problem` (what a NeuronCore cannot hold is refused by the model)."""
+    return None
 
 
 def _trn1_body(p):
-    from kernels.nki_attention import nki_attention
-    return nki_attention(p.batch, p.seq_q, p.dtype).factory()
+    from kernels.nki_attention import body
+    return body(p)
 
 
 def _sm100_body(p, cfg):
@@ -92,6 +88,7 @@ TARGETS = {
     "sm_90a": dict(form="wgmma", bn={64: 128, 128: 128}, stages=2, consumers=2, producer_regs=40, schedule="simple",
                    persistent=False, default=attention_variants.DEFAULTS),
     "trn1": dict(form="nki", limits=_trn1_limits, body=_trn1_body),
+    "trn2": dict(form="nki", limits=_trn1_limits, body=_trn1_body),      # the same body, respelled for nki.*
     "sm_100a": dict(form="tcgen05", bn={64: 128, 128: 128}, stages=2, body=_sm100_body),
 }
 

@@ -17,7 +17,6 @@ from axe.layout import F, P, S
 from axe.lang import KernelError, compile_kernel, explain
 from axe.schedules.registry import candidates
 from kernels.nki_attention import nki_attention
-from kernels.nki_attention import reference as attention_reference
 from kernels import gemm
 from kernels.nki_reductions import nki_reductions
 
@@ -158,13 +157,11 @@ def test_gemm_cost_model_accounting(n):
 
 
 @pytest.mark.parametrize("heads, seq", [(2, 512), (1, 640), (1, 300)])
-def test_attention_matches_numpy(heads, seq):
+def test_attention_issues_one_qk_and_four_pv_matmuls_per_block(heads, seq):
+    """The flash loop's TensorE work (numerics: tests/test_attention_trn.py)."""
     art = compile_kernel(nki_attention(heads, seq, "bfloat16"), "trn1")
-    rng, seed = _rng()
-    Q, K, V = (rng.standard_normal((heads, seq, 128)).astype(ml_dtypes.bfloat16) for _ in range(3))
-    out, cost = art.run(Q=Q, K=K, V=V)
-    ref = attention_reference(Q, K, V)["O"]
-    assert np.abs(out["O"].astype(np.float32) - ref).max() <= 2e-2, seed
+    Z = np.zeros((1, seq, heads, 128), ml_dtypes.bfloat16)
+    _, cost = art.run(numerics=False, Q=Z, K=Z, V=Z)
     qt, kt = ceil(seq / 128), ceil(seq / 512)
     assert cost.counts["nisa.nc_matmul"] == heads * qt * kt * 5          # QK^T + 4 PV pieces per block
     assert cost.counts["nisa.nc_transpose"] == heads * qt * kt * 4
@@ -172,7 +169,7 @@ def test_attention_matches_numpy(heads, seq):
 
 def test_attention_cost_model_long_sequence():
     art = compile_kernel(nki_attention(1, 2048, "bfloat16"), "trn1")
-    Z = np.zeros((1, 2048, 128), ml_dtypes.bfloat16)
+    Z = np.zeros((1, 2048, 1, 128), ml_dtypes.bfloat16)
     _, cost = art.run(numerics=False, Q=Z, K=Z, V=Z)
     assert cost.flops == 4 * 2048 * 2048 * 128          # Q·Kᵀ and P·V, no causal skipping
     assert 0 < cost.tensore_utilization < 1 and cost.time_s == max(cost.engine_s.values())

@@ -11,6 +11,7 @@ import pytest
 from axe.backends.neuron import nki_api
 from axe.backends.neuron.sim import Machine
 from axe.lang import compile_kernel
+from kernels import attention
 from kernels.nki_attention import nki_attention
 from kernels import rmsnorm, softmax
 from kernels import gemm
@@ -64,8 +65,10 @@ def _check_source(src, target="trn1"):
 
 
 @pytest.mark.parametrize("kernel", [gemm.make(1000, 700, 300, "bfloat16"), gemm.make(300, 1000, 200, b_major="col"),
-                                    nki_attention(1, 300), nki_reductions(), softmax.softmax, rmsnorm.rmsnorm],
-                         ids=["gemm", "gemm_nt", "attention", "reductions", "softmax", "rmsnorm"])
+                                    nki_attention(1, 300), attention.make(1, 200, 600, 4, 2, 64, "float16", True, lse=True),
+                                    nki_reductions(), softmax.softmax, rmsnorm.rmsnorm],
+                         ids=["gemm", "gemm_nt", "attention", "attention_causal_gqa_lse", "reductions", "softmax",
+                              "rmsnorm"])
 @pytest.mark.parametrize("target", ["trn1", "trn2"])
 def test_emitted_calls_match_the_reference(kernel, target):
     src = compile_kernel(kernel, target).source

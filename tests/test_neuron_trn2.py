@@ -59,15 +59,13 @@ def test_gemm_on_trn2_matches_numpy(M, N, K, dtype, b_major):
 
 
 @pytest.mark.parametrize("heads, seq", [(1, 300), (2, 512)])
-def test_attention_on_trn2_matches_numpy_and_issues_what_trn1_issues(heads, seq):
+def test_attention_on_trn2_issues_what_trn1_issues(heads, seq):
+    """One TensorE instruction for one (numerics of both builds: tests/test_attention_trn.py)."""
     k = nki_attention(heads, seq)
-    rng = np.random.default_rng()
-    inputs = {x: rng.standard_normal((heads, seq, 128)).astype(BF16) for x in ("Q", "K", "V")}
-    out, cost = compile_kernel(k, "trn2").run(**inputs)
-    ref = k.reference(**inputs)["O"]
-    np.testing.assert_allclose(out["O"].astype(np.float32), ref, rtol=3e-2, atol=2e-2)
-    _, cost1 = compile_kernel(k, "trn1").run(**inputs)
-    for call in ("nisa.nc_matmul", "nisa.nc_transpose"):       # one TensorE instruction for one
+    Z = np.zeros((1, seq, heads, 128), BF16)
+    _, cost = compile_kernel(k, "trn2").run(numerics=False, Q=Z, K=Z, V=Z)
+    _, cost1 = compile_kernel(k, "trn1").run(numerics=False, Q=Z, K=Z, V=Z)
+    for call in ("nisa.nc_matmul", "nisa.nc_transpose"):
         assert cost.counts[call] == cost1.counts[call]
     assert cost.flops == cost1.flops
 
@@ -203,15 +201,3 @@ def k(A):
     assert "nisa.nc_matmul(dst=c[0:128, 0:128]" in respell(twice.replace("c[0:128, 0:128] = nisa", "c[0:128, 0:128] += nisa"))
     with pytest.raises(TargetError, match="has no nki.* form"):
         respell(src.replace("c[0:128, 0:128] = nisa.nc_matmul", "c[0:128, 0:128] = nisa.iota"))
-
-
-def test_issue_28_attention_source_builds_for_trn2():
-    """kernels/attention.py (the one attention source) takes its NKI body for any neuron target."""
-    from kernels import attention
-    rng = np.random.default_rng()
-    art = attention.build(1, 300, 300, 1, 1, 128, "bfloat16", target="trn2")
-    assert art.source.startswith("import nki\n")
-    Q, K, V = (rng.standard_normal((1, 300, 128)).astype(BF16) for _ in range(3))
-    out, _ = art.run(Q=Q, K=K, V=V)
-    want = nki_attention(1, 300).reference(Q, K, V)["O"][0]
-    assert np.abs(out["O"][0].astype(np.float32) - want).max() < 2e-2

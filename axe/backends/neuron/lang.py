@@ -22,7 +22,7 @@ from axe.ops.tensor import Tensor, register_memory_scope, register_tensor
 from . import hardware as hw
 from .emit_stmt import nki_stmt
 
-__all__ = ["core", "hbm", "sbuf", "psum", "tile_layout", "keep_columns"]
+__all__ = ["core", "hbm", "sbuf", "psum", "tile_layout", "keep_columns", "keep_lower"]
 
 # SBUF and PSUM are memory scopes of their own (not GPU shared memory or registers).
 register_memory_scope("sbuf", "psum")
@@ -91,15 +91,35 @@ def keep_columns(t: Tensor, start, limit: int, fill: float = -30000.0) -> None:
     """Set the columns of tile ``t`` whose global index ``start + c`` is ``>= limit`` to ``fill``
     (``nisa.affine_select``), e.g. scores of keys past a ragged sequence end.  Emits nothing when
     no column can be past the end (``limit`` a multiple of the tile width and ``start`` too)."""
-    from .tiles import blocks, nki_name, py_expr
+    from .tiles import py_expr
     cols = t.shape[1]
     if isinstance(start, int) and start + cols <= limit or (not isinstance(start, int) and limit % cols == 0):
         return
+    _select(t, "keep_columns", lambda b: f"{py_expr(start)} + i_f < {limit}", fill)
+
+
+def keep_lower(t: Tensor, row0, col0, fill: float = -30000.0) -> None:
+    """Set ``t[r, c]`` to ``fill`` where ``col0 + c > row0 + r``: the causal mask of a score tile whose
+    row r is query ``row0 + r`` and whose column c is key ``col0 + c`` (a query sees the keys up to
+    its own index).  Its predicate ``row0 + r >= col0 + c`` is affine in the partition and free
+    indices; ``row0`` and ``col0`` may be loop expressions."""
+    from .tiles import py_expr
+
+    def pred(b):
+        rows = f"{py_expr(row0)} + {b.lo}" if b.lo else py_expr(row0)
+        return f"{rows} + i_p >= {py_expr(col0)} + i_f"
+    _select(t, "keep_lower", pred, fill)
+
+
+def _select(t: Tensor, what: str, pred, fill: float) -> None:
+    """One ``nisa.affine_select`` per row block ``b`` of tile ``t`` (rows on the partitions): the
+    elements where ``pred(b)`` (text over the block's ``i_p``, ``i_f``) is false become ``fill``."""
+    from .tiles import blocks, nki_name
     for b in blocks(t):
         if b.dp != 0:
-            raise ValueError(f"keep_columns({t.describe()}): columns must lie on the free axis")
+            raise ValueError(f"{what}({t.describe()}): rows must lie on the partitions, columns on the free axis")
         p = f"{b.p0} + i_p" if b.p0 else "i_p"
         f = f"{b.f0} + i_f" if b.f0 else "i_f"
         box = f"{nki_name(t)}[{p}, {f}]"
         nki_stmt(f"i_p, i_f = nl.mgrid[0:{b.n}, 0:{b.cols}]")
-        nki_stmt(f"{box} = nisa.affine_select(({py_expr(start)} + i_f < {limit}), {box}, {float(fill)!r})")
+        nki_stmt(f"{box} = nisa.affine_select(({pred(b)}), {box}, {float(fill)!r})")

@@ -18,7 +18,11 @@ statement by the rules below, sources in brackets (docs/trainium.md cites the pa
   ``nisa.nc_transpose(x)`` -> ``nisa.nc_transpose(dst=, data=)``;
 - ``nisa.affine_select(base + i_f < limit, t, v)`` of ``keep_columns`` -> ``nisa.memset`` of the
   columns past the end (known when the kernel's loops are unrolled; ``affine_select`` needs an
-  SBUF ``dst``, the scores are in PSUM);
+  SBUF ``dst``, the scores are in PSUM); ``nisa.affine_select(row + i_p >= col + i_f, t, v)`` of
+  ``keep_lower`` -> ``nisa.affine_select(dst=, pattern=, offset=row - col, channel_multiplier=1,
+  cmp_op=nl.greater_equal)`` on an SBUF copy of ``t``, copied back [v2.27.0 nki.isa.affine_select];
+- a store of a one-column tile whose HBM index puts the free grid first (a row of the HBM array,
+  e.g. an LSE row) -> a plain ``dma_copy`` (the same elements in the same order);
 - ``nl.max/min/sum(x, axis=[1], keepdims=True)`` -> ``nisa.tensor_reduce(op=nl.maximum/minimum/add)``;
 - elementwise expressions -> one instruction per operator into temporaries: ``tensor_tensor``
   (equal shapes), ``tensor_scalar`` (a scalar or a (P, 1) vector operand; ``reverse0`` when it is
@@ -45,7 +49,7 @@ HEADER = "import nki\nimport nki.language as nl\nimport nki.isa as nisa\n"
 
 _ALU = {"add": "nl.add", "subtract": "nl.subtract", "multiply": "nl.multiply", "maximum": "nl.maximum",
         "minimum": "nl.minimum"}
-_ACT = ("exp", "sqrt", "rsqrt", "abs")
+_ACT = ("exp", "log", "sqrt", "rsqrt", "abs")
 _REDUCE = {"max": "nl.maximum", "min": "nl.minimum", "sum": "nl.add"}
 _MOVING = 512           # TensorE moving free size (hardware.MATMUL_MOVING_FREE) for the broadcast matmul
 
@@ -61,6 +65,11 @@ def respell(source: str) -> str:
 
 def _u(node) -> str:
     return ast.unparse(node)
+
+
+def _start(base) -> str:
+    """The text of a grid term's base (``0`` for ``i_x`` alone)."""
+    return "0" if base is None else _u(base)
 
 
 def _call_name(node) -> str | None:
@@ -209,7 +218,7 @@ class _Speller:
         for ax, n in zip("pf", self.grid):
             if ax in bounds:
                 base, limit = bounds[ax]
-                b, lim = _const(base), _const(limit)
+                b, lim = (0 if base is None else _const(base)), _const(limit)
                 if b is not None and lim is not None:
                     if b >= lim:
                         return []               # the whole block is past the edge: nothing moves
@@ -221,7 +230,7 @@ class _Speller:
                 ext[ax] = str(n)
         dims = [_axis(i) for i in (hbm.slice.elts if isinstance(hbm.slice, ast.Tuple) else [hbm.slice])]
         for ax, base in dims:         # the slice starts where the mask's bound is counted from
-            if ax in bounds and _u(base) != _u(bounds[ax][0]):
+            if ax in bounds and _start(base) != _start(bounds[ax][0]):
                 raise TargetError(f"mask of {_u(hbm)} bounds {_u(bounds[ax][0])} + i_{ax}, the index is "
                                   f"{_u(base)} + i_{ax}")
         hidx = ", ".join(_u(node) if ax == "fixed" else _span(node, ext[ax]) for ax, node in dims)
@@ -232,7 +241,7 @@ class _Speller:
             raise TargetError(f"on-chip box {_u(tile)} is not [base + i_p, base + i_f]")
         box = f"{_u(tile.value)}[{_span(tdims[0][1], ext['p'])}, {_span(tdims[1][1], ext['f'])}]"
         if store:
-            if order != ["p", "f"]:
+            if order != ["p", "f"] and ext["f"] != "1":     # one column is stored alike either way
                 raise TargetError(f"store {_u(hbm)}: a transposing store has no DMA form (DMA transposes "
                                   "HBM->SBUF and SBUF->SBUF)")
             lines = []
@@ -267,10 +276,14 @@ class _Speller:
         return [f"nisa.nc_matmul(dst={_u(dst)}, stationary={_u(a)}, moving={_u(b)})"]
 
     def keep(self, dst, call):
-        """``t = affine_select(base + i_x < limit, t, fill)`` as a memset of the part past ``limit``."""
+        """``t = affine_select(base + i_x < limit, t, fill)`` as a memset of the part past ``limit``;
+        ``t = affine_select(row + i_p >= col + i_f, t, fill)`` (a per-row bound) as ``nisa.affine_select``
+        on an SBUF copy of ``t`` (its dst and input must be in SBUF [v2.27.0 nki.isa.affine_select])."""
         pred, src, fill = call.args
         if _u(src) != _u(dst):
             raise TargetError(f"affine_select into {_u(dst)} from another tile {_u(src)}")
+        if isinstance(pred, ast.Compare) and len(pred.ops) == 1 and isinstance(pred.ops[0], ast.GtE):
+            return self.keep_lower(dst, pred, fill)
         bounds = _bounds(pred)
         if len(bounds) != 1 or self.grid is None:
             raise TargetError(f"affine_select predicate {_u(pred)} is not one (base + i < limit)")
@@ -284,6 +297,25 @@ class _Speller:
         spans["pf".index(ax)] = f"{at}:{start} + {n}" if start != "0" else f"{at}:{n}"
         box = f"{_u(dst.value)}[{', '.join(spans)}]"
         return [f"if {_u(limit)} - ({_u(base)}) < {n}:", f"    nisa.memset(dst={box}, value={_u(fill)})"]
+
+    def keep_lower(self, dst, pred, fill):
+        """``t[p, f] = fill`` where ``row + p < col + f``: ``affine_select``'s value ``offset + p·1 + f·(-1)``
+        compared ``>= 0`` with ``offset = row - col`` (skipped when no element is above the diagonal)."""
+        (pa, row), (fa, col) = _axis(pred.left), _axis(pred.comparators[0])
+        if (pa, fa) != ("p", "f") or self.grid is None:
+            raise TargetError(f"affine_select predicate {_u(pred)} is not (row + i_p >= col + i_f)")
+        n, m = self.grid
+        row, col = ("0" if x is None else _u(x) for x in (row, col))
+        tdims = [_axis(i) for i in dst.slice.elts]
+        box = f"{_u(dst.value)}[{', '.join(_span(b, str(g)) for (_, b), g in zip(tdims, self.grid))}]"
+        t = self.tmp()
+        tile = f"{t}[0:{n}, 0:{m}]"
+        return [f"if ({col}) + {m - 1} > ({row}):",
+                f"    {t} = nl.ndarray(({n}, {m}), dtype={self.tiles[_u(dst.value)][1]}, buffer=nl.sbuf)",
+                f"    nisa.tensor_copy(dst={tile}, src={box})",
+                f"    nisa.affine_select(dst={tile}, pattern=[[-1, {m}]], offset=({row}) - ({col}), channel_multiplier=1, "
+                f"on_true_tile={tile}, on_false_value={_u(fill)}, cmp_op=nl.greater_equal)",
+                f"    nisa.tensor_copy(dst={box}, src={tile})"]
 
     def shape(self, node):
         """The shape of a constant box ``t[a:b, c:d]``."""

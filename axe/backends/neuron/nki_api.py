@@ -36,6 +36,7 @@ CALLS = {
     "nl.copy": (("src",), ("mask", "dtype")),
     # nki.language: math (element-wise: x[, y], then dtype and mask keyword-only)
     "nl.exp": (("x",), ("dtype", "mask")),
+    "nl.log": (("x",), ("dtype", "mask")),
     "nl.sqrt": (("x",), ("dtype", "mask")),
     "nl.rsqrt": (("x",), ("dtype", "mask")),
     "nl.abs": (("x",), ("dtype", "mask")),
@@ -87,13 +88,17 @@ NKI2_CALLS = {
     "nisa.nc_matmul": (("dst", "stationary", "moving", "is_stationary_onezero=", "is_moving_onezero=",
                         "is_transpose=", "tile_position=", "tile_size=", "perf_mode=", "name="), ()),
     "nisa.nc_transpose": (("dst", "data", "engine=", "name="), ()),
+    # 2.27 orders (dst, pattern, offset, channel_multiplier, on_true_tile, on_false_value, cmp_op), 2.32
+    # (dst, pattern, channel_multiplier, on_true_tile, on_false_value, cmp_op, offset=0): axe passes all by keyword
+    "nisa.affine_select": (("dst", "pattern", "offset", "channel_multiplier", "on_true_tile", "on_false_value",
+                            "cmp_op=", "name="), ()),
 }
 
 # operator tokens (op= of the instructions: tbl-aluop and tbl-act-func of "NKI API Common Fields"),
 # dtypes, buffers and the decorator
 NKI2_ATTRIBUTES = {"nl.float16", "nl.bfloat16", "nl.float32", "nl.sbuf", "nl.psum", "nl.shared_hbm", "nki.jit",
                    "nl.add", "nl.subtract", "nl.multiply", "nl.maximum", "nl.minimum",
-                   "nl.exp", "nl.sqrt", "nl.rsqrt", "nl.abs"}
+                   "nl.exp", "nl.log", "nl.sqrt", "nl.rsqrt", "nl.abs", "nl.greater_equal"}
 
 #: target -> (calls, attributes, tile methods) of the API its sources are written in
 API = {"trn1": (CALLS, ATTRIBUTES, TILE_METHODS), "trn2": (NKI2_CALLS, NKI2_ATTRIBUTES, {})}

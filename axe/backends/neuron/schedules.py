@@ -66,7 +66,10 @@ def hbm_extent(t):
 
 
 def _hbm_dims(t, tile_shape):
-    """The two root dimensions of HBM region ``t`` that carry the tile's rows and columns."""
+    """The two root dimensions of HBM region ``t`` that carry the tile's rows and columns: its last
+    two when the others have extent 1, else (a ``[B, S, H, D]`` region such as ``Q[b, s0:s1, h, :]``)
+    the pair whose extents are the tile's with every other dimension of extent 1, the later pair
+    preferred."""
     root = t.origin
     real = hbm_extent(t)
     if len(real) != len(root.shape) or not equivalent(root.layout, S[tuple(root.shape):row_major_strides(real)]):
@@ -74,11 +77,13 @@ def _hbm_dims(t, tile_shape):
                           f"their layout must be row-major over the parameter's shape {list(real)} "
                           "(padded views: axe.backends.neuron.lang.hbm)")
     ext = list(t.shape)
-    lead = len(ext) - 2
-    if lead < 0 or any(e != 1 for e in ext[:lead]) or tuple(ext[lead:]) != tuple(tile_shape):
-        raise LayoutError(f"{t.describe()}: region extents {ext} do not end in the tile's shape {list(tile_shape)} "
-                          "(leading dimensions of extent 1 only)")
-    return lead, lead + 1
+    rows, cols = tile_shape
+    pairs = [(d0, d1) for d0 in range(len(ext)) for d1 in range(len(ext)) if d0 != d1 and ext[d0] == rows
+             and ext[d1] == cols and all(e == 1 for d, e in enumerate(ext) if d not in (d0, d1))]
+    if not pairs:
+        raise LayoutError(f"{t.describe()}: region extents {ext} do not hold the tile's shape {list(tile_shape)} "
+                          "(other dimensions of extent 1 only)")
+    return max(pairs, key=lambda d: (d[0] < d[1], d[1], d[0]))
 
 
 def _hbm_access(t, tile_shape, dp, lo, c0):
@@ -196,11 +201,16 @@ def _check_transpose(call, ctx):
 
 _BIN = {"Add": "nl.add", "Sub": "nl.subtract", "Mul": "nl.multiply", "Div": "nl.divide",
         "Max": "nl.maximum", "Min": "nl.minimum"}
-_CALL = {"tirx.exp": "nl.exp", "tirx.sqrt": "nl.sqrt", "tirx.rsqrt": "nl.rsqrt", "tirx.fabs": "nl.abs"}
+_CALL = {"tirx.exp": "nl.exp", "tirx.log": "nl.log", "tirx.sqrt": "nl.sqrt", "tirx.rsqrt": "nl.rsqrt", "tirx.fabs": "nl.abs"}
 
 
-def nki_expr(e, names) -> str:
-    """The TIR expression ``e`` over variables ``names`` (Var -> tile text) as NKI calls."""
+def nki_expr(e, names, top=True) -> str:
+    """The TIR expression ``e`` over variables ``names`` (Var -> tile text) as NKI calls.  An engine
+    reads its inputs and computes in float32 and rounds its result to the output dtype, which NKI
+    0.1 takes from the inputs unless ``dtype=`` says otherwise: so a widening cast is not a copy,
+    and an inner operation the source computes in float32 from narrower tiles gets
+    ``dtype=nl.float32`` (its result is not rounded to bf16/fp16 before the next one; the outermost
+    one is rounded once, to the destination's dtype)."""
     import tvm
     tx = tvm.tirx
     if isinstance(e, tx.Var):
@@ -209,14 +219,39 @@ def nki_expr(e, names) -> str:
         return repr(float(e.value))
     if isinstance(e, tx.Cast):
         if str(e.ty) == "float32":      # [ISA] the engines compute in float32: widening is free
-            return nki_expr(e.value, names)
-        return f"nl.copy({nki_expr(e.value, names)}, dtype={NL_DTYPE[str(e.ty)]})"
+            return nki_expr(e.value, names, top)
+        return f"nl.copy({nki_expr(e.value, names, False)}, dtype={NL_DTYPE[str(e.ty)]})"
     kind = type(e).__name__
     if kind in _BIN:
-        return f"{_BIN[kind]}({nki_expr(e.a, names)}, {nki_expr(e.b, names)})"
-    if isinstance(e, tvm.ir.Call) and e.op.name in _CALL:
-        return f"{_CALL[e.op.name]}({nki_expr(e.args[0], names)})"
-    raise LayoutError(f"elementwise: {kind} {e} has no NKI form here (supported: + - * / max min exp sqrt rsqrt abs, casts)")
+        text = f"{_BIN[kind]}({nki_expr(e.a, names, False)}, {nki_expr(e.b, names, False)}"
+    elif isinstance(e, tvm.ir.Call) and e.op.name in _CALL:
+        text = f"{_CALL[e.op.name]}({nki_expr(e.args[0], names, False)}"
+    else:
+        raise LayoutError(f"elementwise: {kind} {e} has no NKI form here "
+                          "(supported: + - * / max min exp log sqrt rsqrt abs, casts)")
+    widen = not top and str(e.ty) == "float32" and _promoted(e) != "float32"
+    return text + (", dtype=nl.float32)" if widen else ")")
+
+
+def _promoted(e) -> str | None:
+    """The dtype NKI 0.1 gives operation ``e`` as :func:`nki_expr` prints its operands, without a
+    ``dtype=``: the operands' dtypes promoted, float32 winning (None: constants only)."""
+    ops = [e.a, e.b] if type(e).__name__ in _BIN else list(e.args)
+    kinds = {d for d in map(_value_dtype, ops) if d is not None}
+    return "float32" if "float32" in kinds or not kinds else sorted(kinds)[0]
+
+
+def _value_dtype(e) -> str | None:
+    """The dtype of the value :func:`nki_expr` prints for an operand ``e`` (None for a constant)."""
+    import tvm
+    tx = tvm.tirx
+    if isinstance(e, (tx.FloatImm, tx.IntImm)):
+        return None
+    if isinstance(e, tx.Var):
+        return str(e.ty)
+    if isinstance(e, tx.Cast):
+        return _value_dtype(e.value) if str(e.ty) == "float32" else str(e.ty)
+    return "float32" if str(e.ty) == "float32" else _promoted(e)
 
 
 def activation_expr(e, names, vectors) -> str | None:

@@ -600,7 +600,7 @@ def namespace(machine: Machine):
     nl.mgrid = _Mgrid()
     nl.load, nl.store = machine.load, machine.store
     nl.copy = _copy(machine)
-    for name, fn, eng in (("exp", np.exp, "scalar"), ("sqrt", np.sqrt, "scalar"),
+    for name, fn, eng in (("exp", np.exp, "scalar"), ("log", np.log, "scalar"), ("sqrt", np.sqrt, "scalar"),
                           ("rsqrt", lambda a: 1.0 / np.sqrt(a), "scalar"), ("negative", np.negative, "vector"),
                           ("abs", np.abs, "vector"), ("reciprocal", lambda a: 1.0 / a, "vector")):
         setattr(nl, name, _unary(machine, fn, eng, name))
@@ -645,7 +645,7 @@ def jit(fn=None, **kw):
 #: names of the other API, for the refusal's hint: trn2-only calls in a trn1 source, and back
 NKI2_NAMES = {"dma_copy", "dma_transpose", "tensor_copy", "tensor_tensor", "tensor_scalar", "tensor_reduce",
               "memset", "reciprocal"}
-NKI1_NAMES = {"load", "store", "mgrid", "max", "min", "sum", "divide", "negative", "affine_select", "full"}
+NKI1_NAMES = {"load", "store", "mgrid", "max", "min", "sum", "divide", "negative", "full"}
 
 
 def api_module(mod, api: str, foreign: set, other: str):

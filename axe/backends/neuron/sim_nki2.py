@@ -41,7 +41,8 @@ class Op:
 
 _ALU = {"add": np.add, "subtract": np.subtract, "multiply": np.multiply, "maximum": np.maximum,
         "minimum": np.minimum}                                     # [v2.27.0 nki.api.shared, tbl-aluop]
-_ACT = {"exp": np.exp, "sqrt": np.sqrt, "rsqrt": lambda a: 1.0 / np.sqrt(a), "abs": np.abs,
+_CMP = {"equal": np.equal, "greater_equal": np.greater_equal}   # [v2.27.0 nki.api.shared, tbl-aluop]
+_ACT = {"exp": np.exp, "log": np.log, "sqrt": np.sqrt, "rsqrt": lambda a: 1.0 / np.sqrt(a), "abs": np.abs,
         "copy": lambda a: a}                                      # [v2.27.0 nki.api.shared, tbl-act-func]
 
 
@@ -111,6 +112,8 @@ def namespace(machine):
         setattr(nl, name, Op(name, fn))
     for name, fn in _ACT.items():
         setattr(nl, name, Op(name, fn, alu=name in ("rsqrt", "abs"), activation=True))
+    for name, fn in _CMP.items():
+        setattr(nl, name, Op(name, fn))
 
     isa = types.ModuleType("nki.isa")
 
@@ -227,6 +230,34 @@ def namespace(machine):
         out(d, 1.0 / x.read())
         machine._engine("vector", d.shape, "nisa.reciprocal", inputs=8)
 
+    def affine_select(dst, pattern, offset, channel_multiplier, on_true_tile, on_false_value, cmp_op=None,
+                      name=None):
+        """[v2.27.0 nki.isa.affine_select] GpSimd: ``dst[c, x] = on_true_tile[c, x]`` where
+        ``cmp_op(offset + c·channel_multiplier + Σ step_i·x_i, 0)`` (``pattern`` = ``[[step, num], ...]``
+        over the free elements, row-major; ``cmp_op`` by default ``nl.equal``), else
+        ``on_false_value``; dst and on_true_tile in SBUF, the same shape; "150 + N" cycles."""
+        d = _tile(dst, "nisa.affine_select dst", ("sbuf",))
+        x = _tile(on_true_tile, "nisa.affine_select on_true_tile", ("sbuf",))
+        if x.shape != d.shape:
+            raise HardwareError(f"nisa.affine_select: on_true_tile {list(x.shape)} and dst {list(d.shape)} differ")
+        if not isinstance(on_false_value, (int, float)):
+            raise HardwareError("nisa.affine_select: on_false_value must be a compile-time scalar")
+        cmp = nl.equal if cmp_op is None else cmp_op
+        if not isinstance(cmp, Op) or cmp.name not in _CMP:
+            raise HardwareError(f"nisa.affine_select: cmp_op {cmp!r} is not a comparison of nki.language")
+        steps = [(int(step), int(num)) for step, num in pattern]
+        if int(np.prod([n for _, n in steps])) != int(np.prod(d.shape[1:])):
+            raise HardwareError(f"nisa.affine_select: pattern {pattern} does not cover the {int(np.prod(d.shape[1:]))} "
+                                "elements per partition of dst")
+        value = np.full((d.shape[0],) + tuple(n for _, n in steps), int(offset), np.int64)
+        value += (np.arange(d.shape[0]) * int(channel_multiplier)).reshape((-1,) + (1,) * len(steps))
+        for i, (step, num) in enumerate(steps):
+            value += (np.arange(num) * step).reshape((1,) * (i + 1) + (num,) + (1,) * (len(steps) - i - 1))
+        keep = cmp.fn(value, 0).reshape(d.shape)
+        out(d, np.where(keep, x.read(), np.float32(on_false_value)))
+        machine.cost.charge("gpsimd", (150 + int(np.prod(d.shape[1:]))) / core.engine_hz["gpsimd"],
+                            "nisa.affine_select")
+
     def nc_matmul(dst, stationary, moving, is_stationary_onezero=False, is_moving_onezero=False,
                   is_transpose=False, tile_position=(), tile_size=(), perf_mode=None, name=None):
         """[v2.27.0 nki.isa.nc_matmul] ``dst = stationary.T @ moving`` into PSUM.  Accumulation as
@@ -260,7 +291,7 @@ def namespace(machine):
         out(d, v.data)
 
     for f in (dma_copy, dma_transpose, tensor_copy, memset, tensor_tensor, tensor_scalar, tensor_reduce, activation,
-              reciprocal, nc_matmul, nc_transpose):
+              reciprocal, affine_select, nc_matmul, nc_transpose):
         setattr(isa, f.__name__, f)
 
     nki = types.ModuleType("nki")
