@@ -34,9 +34,13 @@ One source, per-target table :data:`TARGETS`:
   PSUM and SBUF, P transposed on TensorE instead of staying in registers; key blocks above the
   causal diagonal skipped, the diagonal block masked by ``nisa.affine_select``); trn2 builds the
   same body and respells its statements for the ``nki.*`` API.
-- **sm_100a** (Blackwell): refused — wgmma does not exist on sm_100a (its tensor-core MMA is
-  tcgen05 with the accumulator in tensor memory, and the P·V step would need P staged through
-  tensor memory or shared memory), so this body does not build there; the error says so.
+- **sm_100a** (Blackwell, compile-verified only: no Blackwell GPU is lent):
+  :mod:`kernels.parts.attention_tcgen05`, the same loop on ``tcgen05.mma`` with S and O in tensor
+  memory — 128 query rows per CTA; a TMA producer warp, one MMA thread (S = Q·Kᵀ, then O += P·V with
+  P from shared memory, each committed to an mbarrier) and a softmax warpgroup (S out of TMEM by
+  ``tcgen05.ld``, the mask and online softmax in fp32 registers, O rescaled in TMEM, P written to
+  shared memory by stmatrix), ``O / l`` out by stmatrix + TMA; every mbarrier wait bounded.  The
+  sm_90a variants and configuration entries are refused there by name.
 
 Law (checked on GPUs by ``tests/gpu/cases_attention.py`` against fp32 torch, and on the CPU by the
 NumPy model :func:`online_softmax_reference` against a direct softmax): for every query row i,

@@ -71,11 +71,6 @@ def test_wrong_problems_are_refused(kw, why):
         A.make(**args)
 
 
-def test_sm100a_is_refused_naming_wgmma():
-    with pytest.raises(Ax.KernelError, match="wgmma .* does not exist on sm_100a"):
-        A.build(1, 64, 64, 1, 1, 64, target="sm_100a")
-
-
 def test_trn1_refuses_what_its_body_lacks():
     with pytest.raises(Ax.KernelError, match="does not take a causal mask, head_dim 64"):
         A.build(1, 256, 256, 1, 1, 64, causal=True, target="trn1")

@@ -27,6 +27,7 @@ import axe.lang as Ax  # noqa: E402
 import tcgen05_model as M  # noqa: E402
 from axe.backends.cuda.schedules import tcgen05 as tc  # noqa: E402
 from kernels import gemm  # noqa: E402
+from tcgen05_readback import ld_tile  # noqa: E402
 from test_tcgen05 import B_AT, SM100, _desc, _smem_image  # noqa: E402
 
 BLACKWELL = ("tcgen05.alloc.cta_group::1.sync.aligned.shared::cta.b32", "tcgen05.relinquish_alloc_permit",
@@ -131,17 +132,8 @@ def test_simulated_gemm_schedule_reproduces_numpy(records):
         for ld_call in lds:                         # one per epilogue warpgroup (static TMEM columns)
             ld = tc.ld_plan(ld_call, SM100)
             assert not isinstance(ld, str), ld
-            regs_t = ld_call.operands["dst"]
-            rows, cols = regs_t.shape
-            for w in range(4):
-                regs = np.zeros((32, regs_t.layout.span("m")), np.float32)
-                for base, dl, col in ld.steps():
-                    regs[:, base:base + ld.per_instr] = M.ld(tm, ld.shape, ld.num, w, ((32 * w + dl) << 16) | col)
-                for i in range(rows):
-                    for j in range(cols):
-                        (x,) = regs_t.layout.map((i, j), regs_t.shape)
-                        if x["tx"] // 32 == w:
-                            got[r * 128 + i, ld.col0 + j] = regs[x["tx"] % 32, x["m"]]
+            tile = ld_tile(tm, ld, ld_call.operands["dst"])
+            got[r * 128:r * 128 + tile.shape[0], ld.col0:ld.col0 + tile.shape[1]] = tile
     want = a_val.astype(np.float32) @ b_val.astype(np.float32)
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)
 

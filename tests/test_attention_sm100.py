@@ -1,0 +1,237 @@
+"""The attention of kernels/attention.py on sm_100a (kernels/parts/attention_tcgen05.py), on the CPU:
+compile-verified only, since no Blackwell GPU is lent.
+
+- for several problems (causal or not, head 64 and 128, bf16 and fp16, grouped-query heads, ragged
+  lengths 77 and 1000, the LSE) the sm_100a build succeeds, ptxas accepts it without spills, and the
+  PTX holds what the schedules chose: tcgen05.mma as many times as the recorded plans issue (Q·Kᵀ:
+  N = bn, K = head / 16 steps; P·V: N = head, K = bn / 16), tcgen05.ld / st, commits on mbarriers,
+  tcgen05.alloc / dealloc in pairs within TMEM's 512 columns, TMA tensor loads and stores, no wgmma;
+  every mbarrier wait is the bounded one; the tensor maps carry the tensors' real extents;
+- the two MMAs the kernel records (Q·Kᵀ and P·V, with their shared layouts, descriptors and
+  instruction descriptors) run on the NumPy model of the PTX ISA (tests/tcgen05_model.py), and the
+  softmax warpgroup's tcgen05.ld plans read back numpy's products;
+- the rows the softmax keeps per thread (``ROW_VALUES``) are those the tcgen05.ld fragment gives it;
+- the NumPy model of the tiled online softmax at this body's tiling (128 query rows, the row's key
+  tile) matches a direct softmax;
+- refusals name the condition; the sm_90a build of the same kernel object is unchanged.
+"""
+
+import math
+import os
+import re
+import sys
+
+import numpy as np
+import pytest
+
+pytest.importorskip("tvm")
+os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import axe.lang as Ax  # noqa: E402
+import tcgen05_model as M  # noqa: E402
+from axe.backends.cuda.schedules import tcgen05 as tc  # noqa: E402
+from kernels import attention as A  # noqa: E402
+from kernels.parts import attention_tcgen05 as B  # noqa: E402
+from kernels.parts.fragments import check_coords, coords  # noqa: E402
+from tcgen05_readback import ld_tile  # noqa: E402
+from test_tcgen05 import B_AT, SM100, _desc, _smem_image  # noqa: E402
+
+PROBLEMS = {   # (batch, seq_q, seq_kv, q_heads, kv_heads, head_dim, dtype, causal), lse
+    "d64_bf16_causal_gqa_77": ((2, 77, 77, 4, 2, 64, "bfloat16", True), True),
+    "d128_f16_causal_gqa_1000": ((2, 1000, 1000, 4, 1, 128, "float16", True), True),
+    "d128_bf16_full_1000x77": ((1, 1000, 77, 2, 2, 128, "bfloat16", False), False),
+    "d64_f16_full_77x1000": ((1, 77, 1000, 8, 2, 64, "float16", False), True),
+}
+
+
+@pytest.fixture(scope="module", params=sorted(PROBLEMS))
+def built(request):
+    args, lse = PROBLEMS[request.param]
+    return args, lse, A.build(*args, lse=lse, target="sm_100a", name=f"attention_sm100_{request.param}")
+
+
+def test_build_is_tcgen05_with_no_spills(built):
+    args, lse, art = built
+    D, bn = args[5], A.TARGETS["sm_100a"]["bn"][args[5]]
+    ptx, res = art.ptx, art.launch["resources"]
+    assert art.cubin                                         # ptxas accepted it for sm_100a
+    assert res["spill_stores"] == 0 and res["spill_loads"] == 0, res
+    assert res["registers"] <= 255
+    print(f"{art.name}: {res['registers']} registers, no spills")
+    assert "wgmma" not in ptx and "setmaxnreg" not in ptx
+    calls = [r.call for r in art.records if r.chosen == "tcgen05"]
+    plans = [tc.tcgen05_plan(c, SM100) for c in calls]
+    qk = [p for c, p in zip(calls, plans) if c.operands["C"].name == "s_tmem"]
+    pv = [p for c, p in zip(calls, plans) if c.operands["C"].name == "o_tmem"]
+    one_tile = -(-args[2] // bn) == 1                        # one key tile: the loop is dead code
+    # S_0, S_1 before the first P·V (unless a static single key tile), S_{j+1} in the loop; O += P·V at
+    # j = 0 (overwrite) and in the loop
+    assert len(qk) == (2 if one_tile and not args[7] else 3) and len(pv) == 2
+    assert {(p.n, p.k_tiles) for p in qk} == {(bn, D // 16)} and {(p.n, p.k_tiles) for p in pv} == {(D, bn // 16)}
+    assert all(p.m == 128 and p.cta_group == 1 and not p.ts for p in plans)
+    issued = sum(len(list(p.steps())) for p in plans)
+    want = (D // 16 + bn // 16) if one_tile else issued
+    assert len(re.findall(r"tcgen05\.mma\.cta_group::1\.kind::f16", ptx)) == want
+    # each MMA site commits to its barrier and to its ring slot
+    commits = re.findall(r"tcgen05\.commit\.cta_group::1\.mbarrier::arrive::one\.shared::cluster\.b64", ptx)
+    assert len(commits) == (4 if one_tile else 10)
+    assert "tcgen05.ld.sync.aligned.16x256b" in ptx and "tcgen05.wait::ld.sync.aligned" in ptx
+    assert ("tcgen05.st.sync.aligned.16x256b" in ptx) == (not one_tile)     # O's rescale needs a 2nd tile
+    assert "stmatrix" in ptx and "fence.proxy.async.shared::cta" in ptx
+    assert "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
+    assert "cp.async.bulk.tensor.3d.global.shared::cta" in ptx          # O's TMA store
+
+
+def test_tmem_is_allocated_and_freed_in_pairs(built):
+    args, _, art = built
+    D, bn = args[5], A.TARGETS["sm_100a"]["bn"][args[5]]
+    src = art.cuda_source
+    allocs = re.findall(r"tcgen05_alloc_alloc\w*\([^;]*\(uint\)(\d+)\);", src)
+    frees = re.findall(r"tcgen05_dealloc_dealloc\w*\([^;]*\(uint\)(\d+)\);", src)
+    assert sorted(map(int, allocs)) == sorted(map(int, frees)) == sorted((bn, D)), (allocs, frees)
+    assert sum(map(int, allocs)) <= 512
+    ptx = art.ptx
+    assert ptx.count("tcgen05.alloc.cta_group::1") == 2 and ptx.count("tcgen05.dealloc.cta_group::1") == 2
+    assert ptx.count("tcgen05.relinquish_alloc_permit") == 1
+
+
+def test_every_mbarrier_wait_is_bounded(built):
+    _, _, art = built
+    src = art.cuda_source
+    assert "tvm_builtin_cuda_mbarrier_wait" not in src                  # the unbounded wait
+    calls = re.findall(r"axe_mbarrier_wait_bounded\(", src)
+    assert len(calls) >= 1 + 2 + 2 + 2 + 1                              # def + q, K, V, s, p, o (+ loop copies)
+    # in the PTX every try_wait is the bounded helper's (suspend-time hint, then %globaltimer)
+    assert "%globaltimer" in art.ptx
+    assert all("shared::cta.b64 p," in w for w in re.findall(r"mbarrier\.try_wait[^\n]*", art.ptx))
+
+
+def test_launch_and_tensor_maps_use_the_real_extents(built):
+    (b, sq, skv, hq, hk, D, _, _), lse, art = built
+    L = art.launch
+    assert L["block"] == [B.THREADS, 1, 1] and L["grid"] == [-(-sq // B.ROWS) * hq * b, 1, 1]
+    maps = {m["param"]: m for m in L["tensormaps"]}
+    assert maps["Q_map"]["shape"] == [hq * D, sq, b] and maps["O_map"]["shape"] == [hq * D, sq, b]
+    assert maps["K_map"]["shape"] == [hk * D, skv, b] and maps["V_map"]["shape"] == [hk * D, skv, b]
+    assert maps["K_map"]["strides_bytes"] == [hk * D * 2, skv * hk * D * 2]
+    assert maps["Q_map"]["box"] == [64, B.ROWS, 1] and maps["O_map"]["box"] == [64, B.ROWS, 1]
+    assert [a["name"] for a in L["args"]] == ["Q_", "K_", "V_", "O_"] + (["LSE_"] if lse else [])
+
+
+# --- the MMAs on the NumPy model of the ISA ----------------------------------------------------------
+
+@pytest.fixture(scope="module", params=[64, 128], ids=["d64", "d128"])
+def records(request):
+    D = request.param
+    k = A.make(1, 200, 300, 1, 1, D, "float16", True)
+    return D, Ax.build_func(k, "sm_100a")[1].records
+
+
+def _mma(call, a_val, b_val):
+    """Run a recorded tcgen05.mma call on the model: A and B written where the call's layouts put
+    them, every instruction of its plan; returns the model's TMEM."""
+    plan = tc.tcgen05_plan(call, SM100)
+    assert not isinstance(plan, str), plan
+    smem = _smem_image(_smem_image(np.zeros(2 * B_AT, np.uint8), plan.local["A"], a_val), plan.local["B"], b_val, B_AT)
+    tm = M.Tmem()
+    for mi, ni, ki, dcol, (am, ak), (bn, bk), k in plan.steps():
+        M.mma([tm], [smem], dcol, _desc(plan.a, am, ak), _desc(plan.b, bn, bk, B_AT), plan.idesc, k > 0, 1)
+    return tm, plan
+
+
+def _read(tm, ld_call):
+    """The registers a tcgen05.ld plan leaves in the softmax warpgroup, as the (rows, cols) tile."""
+    ld = tc.ld_plan(ld_call, SM100)
+    assert not isinstance(ld, str), ld
+    return ld_tile(tm, ld, ld_call.operands["dst"])
+
+
+def test_qk_and_pv_on_the_isa_model(records):
+    """S = Q·Kᵀ (A = Q, B = K's tile transposed: K-major) and O = P·V (A = P from its shared tile,
+    B = V: MN-major) as the kernel records them, executed on the model and read back by the softmax's
+    tcgen05.ld plans of S and of the final O, equal numpy's products."""
+    D, recs = records
+    rng = np.random.default_rng(7)
+    mmas = [r.call for r in recs if r.chosen == "tcgen05"]
+    lds = {r.call.operands["dst"].name: r.call for r in recs if r.chosen == "tcgen05_ld" and not
+           r.call.operands["dst"].mem == "tmem"}
+    qk, pv = mmas[0], mmas[-1]
+    assert qk.operands["C"].name == "s_tmem" and pv.operands["C"].name == "o_tmem"
+    bn = qk.operands["B"].shape[1]
+    q = rng.standard_normal((128, D)).astype(np.float16)
+    k = rng.standard_normal((bn, D)).astype(np.float16)
+    tm, plan = _mma(qk, q, k.T)
+    assert M.decode_idesc(plan.idesc)["trans_b"] == 0                   # K's rows are Kᵀ's columns: K-major
+    np.testing.assert_allclose(_read(tm, lds["s_acc"]), q.astype(np.float32) @ k.T.astype(np.float32),
+                               rtol=1e-5, atol=1e-3)
+    p = rng.random((128, bn)).astype(np.float16)
+    v = rng.standard_normal((bn, D)).astype(np.float16)
+    tm, plan = _mma(pv, p, v)
+    assert M.decode_idesc(plan.idesc)["trans_b"] == 1                   # V (keys × dim) is MN-major
+    np.testing.assert_allclose(_read(tm, lds["o_acc"]), p.astype(np.float32) @ v.astype(np.float32),
+                               rtol=1e-5, atol=1e-3)
+
+
+def test_row_values_are_the_rows_of_the_ld_fragment():
+    check_coords(B.ROW_VALUES, (B.ROWS, 1), 128)
+    for bn in (64, 128):
+        frag = tc.ld_fragment("16x256b", bn // 8, B.ROWS)       # what B.fragment(bn) asks for
+        check_coords(frag, (B.ROWS, bn), 128)
+        for t in range(128):
+            held = {coords(frag, (B.ROWS, bn), r, t)[0] for r in range(frag.span("m"))}
+            mine = {coords(B.ROW_VALUES, (B.ROWS, 1), r, t)[0] for r in range(B.ROW_VALUES.span("m"))}
+            assert held == mine, (bn, t, held, mine)
+
+
+@pytest.mark.parametrize("sq, skv, causal, d", [(77, 77, True, 64), (1000, 1000, True, 128), (1000, 77, False, 128),
+                                                (77, 1000, False, 64), (300, 129, True, 64)])
+def test_online_softmax_at_this_tiling_matches_a_direct_softmax(sq, skv, causal, d):
+    rng = np.random.default_rng(3)
+    q, k, v = rng.standard_normal((sq, d)) * 2, rng.standard_normal((skv, d)) * 2, rng.standard_normal((skv, d))
+    bn = B.Blackwell(A.Problem(1, sq, skv, 1, 1, d, "bfloat16", causal), A.TARGETS["sm_100a"]).bn
+    o, lse = A.online_softmax_reference(q, k, v, causal, 0.3, B.ROWS, bn)
+    s = q @ k.T * 0.3
+    if causal:
+        s = np.where(np.arange(skv)[None, :] <= np.arange(sq)[:, None], s, -np.inf)
+    m = s.max(1, keepdims=True)
+    e = np.exp(s - m)
+    assert np.abs(o - e @ v / e.sum(1, keepdims=True)).max() < 1e-12
+    assert np.abs(lse - (m[:, 0] + np.log(e.sum(1)))).max() < 1e-12
+
+
+# --- refusals and the other target -------------------------------------------------------------------
+
+@pytest.mark.parametrize("kw, why", [
+    (dict(bn=96), r"the key tile bn=96 must be 64, 128, 192 or 256"),
+    (dict(consumers=3), r"consumers configure the sm_90a body; the sm_100a row takes \['bn', 'stages'\]"),
+    (dict(variant="pp3"), r"variant='pp3' configure the sm_90a body"),
+])
+def test_sm100a_refusals_name_the_condition(kw, why):
+    with pytest.raises(Ax.KernelError, match=why):
+        A.build(1, 64, 64, 1, 1, 64, target="sm_100a", **kw)
+
+
+def test_shared_memory_overflow_is_refused():
+    p = A.Problem(1, 64, 64, 1, 1, 128, "bfloat16", False)
+    with pytest.raises(ValueError, match=r"need 352 KiB of shared memory, more than 227 KiB"):
+        B.Blackwell(p, dict(bn=256, stages=2))
+    assert B.Blackwell(p, dict(bn=128, stages=2)).smem * 2 == (128 * 128 + 4 * 128 * 128 + 128 * 128) * 2
+
+
+def test_sm90a_build_of_the_same_kernel_is_unchanged():
+    """An sm_100a build in between leaves the kernel object's sm_90a TIR identical to a fresh one's."""
+    k = A.make(1, 77, 77, 2, 1, 64, "bfloat16", True)
+    Ax.build_func(k, "sm_100a")
+    func, ctx = Ax.build_func(k, "sm_90a")
+    assert func.script() == Ax.build_func(A.make(1, 77, 77, 2, 1, 64, "bfloat16", True), "sm_90a")[0].script()
+    chosen = {r.call.op + ":" + r.chosen for r in ctx.records}
+    assert "gemm:wgmma" in chosen and not any("tcgen05" in c for c in chosen)
+
+
+def test_scale_reaches_the_softmax():
+    """The exp2 constant is scale · log2 e (the law's ``exp(scale·s − m)``)."""
+    art = A.build(1, 64, 64, 1, 1, 64, "bfloat16", scale=0.125, target="sm_100a", name="attention_sm100_scale")
+    c = np.float32(0.125 * math.log2(math.e))
+    assert re.search(r"0f%08X" % np.frombuffer(c.tobytes(), np.uint32)[0], art.ptx)
