@@ -17,13 +17,13 @@ accumulation:
   of that logical shape are accepted and copied into the kernel's layout (small: M·K/128 floats);
 - ``C`` (M, N) bf16.
 
-The kernel is built for static sizes, so the op builds one artifact per (bucket of M, N, K, tile):
-M is rounded up to a multiple of 128 (the kernel's m-tile; at least one), so every M of a bucket
-shares the artifact at no extra tile work; where M is not the bucket, ``a`` is copied into the
-bucket's rows (zero rows after it) and ``a_scale`` into the bucket's layout, and the result is the
-first M rows of the bucket's output (a view, no copy).  Where M is a bucket and the scale is in
-DeepGEMM's layout nothing is copied.  Tile width ``bn`` 256 where N ≥ 256 and M > 128 (two
-consumer warpgroups over 256 columns), else 128 (more tiles over N for a decode-sized M).
+One artifact per (N, K, bucket of M) serves every M of the bucket: the kernel takes M at run time
+(``kernels.gemm_fp8.make_dynamic``), its configuration the bucket's pick of
+:func:`kernels.gemm_fp8_select.heuristic` (tile width, split-K, and for a bucket of at most 1024 rows
+the bound it is scheduled for), memoized per (N, K, bucket): a call costs one bisect and a dict
+lookup.  ``a`` and ``C`` are used as they are (no padding to a bucket); ``a_scale`` in DeepGEMM's
+layout is passed as it is stored (the ``(ceil(K/128), round_up(M, 4))`` array its strides describe),
+any other layout is copied into one.
 
 Refused (naming the argument and the condition): dtypes other than e4m3 / fp32, K below 128 or not
 a multiple of 16, N below 128 or not a multiple of 8 (TMA's 16-byte row pitch; a tile no larger
@@ -32,6 +32,9 @@ on sm_90a only (``kernels/gemm_fp8.py`` refuses other targets when it is built).
 """
 
 from __future__ import annotations
+
+import importlib
+import sys
 
 import torch
 
@@ -44,18 +47,27 @@ BLOCK = 128
 FP8 = torch.float8_e4m3fn
 
 #: the jit kernel behind the op (its ``loader``, ``cache`` and ``target`` may be replaced)
-KERNEL = JitKernel("kernels.gemm_fp8:make", lambda A, B, SA, SB, C: spec(int(C.shape[0]), int(C.shape[1]),
+KERNEL = JitKernel("kernels.gemm_fp8:make_dynamic", lambda A, B, SA, SB, C: spec(int(C.shape[0]), int(C.shape[1]),
                                                                          int(A.shape[1])), path=ROOT)
+_PICKS: dict = {}
+if str(ROOT) not in sys.path:           # the kernels package beside axe (pure Python: no TVM needed to pick)
+    sys.path.insert(0, str(ROOT))
+SELECT = importlib.import_module("kernels.gemm_fp8_select")
 
 
-def bucket(M: int) -> int:
-    """The M the artifact is built for: M rounded up to a multiple of 128, at least 128."""
-    return max(1, -(-M // BLOCK)) * BLOCK
+def bucket(M: int):
+    """The bucket bound of M rows (:func:`kernels.gemm_select.bucket`; None: the unbounded last one)."""
+    return SELECT.bucket(M)
 
 
-def spec(Mb: int, N: int, K: int) -> dict:
-    """``kernels.gemm_fp8.make``'s keyword arguments for the bucket ``Mb`` (see the module docstring)."""
-    return {"M": Mb, "N": N, "K": K, "bn": 256 if N >= 256 and Mb > BLOCK else 128}
+def spec(M: int, N: int, K: int) -> dict:
+    """``kernels.gemm_fp8.make_dynamic``'s keyword arguments (a run-time M) for a call with M rows:
+    N, K and the configuration of M's bucket, memoized per (N, K, bucket)."""
+    key = (N, K, SELECT.bucket(M))
+    s = _PICKS.get(key)
+    if s is None:
+        s = _PICKS[key] = {"N": N, "K": K, **SELECT.heuristic(M, N, K)}
+    return s
 
 
 def check(a, b, a_scale, b_scale):
@@ -89,24 +101,29 @@ def check(a, b, a_scale, b_scale):
     return M, N, K
 
 
+def _stored_scale(a_scale, M, kb):
+    """The ``(kb, round_up(M, 4))`` fp32 array the kernel reads: ``a_scale``'s own storage where it is
+    in DeepGEMM's layout (strides ``(1, round_up(M, 4))``, 16-byte aligned, the padding columns
+    inside its storage), else a copy into a fresh one."""
+    Mp = -(-M // 4) * 4
+    st = a_scale.stride()
+    in_place = ((st[0] == 1 or M == 1) and (st[1] == Mp or kb == 1) and a_scale.data_ptr() % 16 == 0
+                and a_scale.untyped_storage().nbytes() >= (a_scale.storage_offset() + kb * Mp) * 4)
+    if in_place:
+        return torch.as_strided(a_scale, (kb, Mp), (Mp, 1))
+    SA = torch.zeros((kb, Mp), dtype=torch.float32, device=a_scale.device)
+    SA[:, :M] = a_scale.t()
+    return SA
+
+
 def _gemm_fp8(a, b, a_scale, b_scale):
     M, N, K = check(a, b, a_scale, b_scale)
     if M == 0:
         return torch.empty((0, N), dtype=torch.bfloat16, device=a.device)
-    Mb = bucket(M)
-    c = torch.empty((Mb, N), dtype=torch.bfloat16, device=a.device)
-    kb = a_scale.shape[1]
-    if M == Mb:
-        A = _ready(a)
-    else:
-        A = a.new_zeros((Mb, K))
-        A[:M] = a
-    SA = a_scale.t()                    # (KB, M): contiguous in DeepGEMM's layout with M a bucket
-    if M != Mb or not SA.is_contiguous() or SA.data_ptr() % 16:
-        SA = torch.zeros((kb, Mb), dtype=torch.float32, device=a.device)
-        SA[:, :M] = a_scale.t()
-    KERNEL.load(a.device, spec(Mb, N, K))(A, _ready(b), SA, _ready(b_scale), c)
-    return c[:M]
+    c = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
+    SA = _stored_scale(a_scale, M, a_scale.shape[1])
+    KERNEL.load(a.device, spec(M, N, K))(_ready(a), _ready(b), SA, _ready(b_scale), c)
+    return c
 
 
 def _gemm_fp8_fake(a, b, a_scale, b_scale):
