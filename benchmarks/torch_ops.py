@@ -25,10 +25,19 @@ GPU), the stream drained between rounds outside the timing; the median over ``--
 batches, per call (:func:`axe.torch.timing.graph_ms`): the kernels without host work between them.
 ``axe_checked_host_us`` is the axe op with ``axe.torch.ops.FAST_PATH = False``: every call through
 the op's full checks and the jit's specialization lookup (the path before the launch plans; the
-runtime under it still keeps one plan per signature).
+runtime under it still keeps one plan per signature).  ``axe_launch_path`` (in the JSON) is
+:func:`axe.torch.ops.launcher`: whether the compiled launcher (:mod:`axe.torch.fast_ops`) takes the
+ops, and why not where it does not; where it does, ``axe_host_us`` is its path and
+``axe_python_host_us`` the Python plans' (``torch.ops.axe_checked.<op>``: the default path before
+it), timed in the same run.
+
+``cpu`` times the same ops on CPU tensors at M = 1 through a driver that returns at once (the
+artifacts' real ``launch.json`` from ``--cache``, read as a machine without TVM reads them; a
+compiled no-op ``cuLaunchKernel`` for the compiled launcher, a Python one returning success for
+the Python plans): the host cost of each path alone, on any machine with a C++ compiler.
 
 ``run --launchers`` also times one launch of the rmsnorm kernel (M = 1) by each candidate
-mechanism: the runtime's ``LaunchPlan`` (checks of the pointers + ``cuLaunchKernel`` through
+mechanism: the whole op through the compiled launcher and through the Python plan, the runtime's ``LaunchPlan`` (checks of the pointers + ``cuLaunchKernel`` through
 ``cuda.bindings`` with a pre-packed ``void*[]``), that bare ``cuda.bindings`` call, ``ctypes``
 straight into ``libcuda``, ``cuda.core``'s ``launch`` (Python ints and NumPy scalars packed per
 call), the runtime ``Kernel``'s checked call, and a compiled launcher called through
@@ -137,11 +146,11 @@ def build(args) -> int:
 
 # --- the GPU side ---------------------------------------------------------------------------------
 
-def rope_cache(torch, positions=4096, base=500000.0):
+def rope_cache(torch, positions=4096, base=500000.0, dev="cuda"):
     """Llama-3's ``cos_sin_cache`` (positions, head size): cos of each angle in its first half, sin
-    in its second (vLLM's layout), bf16 on the GPU."""
-    inv = 1.0 / (base ** (torch.arange(0, HS, 2, device="cuda", dtype=torch.float32) / HS))
-    ang = torch.arange(positions, device="cuda", dtype=torch.float32)[:, None] * inv[None]
+    in its second (vLLM's layout), bf16 on ``dev``."""
+    inv = 1.0 / (base ** (torch.arange(0, HS, 2, device=dev, dtype=torch.float32) / HS))
+    ang = torch.arange(positions, device=dev, dtype=torch.float32)[:, None] * inv[None]
     return torch.cat([ang.cos(), ang.sin()], -1).to(torch.bfloat16)
 
 
@@ -157,11 +166,13 @@ def rope_torch(torch, positions, q, k, cache):
     return q, k
 
 
-def cases(torch, m: int) -> dict:
-    """``{op: (axe call, torch call)}`` at ``m`` rows (tokens), Llama-3.1-8B sizes.  Each call returns
-    what it computed (the in-place ones their tensors), so the check compares like with like."""
+def cases(torch, m: int, axe=None, dev="cuda") -> dict:
+    """``{op: (axe call, torch call)}`` at ``m`` rows (tokens), Llama-3.1-8B sizes, on ``dev``; the axe
+    ops are ``axe``'s (default ``torch.ops.axe``; :class:`PythonPath`).  Each call returns what it
+    computed (the in-place ones their tensors), so the check compares like with like."""
     F = torch.nn.functional
-    bf, dev = torch.bfloat16, "cuda"
+    bf = torch.bfloat16
+    axe = axe or torch.ops.axe
     g = torch.Generator(device=dev).manual_seed(m)
 
     def rnd(*shape, scale=1.0):
@@ -173,7 +184,7 @@ def cases(torch, m: int) -> dict:
     rs["torch"] = rs["axe"].clone()
     gu = rnd(m, 2 * MLP)
     pos = torch.randint(0, 4096, (m,), device=dev, generator=g)
-    rope = rope_cache(torch)
+    rope = rope_cache(torch, dev=dev)
     qk = {k: (rnd(m, HQ * HS), rnd(m, HK * HS)) for k in ("axe",)}
     qk["torch"] = tuple(t.clone() for t in qk["axe"])
     up, down = rnd(MLP, HIDDEN, scale=HIDDEN ** -0.5), rnd(HIDDEN, MLP, scale=MLP ** -0.5)
@@ -186,7 +197,7 @@ def cases(torch, m: int) -> dict:
         return x_, r_
 
     def add_rms_axe():
-        torch.ops.axe.fused_add_rmsnorm(xs["axe"], rs["axe"], w, EPS)
+        axe.fused_add_rmsnorm(xs["axe"], rs["axe"], w, EPS)
         return xs["axe"], rs["axe"]
 
     def rope_ref():
@@ -194,18 +205,33 @@ def cases(torch, m: int) -> dict:
 
     def rope_axe():
         q, k = qk["axe"]
-        torch.ops.axe.rotary_embedding(pos, q, k, HS, rope, True)
+        axe.rotary_embedding(pos, q, k, HS, rope, True)
         return q, k
 
     return {
-        "rmsnorm": (lambda: torch.ops.axe.rmsnorm(x, w, EPS), lambda: F.rms_norm(x, (HIDDEN,), w, EPS)),
+        "rmsnorm": (lambda: axe.rmsnorm(x, w, EPS), lambda: F.rms_norm(x, (HIDDEN,), w, EPS)),
         "fused_add_rmsnorm": (add_rms_axe, add_rms_torch),
-        "softmax": (lambda: torch.ops.axe.softmax(x), lambda: torch.softmax(x, -1)),
-        "silu_and_mul": (lambda: torch.ops.axe.silu_and_mul(gu), lambda: F.silu(gu[:, :MLP]) * gu[:, MLP:]),
+        "softmax": (lambda: axe.softmax(x), lambda: torch.softmax(x, -1)),
+        "silu_and_mul": (lambda: axe.silu_and_mul(gu), lambda: F.silu(gu[:, :MLP]) * gu[:, MLP:]),
         "rotary_embedding": (rope_axe, rope_ref),
-        "gemm_up": (lambda: torch.ops.axe.gemm(x, up, True), lambda: torch.matmul(x, up.t())),
-        "gemm_down": (lambda: torch.ops.axe.gemm(act, down, True), lambda: torch.matmul(act, down.t())),
+        "gemm_up": (lambda: axe.gemm(x, up, True), lambda: torch.matmul(x, up.t())),
+        "gemm_down": (lambda: axe.gemm(act, down, True), lambda: torch.matmul(act, down.t())),
     }
+
+
+class PythonPath:
+    """The ops as the Python path runs them where the compiled launcher takes them: their checked
+    Python implementations with the Python plans (``torch.ops.axe_checked.<op>``, what the compiled
+    launcher's misses call); the ops it does not take, as they are."""
+
+    def __init__(self, torch):
+        from axe.torch import ops
+        self.torch, self.compiled = torch, set(ops.launcher()["compiled"])
+
+    def __getattr__(self, name):            # looked up once: the timing loop reads an attribute
+        op = getattr(self.torch.ops.axe_checked if name in self.compiled else self.torch.ops.axe, name)
+        setattr(self, name, op)
+        return op
 
 
 def check(torch, name, axe_fn, torch_fn, tol=3e-2) -> float:
@@ -272,7 +298,10 @@ def launchers(torch, calls: int, rounds: int) -> dict:
     d = kernel.driver
     (gx, gy, gz), (bx, by, bz) = plan.grid, plan.block
     bare = functools.partial(d.cuLaunchKernel, plan.func, gx, gy, gz, bx, by, bz, plan.smem)
+    python = PythonPath(torch)
     out = {
+        "torch.ops.axe.rmsnorm (default path: " + ops.launcher()["path"] + ")": lambda: torch.ops.axe.rmsnorm(x, w[0], EPS),
+        "torch.ops.axe.rmsnorm, Python plan (torch.ops.axe_checked)": lambda: python.rmsnorm(x, w[0], EPS),
         "axe LaunchPlan (pointers checked, cuda.bindings)": lambda: plan(ptrs, stream),
         "cuda.bindings cuLaunchKernel, pre-packed void*[]": lambda: bare(stream, plan.array, 0),
         "runtime Kernel(*tensors) (signature memo)": lambda: kernel(x, w, y, EPS, stream=stream),
@@ -316,6 +345,101 @@ def launchers(torch, calls: int, rounds: int) -> dict:
     return res
 
 
+#: ``cuLaunchKernel`` that launches nothing and succeeds (``cpu``'s driver for the compiled launcher)
+NOOP_LAUNCH = 'extern "C" int noop_launch(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, ' \
+              'void*, void**, void**) { return 0; }\n'
+
+
+class NoopDriver:
+    """``cuda.bindings.driver`` as far as loading and launching a plain kernel go, every call
+    returning success at once (``cpu``'s driver for the Python plans)."""
+
+    class CUresult:
+        CUDA_SUCCESS, CUDA_ERROR_INVALID_CONTEXT = 0, 201
+
+    class CUfunction_attribute:
+        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+
+    @staticmethod
+    def cuModuleLoadData(cubin):
+        return 0, 1
+
+    @staticmethod
+    def cuModuleGetFunction(module, name):
+        return 0, 2
+
+    @staticmethod
+    def cuFuncSetAttribute(*args):
+        return (0,)
+
+    @staticmethod
+    def cuLaunchKernel(*args):
+        return (0,)
+
+
+def cpu(args) -> int:
+    """Host µs per call of the row ops on CPU tensors (M = 1) through :class:`NoopDriver` and
+    :data:`NOOP_LAUNCH`: the compiled launcher, the Python plans, the checked path (see the module
+    docstring); thread time, the best of ``--rounds`` rounds of ``--calls`` calls."""
+    import ctypes
+    import subprocess
+    import tempfile
+
+    sys.modules["tvm"] = None          # read the cache as a machine without TVM: any source state's entries
+    os.environ["AXE_CACHE_DIR"] = args.cache
+    import torch
+
+    from axe.backends.cuda.artifact import Artifact
+    from axe.runtime import launcher
+    from axe.torch import ops
+    launcher.Kernel.device_type = "cpu"
+    launcher._ensure_context = lambda driver, index: None
+    for jk in ops.KERNELS.values():
+        jk.target, jk.progress = TARGET, False
+        jk.loader = lambda path: launcher.Kernel(Artifact.load(path), driver=NoopDriver())
+    path = ops.launcher()
+    if path["path"] == "compiled":
+        tmp = tempfile.mkdtemp()
+        src, so = os.path.join(tmp, "noop.cc"), os.path.join(tmp, "noop.so")
+        with open(src, "w") as f:
+            f.write(NOOP_LAUNCH)
+        subprocess.run([os.environ.get("CXX") or "c++", "-O2", "-shared", "-fPIC", src, "-o", so], check=True)
+        noop = ctypes.CDLL(so)
+        ops._LAUNCHER.set_launch(ctypes.cast(noop.noop_launch, ctypes.c_void_p).value)
+    paths = {"compiled": cases(torch, 1, dev="cpu")} if path["path"] == "compiled" else {}
+    paths["python"] = cases(torch, 1, PythonPath(torch) if path["path"] == "compiled" else None, dev="cpu")
+    rows = []
+    for name in paths["python"]:
+        if name.startswith("gemm"):    # its launch needs tensor maps, which this driver does not encode
+            continue
+        row = {"op": name, "M": 1}
+        for label, table in (*paths.items(), ("checked", paths["python"])):
+            ops.FAST_PATH = label != "checked"
+            fn = table[name][0]
+            try:
+                for _ in range(100):
+                    fn()
+                best = float("inf")
+                for _ in range(args.rounds):
+                    t = time.thread_time()
+                    for _ in range(args.calls):
+                        fn()
+                    best = min(best, (time.thread_time() - t) / args.calls * 1e6)
+                row[f"{label}_host_us"] = round(best, 2)
+            except Exception as e:  # noqa: BLE001 - every row is reported
+                row[f"{label}_error"] = f"{type(e).__name__}: {e}"
+            finally:
+                ops.FAST_PATH = True
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    result = {"benchmark": "torch_ops_cpu", "date": __import__("datetime").date.today().isoformat(),
+              "device": "cpu (no-op driver)", "torch": torch.__version__, "axe_launch_path": path,
+              "calls": args.calls, "rounds": args.rounds, "rows": rows}
+    if args.json:
+        write(result, args.json)
+    return 0
+
+
 def run(args) -> int:
     import datetime
     import importlib.util
@@ -328,7 +452,10 @@ def run(args) -> int:
     if importlib.util.find_spec("tvm") is None:
         print("TVM is not installed here: every artifact comes from", args.cache)
     rows, failed = [], 0
+    path = ops.launcher() if hasattr(ops, "launcher") else {"path": "python", "why": "a tree before the compiled launcher"}
+    print(f"launch path: {path['path']} ({path['why']})")
     for m in args.rows:
+        python = cases(torch, m, PythonPath(torch)) if path["path"] == "compiled" else {}
         for name, (axe_fn, torch_fn) in cases(torch, m).items():
             if args.ops and name not in args.ops:
                 continue
@@ -337,6 +464,8 @@ def run(args) -> int:
                 row["max_rel_err"] = round(check(torch, name, axe_fn, torch_fn), 5)
                 row["axe_host_us"] = round(host_us(torch, axe_fn, args.calls, args.rounds), 2)
                 row["torch_host_us"] = round(host_us(torch, torch_fn, args.calls, args.rounds), 2)
+                if name in python:
+                    row["axe_python_host_us"] = round(host_us(torch, python[name][0], args.calls, args.rounds), 2)
                 if hasattr(ops, "FAST_PATH"):      # an older tree (--axe) has only the checked path
                     ops.FAST_PATH = False
                     try:
@@ -353,7 +482,7 @@ def run(args) -> int:
     import axe
     result = {"benchmark": "torch_ops", "date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(),
               "axe_tree": os.path.dirname(os.path.dirname(os.path.abspath(axe.__file__))),
-              "versions": versions(), "calls": args.calls, "rounds": args.rounds, "graph_calls": args.graph_calls,
+              "versions": versions(), "axe_launch_path": path, "calls": args.calls, "rounds": args.rounds, "graph_calls": args.graph_calls,
               "rows": rows}
     if args.launchers and hasattr(ops, "FAST_PATH"):
         result["launchers_host_us"] = launchers(torch, args.calls, args.rounds)
@@ -377,7 +506,7 @@ def write(result: dict, path=None) -> str:
     return path
 
 
-HEAD = (f"{'op':18s} {'M':>5s} {'axe host':>9s} {'torch host':>10s} {'ratio':>6s} {'checked':>8s} "
+HEAD = (f"{'op':18s} {'M':>5s} {'axe host':>9s} {'torch host':>10s} {'ratio':>6s} {'python':>7s} {'checked':>8s} "
         f"{'axe gpu':>8s} {'torch gpu':>9s}  (us)")
 
 
@@ -386,14 +515,15 @@ def table_line(row) -> str:
     if "error" in row:
         return f"{row['op']:18s} {row['M']:5d} FAILED {row['error']}"
     ratio = row["axe_host_us"] / row["torch_host_us"]
-    checked = row.get("axe_checked_host_us")
+    checked, python = row.get("axe_checked_host_us"), row.get("axe_python_host_us")
     return (f"{row['op']:18s} {row['M']:5d} {row['axe_host_us']:9.1f} {row['torch_host_us']:10.1f} {ratio:6.2f} "
+            f"{'-' if python is None else format(python, '7.1f'):>7s} "
             f"{'-' if checked is None else format(checked, '8.1f'):>8s} {row['axe_gpu_us']:8.1f} {row['torch_gpu_us']:9.1f}")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("what", choices=("build", "run", "table"))
+    ap.add_argument("what", choices=("build", "run", "cpu", "table"))
     ap.add_argument("--cache", default=CACHE)
     ap.add_argument("--rows", type=int, nargs="+", default=list(ROWS))
     ap.add_argument("--ops", nargs="+", help="only these ops (default: all)")
@@ -416,7 +546,7 @@ def main(argv=None) -> int:
         return 0
     if args.what == "run":
         print(HEAD)
-    return build(args) if args.what == "build" else run(args)
+    return {"build": build, "run": run, "cpu": cpu}[args.what](args)
 
 
 if __name__ == "__main__":
