@@ -55,12 +55,12 @@ def name_of(seq, d, causal, variant=None):
     return f"attn_bench_bf16_d{d}_s{seq}{'_causal' if causal else ''}" + (f"_{variant}" if variant else "")
 
 
-def variants_for(args, d, causal):
-    """The configurations timed for head size ``d`` and the mask: the default (None) and those of
-    ``--variants`` built for that head size, other than the default."""
+def variants_for(args, d, causal, seq):
+    """The configurations timed for head size ``d``, the mask and the sequence length: the default
+    (None) and those of ``--variants`` built for that head size, other than the default."""
     from kernels.parts.attention_variants import HEAD_DIMS as FITS
     from kernels.parts.attention_variants import default
-    return [None] + [v for v in args.variants if d in FITS[v] and v != default(d, causal)]
+    return [None] + [v for v in args.variants if d in FITS[v] and v != default(d, causal, seq)]
 
 
 def flops(seq, d, causal):
@@ -86,7 +86,7 @@ def build(args):
             for seq in args.seqs:
                 for causal in args.causal:
                     b, h = shape(seq, d)
-                    if v in variants_for(args, d, bool(causal)):
+                    if v in variants_for(args, d, bool(causal), seq):
                         jobs.append((args.out, name_of(seq, d, bool(causal), v), b, seq, h, d, bool(causal), v))
     with cf.ProcessPoolExecutor(args.jobs, mp_context=mp.get_context("spawn")) as ex:
         total = sum(f.result() for f in [ex.submit(_build_one, *j) for j in jobs])
@@ -154,10 +154,12 @@ def run_shape(torch, rt, args, seq, d, causal):
     from axe.torch.timing import median
     b, h = shape(seq, d)
     q, k, v = (torch.randn(b, seq, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
-    row = {"seq": seq, "head_dim": d, "causal": causal, "batch": b, "heads": h, "peers_ms": {}, "why": {}}
+    from kernels.parts.attention_variants import default
+    row = {"seq": seq, "head_dim": d, "causal": causal, "batch": b, "heads": h, "peers_ms": {}, "why": {},
+           "axe_default": default(d, causal, seq)}
     sides = {}
     o = torch.empty_like(q)
-    for var in variants_for(args, d, causal):
+    for var in variants_for(args, d, causal, seq):
         side = "axe" + (f"_{var}" if var else "")
         try:
             kernel = rt.load(os.path.join(args.artifacts, name_of(seq, d, causal, var)))
@@ -310,7 +312,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json", default=None)
     ap.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS, help="the peers to time (default: all)")
-    ap.add_argument("--variants", nargs="*", default=["ov3", "pp176", "pp", "pp_p", "pp3_p", "simple"],
+    ap.add_argument("--variants", nargs="*", default=["ov3", "pp3", "pp176", "pp", "pp_p", "pp3_p", "simple"],
                     help="axe configurations besides the default (kernels/parts/attention_variants.py), timed as axe_<name>")
     ap.add_argument("--jobs", type=int, default=2, help="--build: artifacts built at once")
     ap.add_argument("--shape-timeout", type=int, default=0,

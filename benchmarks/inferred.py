@@ -154,9 +154,14 @@ def pair(args):
         with open(args.row_json, "w") as f:
             json.dump(row, f)
     fns = {}
+    #: each side's launch closure, and with it its tensors: a captured graph holds only their
+    #: addresses, and torch.cuda.graph's entry (gc + empty_cache) would otherwise return the first
+    #: side's tensors to the driver before its graph replays (an illegal address, H200, 2026-11-27)
+    alive = []
     for which in ("hand", "inferred"):
         k = rt.load(os.path.join(args.artifacts, f"{kernel}_{which}"))
         launch, check = _setup(torch, kernel, k)
+        alive.append(launch)
         launch()
         torch.cuda.synchronize()
         if not check():

@@ -90,7 +90,7 @@ def _sm100_body(p, cfg):
 #: the NKI body and what it cannot take — and, for a target this source cannot serve, why
 TARGETS = {
     "sm_90a": dict(form="wgmma", bn={64: 128, 128: 128}, stages=2, consumers=2, producer_regs=40, schedule="simple",
-                   persistent=False, default=attention_variants.DEFAULTS),
+                   persistent=False, default=attention_variants.default),
     "trn1": dict(form="nki", limits=_trn1_limits, body=_trn1_body),
     "trn2": dict(form="nki", limits=_trn1_limits, body=_trn1_body),      # the same body, respelled for nki.*
     "sm_100a": dict(form="tcgen05", bn={64: 128, 128: 128}, stages=2, body=_sm100_body),
@@ -690,7 +690,7 @@ def make(batch, seq_q, seq_kv, q_heads, kv_heads, head_dim, dtype="bfloat16", ca
         raise ValueError(f"attention: unknown configuration {unknown}; the sm_90a row has "
                          f"{sorted(set(row) - {'form', 'default'})}")
     asked = variant
-    variant = variant or row["default"][(p.head_dim, p.causal)]
+    variant = variant or row["default"](p.head_dim, p.causal, p.seq_kv)
     if variant not in attention_variants.VARIANTS:
         raise ValueError(f"attention: unknown variant {variant!r}; the named ones are "
                          f"{sorted(attention_variants.VARIANTS)}")

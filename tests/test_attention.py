@@ -26,8 +26,8 @@ from kernels.parts.fragments import check_coords, coords  # noqa: E402
 @pytest.fixture(scope="module")
 def art():
     # ragged (77 rows: less than one query tile), causal, grouped-query heads, head size 64, LSE; the
-    # default for head 64 (pp3: three consumer warpgroups taking turns)
-    return A.build(2, 77, 77, 4, 2, 64, "bfloat16", True, lse=True, name="attention_test")
+    # longer sequences' default for head 64 (pp3: three consumer warpgroups taking turns)
+    return A.build(2, 77, 77, 4, 2, 64, "bfloat16", True, lse=True, name="attention_test", variant="pp3")
 
 
 def test_ptx_holds_wgmma_tma_and_mbarriers(art):
@@ -233,11 +233,19 @@ def test_section_heads_keeps_a_section_in_l2():
 
 
 def test_each_default_variant_is_built_for_its_head_size():
-    from kernels.parts.attention_variants import DEFAULTS, HEAD_DIMS, VARIANTS
+    from kernels.parts.attention_variants import DEFAULTS, HEAD_DIMS, VARIANTS, default
     assert set(DEFAULTS) == {(d, c) for d in A.HEAD_DIMS for c in (False, True)}
-    for (d, _), v in DEFAULTS.items():
-        assert v in VARIANTS and d in HEAD_DIMS[v]
-    assert A.make(1, 64, 64, 1, 1, 64).meta["variant"] == DEFAULTS[(64, False)]
+    for (d, c), steps in DEFAULTS.items():
+        bounds = [b for b, _ in steps]
+        assert bounds[-1] is None and bounds[:-1] == sorted(bounds[:-1])     # ascending, then the rest
+        for b, v in steps:
+            assert v in VARIANTS and d in HEAD_DIMS[v]
+            assert default(d, c, b) == v                                    # a bound is its own step's
+            if b is not None:
+                assert default(d, c, b + 1) != v or bounds.count(b) > 1
+    assert default(64, True) == DEFAULTS[(64, True)][-1][1]
+    assert A.make(1, 64, 64, 1, 1, 64).meta["variant"] == default(64, False, 64) == "pp3_p"
+    assert A.make(1, 4096, 4096, 1, 1, 64).meta["variant"] == "ov3"
 
 
 def _run_turns(ops, order):

@@ -36,13 +36,25 @@ VARIANTS = {
 HEAD_DIMS = {"simple": (64, 128), "ov": (64, 128), "ov176": (128,), "ov3": (64,), "pp": (64, 128), "pp176": (128,),
              "pp3": (64,), "pp_p": (64, 128), "pp3_p": (64,), "ov3_p": (64,)}
 
-#: the default variant per (head size, causal): the fastest measured on an H100 (benchmarks/attention.py,
-#: benchmarks/results/attention-*.json) — head 64: three consumer warpgroups (192-row tiles halve the
-#: K/V traffic per FLOP against 128 and hide the exp2s, which cost as much as its GEMMs); head 128:
-#: FA3's ping-pong, 176-key tiles where no diagonal tile is masked
-DEFAULTS = {(64, False): "pp3", (64, True): "pp3", (128, False): "pp176", (128, True): "pp"}
+#: the default variant per (head size, causal), by the longest key sequence it serves: ``((bound,
+#: variant), ..., (None, variant))``, the first whose bound is >= seq_kv.  Short sequences take the
+#: persistent forms (a CTA walks a few key tiles per query tile, so starting and ending one costs as
+#: much as several tiles: the next tile's loads hide under the current one's end); longer ones head
+#: 64 three consumer warpgroups (192-row tiles halve the K/V traffic per FLOP against 128 and hide
+#: the exp2s, which cost as much as its GEMMs) — without a mask overlapped inside each warpgroup, with
+#: one ping-ponged so the diagonal's masking hides under the other's wgmma; head 128 FA3's
+#: ping-pong, 176-key tiles where no diagonal tile is masked.  The fastest measured per row of
+#: ``benchmarks/attention.py`` (docs/attention.md has the figures)
+DEFAULTS = {(64, False): ((2048, "pp3_p"), (None, "ov3")),
+            (64, True): ((1024, "pp_p"), (2048, "pp3_p"), (None, "pp3")),
+            (128, False): ((1024, "pp_p"), (None, "pp176")),
+            (128, True): ((512, "pp_p"), (None, "pp"))}
 
 
-def default(head_dim, causal):
-    """The name of the default variant for this head size and mask."""
-    return DEFAULTS[(head_dim, bool(causal))]
+def default(head_dim, causal, seq_kv=None):
+    """The name of the default variant for this head size, mask and key length (None: the longest
+    sequences' choice)."""
+    for bound, name in DEFAULTS[(head_dim, bool(causal))]:
+        if bound is None or (seq_kv is not None and seq_kv <= bound):
+            return name
+    raise AssertionError("every DEFAULTS entry ends with (None, variant)")
