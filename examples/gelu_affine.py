@@ -11,8 +11,8 @@ One source, two targets (the factory asks ``Ax.current_build().family``):
   artifact serves any row count (docs/language.md section 8).
 - trn1: 128 rows per step on the partitions, G and B broadcast from one partition; runs on axe's
   NumPy model of NKI on the CPU, which is how ``tests/test_examples_newcomer.py`` checks the numbers.
-  The trn1 build drops the float32 casts (NKI's engines compute in float32), so on the model every
-  intermediate is rounded to bf16; the sm_90a build keeps them in float32 (docs/newcomer-test.md, F7).
+  Both builds compute in float32 and round to bf16 once (the trn1 emitter gives the operations the
+  float32 casts widen ``dtype=nl.float32``; docs/newcomer-test.md, F7, fixed).
 
 Build and inspect::
 

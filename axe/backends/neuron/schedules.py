@@ -220,6 +220,8 @@ def nki_expr(e, names, top=True) -> str:
     if isinstance(e, tx.Cast):
         if str(e.ty) == "float32":      # [ISA] the engines compute in float32: widening is free
             return nki_expr(e.value, names, top)
+        if top:                         # the outermost operation rounds its result to the cast's type
+            return _with_dtype(nki_expr(e.value, names, True), str(e.ty))
         return f"nl.copy({nki_expr(e.value, names, False)}, dtype={NL_DTYPE[str(e.ty)]})"
     kind = type(e).__name__
     if kind in _BIN:
