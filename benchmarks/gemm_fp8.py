@@ -384,6 +384,17 @@ def summarize(rows):
     return out
 
 
+def budgeted(todo, t0, budget, result):
+    """``(i, shape)`` of ``todo`` while at most ``budget`` seconds have passed since ``t0``; the shapes
+    not started then are recorded in ``result["skipped"]``."""
+    for i, shape in enumerate(todo):
+        if time.time() - t0 > budget:
+            result["skipped"] = [list(x) for x in todo[i:]]
+            print(f"budget of {budget:.0f} s spent: {len(todo) - i} shapes skipped", flush=True)
+            return
+        yield i, shape
+
+
 def write(path, result):
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
@@ -449,11 +460,7 @@ def main(argv=None):
                             "median of those rounds" if args.rounds else ""),
               "figures": [], "skipped": []}
     todo = [s for s in shapes() if args.only in (None, s[0])]
-    for i, shape in enumerate(todo):
-        if time.time() - t0 > args.budget:
-            result["skipped"] = [list(s) for s in todo[i:]]
-            print(f"budget of {args.budget:.0f} s spent: {len(todo) - i} shapes skipped", flush=True)
-            break
+    for i, shape in budgeted(todo, t0, args.budget, result):
         print(f"[{i + 1}/{len(todo)}] {shape[0]} {shape[1]} {shape[2]} {shape[3]}x{shape[4]}x{shape[5]}", flush=True)
         try:
             row = run_shape(shape, args.artifacts, args.peers, tri, cub, dg,

@@ -1,0 +1,126 @@
+"""The FP8 GEMM's configuration selection (``kernels/gemm_fp8_select.py``): the heuristic against a
+brute-force enumeration of its documented model, the candidates against the kernel's own refusals,
+the bound each artifact is scheduled for, and the op's per-call pick (memoized per (N, K, bucket))."""
+
+import itertools
+import os
+import sys
+
+import pytest
+
+from kernels import gemm_fp8_select as S
+from kernels import gemm_select
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+
+#: (N, K): the MLP weights, DeepSeek-V3's six, and small or ragged ones
+SHAPES = [(14336, 4096), (4096, 14336), (28672, 8192), (8192, 28672), (3584, 18944), (2112, 7168), (24576, 1536),
+          (32768, 512), (7168, 16384), (4096, 7168), (7168, 2048), (576, 7168), (128, 128), (200, 1000),
+          (1024, 6144), (2112, 1936)]
+MS = (1, 7, 16, 17, 64, 100, 128, 129, 256, 300, 384, 512, 700, 768, 1000, 1024, 1025, 2048, 4096, 5000, 8192, 9000)
+
+
+def model_time(N, K, bn, s, sms, rows):
+    """The documented model, written out: ⌈⌈N/bn⌉·s·rows / sms⌉ waves, each ⌈⌈K/128⌉ / s⌉ k-blocks of
+    (bn + 64) plus 4096 per extra slice."""
+    units = -(-N // bn) * s * rows
+    waves = -(-units // sms)
+    return waves * (-(-(-(-K // 128)) // s) * (bn + 64) + (s - 1) * 4096)
+
+
+def brute_force(M, N, K, sms=132):
+    """The heuristic by enumeration: every (bn, slices) the bucket allows — decode buckets (≤ 128
+    rows) bn 128 or 256 and 1, 2, 4 or 8 slices; middle buckets (≤ 1024) bn 128, 192, 256 uncut and
+    128 or 256 in 2, 3, 4 or 6 slices; larger buckets bn 128, 192, 256 uncut; a tile no wider than N,
+    slices of at least 8 k-blocks — the least model time, then fewer slices, then the wider tile."""
+    bound = next(b for b in gemm_select.BUCKETS if b is None or b >= M)
+    rows = -(-(bound or 8192) // 128)
+    kb = -(-K // 128)
+    options = []
+    for bn, s in itertools.product((128, 192, 256), range(1, 9)):
+        if bn > N or (s > 1 and kb // s < 8):
+            continue
+        if bound is not None and bound <= 128:
+            ok = bn != 192 and s in (1, 2, 4, 8)
+        elif bound is not None and bound <= 1024:
+            ok = s == 1 or (bn != 192 and s in (2, 3, 4, 6))
+        else:
+            ok = s == 1
+        if ok:
+            options.append((model_time(N, K, bn, s, sms, rows), s, -bn))
+    t, s, bn = min(options)
+    return bound, -bn, s
+
+
+@pytest.mark.parametrize("N, K", SHAPES)
+def test_heuristic_is_the_least_modelled_candidate(N, K):
+    for M in MS:
+        for sms in (132, 114):
+            got = S.heuristic(M, N, K, sms)
+            bound, bn, s = brute_force(M, N, K, sms)
+            assert (got["bn"], got.get("split_k", 1)) == (bn, s), (M, N, K, sms, got)
+            assert got["stages"] == S.STAGES[bn]
+            scheduled = bound is not None and bound <= 1024 and (bound <= 128 or s > 1)
+            assert got.get("max_rows") == (bound if scheduled else None), (M, got)
+
+
+def test_the_model_is_the_16_bit_one_in_fp8_k_blocks():
+    for (N, K), bn, s, rows in itertools.product(SHAPES, (128, 256), (1, 2, 4), (1, 3)):
+        assert S.cost(N, K, bn, s, 132, rows) == model_time(N, K, bn, s, 132, rows)
+
+
+def test_buckets_are_the_16_bit_gemms():
+    assert S.BUCKETS is gemm_select.BUCKETS
+    for M in MS:
+        b = S.bucket(M)
+        assert (b is None or b >= M) and all(x < M for x in gemm_select.BUCKETS if x is not None and (b is None or x < b))
+
+
+def test_scheduled_rows_bounds_exactly_the_fixed_grids():
+    for bound, cfg in itertools.product(gemm_select.BUCKETS, (dict(bn=128), dict(bn=128, split_k=2), dict(bn=256, cluster=2),
+                                                              dict(bn=128, stream_k=True))):
+        fixed = cfg.get("split_k", 1) > 1 or cfg.get("cluster", 1) > 1 or cfg.get("stream_k", False)
+        want = bound if bound is not None and bound <= 1024 and (bound <= 128 or fixed) else None
+        assert S.scheduled_rows(bound, cfg) == want, (bound, cfg)
+
+
+@pytest.mark.parametrize("N, K", [(4096, 14336), (2112, 1936), (576, 7168), (128, 128), (32768, 512)])
+def test_every_candidate_composes(N, K):
+    """Each candidate of every bucket is a configuration the kernel composes (its refusals are
+    raised by ``make`` before any build), scheduled for its bucket where ``scheduled_rows`` says."""
+    from kernels import gemm_fp8
+    for bound in gemm_select.BUCKETS:
+        cands = S.candidates(bound, N, K)
+        assert cands and len({S.name(c) for c in cands}) == len(cands)
+        for c in cands:
+            cfg = S.with_bound(bound, c)
+            k = gemm_fp8.make_dynamic(N, K, **cfg)
+            assert k.meta["max_rows"] == S.scheduled_rows(bound, c) and k.meta["M"] is None
+
+
+def test_split_candidates_keep_slices_the_split_k_scheduler_takes():
+    """SplitK's conditions (at least 2 k-blocks a slice, every slice starting inside K) hold for
+    every split the candidates offer."""
+    from kernels.parts.schedulers.split_k import SplitK
+    for (N, K), bound in itertools.product(SHAPES, gemm_select.BUCKETS):
+        for c in S.candidates(bound, N, K):
+            if c.get("split_k", 1) > 1:
+                SplitK(bound or 1024, N, 128, c["bn"], 132, 16, S.k_iters(K), c["split_k"], 64)
+
+
+def test_the_op_picks_once_per_bucket(monkeypatch):
+    """``fp8_ops.spec`` asks the heuristic once per (N, K, bucket) and returns the same dict for
+    every M of the bucket (a call costs one bisect and a lookup)."""
+    pytest.importorskip("torch")
+    from axe.torch import fp8_ops
+    calls = []
+    real = S.heuristic
+    monkeypatch.setattr(fp8_ops, "_PICKS", {})
+    monkeypatch.setattr(fp8_ops.SELECT, "heuristic", lambda *a: calls.append(a) or real(*a))
+    picks = {M: fp8_ops.spec(M, 4096, 14336) for M in (1, 5, 16, 17, 64, 65, 128, 3000, 4096)}
+    assert len(calls) == 4                      # buckets 16, 64, 128 and 4096
+    assert picks[1] is picks[5] is picks[16] and picks[17] is picks[64] and picks[65] is picks[128]
+    assert picks[3000] is picks[4096] and picks[16] is not picks[17]
+    for M, s in picks.items():
+        assert s == {"N": 4096, "K": 14336, **real(M, 4096, 14336)}
