@@ -3,8 +3,9 @@ and trn2 (``nki.*``, Neuron 2.27+), run them on the NumPy model of each NeuronCo
 print the cost model's estimates and the kernels' sizes.
 
 ``python -m axe.demo_trainium --table`` also prints the estimates for the paper's sizes
-(GEMM square 512-4096, MHA sequence 512-8192) on trn1 and trn2 side by side, run through the
-model with ``numerics=False`` (the table in docs/trainium.md).
+(GEMM square 512-4096, MHA sequence 512-8192, and the attention of kernels/attention.py causal and
+with grouped-query heads) on trn1 and trn2 side by side, run through the model with
+``numerics=False`` (the table in docs/trainium.md).
 """
 
 from __future__ import annotations
@@ -50,21 +51,30 @@ def _kernels():
 
 def _shape(kernel) -> tuple:
     m = kernel.meta
-    return m["shape"] if "shape" in m else (m["M"], m["N"], m["K"])
+    return (m["batch"], m["seq_q"], m["q_heads"], m["head_dim"]) if "seq_q" in m else (m["M"], m["N"], m["K"])
+
+
+def _attention_reference(Q, K, V, scale):
+    """float32 NumPy attention (no mask, as many kv heads as query heads) on [B, S, H, D] arrays."""
+    q, k, v = (x.astype(np.float32).transpose(0, 2, 1, 3) for x in (Q, K, V))
+    s = q @ k.transpose(0, 1, 3, 2) * np.float32(scale)
+    p = np.exp(s - s.max(-1, keepdims=True))
+    return ((p / p.sum(-1, keepdims=True)) @ v).transpose(0, 2, 1, 3)
 
 
 def _inputs(kernel, rng):
     """Random inputs by parameter name, and the numpy reference of the output."""
     import ml_dtypes
     dt = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16}[kernel.meta["dtype"]]
-    if "shape" not in kernel.meta:        # kernels/gemm.py (B as stored: K×N, or N×K for "col")
+    if "seq_q" not in kernel.meta:        # kernels/gemm.py (B as stored: K×N, or N×K for "col")
         M, N, K = _shape(kernel)
         col = kernel.meta["b_major"] == "col"
         A, B = rng.standard_normal((M, K)).astype(dt), rng.standard_normal((N, K) if col else (K, N)).astype(dt)
         return {"A": A, "B": B}, A.astype(np.float32) @ (B.T if col else B).astype(np.float32)
-    h, s, d = kernel.meta["shape"]
-    inputs = {x: rng.standard_normal((h, s, d)).astype(dt) for x in ("Q", "K", "V")}
-    return inputs, kernel.reference(**inputs)["O"]
+    m = kernel.meta
+    shapes = {"Q": _shape(kernel), "K": (m["batch"], m["seq_kv"], m["kv_heads"], m["head_dim"])}
+    inputs = {x: rng.standard_normal(shapes[x[0] if x == "Q" else "K"]).astype(dt) for x in ("Q", "K", "V")}
+    return inputs, _attention_reference(**inputs, scale=m["scale"])
 
 
 #: the Trainium targets, in the order the demo and the table show them
@@ -151,7 +161,6 @@ def print_table(gemm, nki_attention, targets=TARGETS) -> None:
     """Cost-model estimates for the paper's Figure 13 sizes on each target, side by side (numerics
     off: rules and costs only): per target, estimated time, TFLOP/s, TensorE utilization (of that
     core's peak) and the busiest engine."""
-    import ml_dtypes
     from axe.lang.kernel import compile_kernel
     head = "".join(f" {t} time | {t} TFLOP/s | {t} TensorE util. | {t} busiest |" for t in targets)
     print(f"\n| kernel | size |{head}")
@@ -161,9 +170,25 @@ def print_table(gemm, nki_attention, targets=TARGETS) -> None:
         costs = [compile_kernel(gemm(n, n, n), t).run(numerics=False, A=z, B=z)[1] for t in targets]
         _row("GEMM fp16", f"{n}^3", costs)
     for s in (512, 1024, 2048, 4096, 8192):
-        z = np.zeros((1, s, 128), ml_dtypes.bfloat16)
-        costs = [compile_kernel(nki_attention(1, s), t).run(numerics=False, Q=z, K=z, V=z)[1] for t in targets]
+        costs = [_attention_cost(nki_attention(1, s), t) for t in targets]
         _row("MHA bf16 (1 head, d=128)", f"seq {s}", costs)
+    from kernels import attention
+    for s in (2048, 8192):
+        costs = [_attention_cost(attention.make(1, s, s, 1, 1, 128, "bfloat16", True), t) for t in targets]
+        _row("MHA bf16 causal (1 head, d=128)", f"seq {s}", costs)
+    for s in (2048, 8192):
+        costs = [_attention_cost(attention.make(1, s, s, 4, 1, 64, "bfloat16", True, lse=True), t) for t in targets]
+        _row("GQA 4:1 bf16 causal + LSE (4 q heads, d=64)", f"seq {s}", costs)
+
+
+def _attention_cost(kernel, target):
+    """The model's cost of ``kernel`` (kernels/attention.py) on ``target``, numerics off."""
+    import ml_dtypes
+    from axe.lang.kernel import compile_kernel
+    m = kernel.meta
+    q = np.zeros(_shape(kernel), ml_dtypes.bfloat16)
+    kv = np.zeros((m["batch"], m["seq_kv"], m["kv_heads"], m["head_dim"]), ml_dtypes.bfloat16)
+    return compile_kernel(kernel, target).run(numerics=False, Q=q, K=kv, V=kv)[1]
 
 
 def _row(kernel, size, costs):
