@@ -8,4 +8,5 @@ from setuptools import find_packages, setup
 
 setup(packages=find_packages(include=["axe", "axe.*"])
       + [f"axe._kernels.{p}" for p in find_packages(include=["kernels", "kernels.*"])],
-      package_dir={"axe._kernels.kernels": "kernels"})
+      package_dir={"axe._kernels.kernels": "kernels"},
+      package_data={"axe.torch": ["csrc/*.cpp"]})      # the compiled launcher, built where it is used

@@ -29,7 +29,8 @@ from axe.torch import fast_ops, ops
 from test_torch_plans import RecordingDriver, _ptr, _Stand, cpu_launches, rows_launch  # noqa: F401 - a fixture
 
 PATH = ops.launcher()
-pytestmark = pytest.mark.skipif(PATH["path"] != "compiled", reason=f"the compiled launcher is not built here: {PATH['why']}")
+#: the tests that launch through the library (the fallback's run anywhere)
+built = pytest.mark.skipif(PATH["path"] != "compiled", reason=f"the compiled launcher is not built here: {PATH['why']}")
 
 _T = {"kind": "tensor", "strides": None, "alignment": 16}
 _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p,
@@ -138,6 +139,7 @@ def _python_plan_launch(launches, name, op, key, ptrs):
     return launches[name][-1]
 
 
+@built
 def test_second_call_launches_from_cpp_what_the_python_plan_launches(stands, monkeypatch):
     x, w = torch.randn(2, 3, 64, dtype=torch.float16), torch.randn(64, dtype=torch.float16)
     y1 = torch.ops.axe.rmsnorm(x, w, 1e-6)
@@ -158,6 +160,7 @@ def test_second_call_launches_from_cpp_what_the_python_plan_launches(stands, mon
     assert struct.unpack("<i", values[3]) == (6,) and struct.unpack("<f", values[4])[0] == pytest.approx(1e-6)
 
 
+@built
 @pytest.mark.parametrize("op", ["fused_add_rmsnorm", "softmax", "silu_and_mul", "rotary_neox", "rotary_gptj_nokey"])
 def test_every_op_launches_from_cpp_as_its_python_plan(stands, op):
     """Each op's kernel arguments come from the right operands and outputs (parameters read back
@@ -192,6 +195,7 @@ def test_every_op_launches_from_cpp_as_its_python_plan(stands, op):
     assert got == _python_plan_launch(stands, name, "rotary_embedding" if name.startswith("rotary") else op, key, ptrs)
 
 
+@built
 def test_checked_path_keeps_todays_behaviour(stands):
     """A new signature, a misaligned view, a wrong dtype and x aliasing residual go to the checked
     path, which copies or raises today's errors."""
@@ -219,6 +223,21 @@ def test_checked_path_keeps_todays_behaviour(stands):
     assert counts()["launched"] == c["launched"]
 
 
+@built
+def test_a_python_plan_reaches_the_table(stands):
+    """A signature planned by a direct call of the checked implementation (no compiled call was
+    pending: nothing to key it by) is handed over by the first compiled call that reaches it."""
+    x = torch.randn(3, 64, dtype=torch.float16)
+    torch.ops.axe_checked.softmax(x)
+    assert ops.PLANS["softmax"] and counts()["plans"] == 0
+    torch.ops.axe.softmax(x)
+    c = counts()
+    assert c["plans"] == 1
+    torch.ops.axe.softmax(x)
+    assert counts()["launched"] == c["launched"] + 1
+
+
+@built
 def test_fast_path_switch_and_clear_plans_govern_the_table(stands):
     x = torch.randn(2, 64, dtype=torch.float16)
     torch.ops.axe.softmax(x)
@@ -240,6 +259,7 @@ def test_fast_path_switch_and_clear_plans_govern_the_table(stands):
     assert counts()["checked"] == c["checked"] + 1 and counts()["plans"] == 1   # checked and planned again
 
 
+@built
 def test_threads_launch_their_own_tensors(stands):
     """Calls of one planned signature from several threads (no lock held while launching) each
     launch with their own pointers."""
@@ -294,6 +314,7 @@ def test_a_failed_build_says_why(tmp_path, monkeypatch):
     assert not list(tmp_path.rglob("*.so"))
 
 
+@built
 def test_the_library_is_built_for_this_torch():
     """Loaded from a folder named by the digest of the source, torch's version and the compiler."""
     so = ops._LAUNCHER.path

@@ -62,6 +62,8 @@ def build(root=None) -> Path:
     compiler = shutil.which(os.environ.get("CXX") or "c++")
     if compiler is None:
         raise BuildError(f"no C++ compiler ({os.environ.get('CXX') or 'c++'}) on PATH")
+    if not SOURCE.is_file():
+        raise BuildError(f"{SOURCE} is missing (an installation without axe's package data)")
     include, _ = _torch_dirs(torch)
     if not (include / "torch" / "library.h").is_file():
         raise BuildError(f"torch's C++ headers are not installed ({include / 'torch' / 'library.h'} is missing)")

@@ -82,7 +82,8 @@ _INT32 = 2**31 - 1
 FAST_PATH = True
 #: call signatures remembered per op (then forgotten all at once: a server's shapes repeat)
 PLAN_LIMIT = 1024
-#: op name -> {call signature: (LaunchPlan, what the op's fast path needs besides)}
+#: op name -> {call signature: (LaunchPlan, what the op's fast path needs besides, the compiled
+#: launcher's record of the plan or None)}
 PLANS: dict = {}
 
 
@@ -102,11 +103,19 @@ def _remember(op: str, key, plan, extra=None, compiled=()):
     plans = PLANS.setdefault(op, {})
     if len(plans) >= PLAN_LIMIT:
         plans.clear()
-    plans[key] = (plan, extra)
-    if op in _COMPILED:
-        rec = fast_ops.record(plan, *compiled)
-        if rec is not None:
-            _LAUNCHER.submit(op, *rec)
+    rec = fast_ops.record(plan, *compiled) if op in _COMPILED else None
+    plans[key] = (plan, extra, rec)
+    if rec is not None:
+        _LAUNCHER.submit(op, *rec)
+
+
+def _planned(op: str, hit):
+    """The Python plan of ``hit`` (a :data:`PLANS` entry), handed to the compiled launcher first
+    where it takes ``op``: a call that reaches a Python plan then is one whose plan the library
+    lacks (made by a direct call of ``torch.ops.axe_checked``), or one it could not launch."""
+    if hit[2] is not None:
+        _LAUNCHER.submit(op, *hit[2])
+    return hit[0]
 
 
 def prebuild(specs, cache_dir, target: str = "sm_90a") -> int:
@@ -348,7 +357,7 @@ def _rmsnorm(x, weight, eps=1e-6):
         xp, wp = x.data_ptr(), weight.data_ptr()
         if not (xp | wp) & 15:
             y = torch.empty_like(x)
-            hit[0]((xp, wp, y.data_ptr()))
+            _planned("rmsnorm", hit)((xp, wp, y.data_ptr()))
             return y
     n, _ = _check_rmsnorm(x, weight)
     xr, wr = _ready(x), _ready(weight)
@@ -397,7 +406,7 @@ def _fused_add_rmsnorm(x, residual, weight, eps=1e-6):
     if hit is not None:
         xp, rp, wp = x.data_ptr(), residual.data_ptr(), weight.data_ptr()
         if not (xp | rp | wp) & 15 and xp != rp:
-            hit[0]((xp, wp, rp))
+            _planned("fused_add_rmsnorm", hit)((xp, wp, rp))
             return
     n = _check_fused_add(x, residual, weight)
     if x.numel() and x.data_ptr() == residual.data_ptr():
@@ -437,7 +446,7 @@ def _softmax(x):
         xp = x.data_ptr()
         if not xp & 15:
             y = torch.empty_like(x)
-            hit[0]((xp, y.data_ptr()))
+            _planned("softmax", hit)((xp, y.data_ptr()))
             return y
     n = _row_length("softmax", x)
     _dtype("softmax", "x", x)
@@ -478,7 +487,7 @@ def _silu_and_mul(x):
         xp = x.data_ptr()
         if not xp & 15:
             y = torch.empty(hit[1], dtype=x.dtype, device=x.device)
-            hit[0]((xp, y.data_ptr()))
+            _planned("silu_and_mul", hit)((xp, y.data_ptr()))
             return y
     d = _check_silu(x)
     xr = _ready(x)
@@ -559,10 +568,10 @@ def _rotary_embedding(positions, query, key, head_size, cos_sin_cache, is_neox):
         if hit[1]:                     # the plan rotates a key too
             kp = key.data_ptr()
             if not (qp | kp | cp) & 15 and not pp % positions.element_size():
-                hit[0]((pp, qp, kp, cp))
+                _planned("rotary_embedding", hit)((pp, qp, kp, cp))
                 return
         elif not (qp | cp) & 15 and not pp % positions.element_size():
-            hit[0]((pp, qp, cp))
+            _planned("rotary_embedding", hit)((pp, qp, cp))
             return
     tokens, hq, hk = _check_rotary(positions, query, key, head_size, cos_sin_cache)
     if tokens == 0:

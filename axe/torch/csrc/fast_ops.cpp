@@ -226,16 +226,14 @@ bool launch(const Plan& p, torch::jit::Stack* stack, size_t n) {
   return true;
 }
 
+// This thread's pending call for the scope's duration; the one before it (an op whose checked
+// implementation called another op) afterwards.
 struct PendingScope {
-  PendingScope(int op, Key&& key) {
-    pending.op = op;
-    pending.key = std::move(key);
-    pending.plan.reset();
+  Pending outer;
+  PendingScope(int op, Key&& key) : outer(std::move(pending)) {
+    pending = Pending{op, std::move(key), nullptr};
   }
-  ~PendingScope() {
-    pending.op = -1;
-    pending.plan.reset();
-  }
+  ~PendingScope() { pending = std::move(outer); }
 };
 
 void remember(Op& op, Key key, std::shared_ptr<Plan> plan) {
