@@ -1,7 +1,7 @@
 """The flash-attention forward (kernels/attention.py) on the CPU machine: one sm_90a build whose PTX
 holds the instructions its schedules chose (wgmma ss and rs, TMA tensor copies, mbarriers) and that
 ptxas accepted without spills, with tensor maps at the tensors' real extents; the refusals (sizes,
-dtypes, heads, targets); the trn1 form of the same source on the NumPy model of NKI; the NumPy
+dtypes, heads, targets; the Trainium forms: tests/test_attention_trn.py); the NumPy
 model of the GPU body's tiled online softmax against a direct softmax (an independent oracle);
 and the fragment-coordinate law the masks rely on."""
 
@@ -69,22 +69,6 @@ def test_wrong_problems_are_refused(kw, why):
     args.update(kw)
     with pytest.raises(ValueError, match=why):
         A.make(**args)
-
-
-def test_trn1_refuses_what_its_body_lacks():
-    with pytest.raises(Ax.KernelError, match="does not take a causal mask, head_dim 64"):
-        A.build(1, 256, 256, 1, 1, 64, causal=True, target="trn1")
-
-
-def test_trn1_form_runs_on_the_nki_model():
-    ml_dtypes = pytest.importorskip("ml_dtypes")
-    rng = np.random.default_rng()
-    art = A.build(2, 300, 300, 1, 1, 128, "bfloat16", target="trn1")
-    Q, K, V = (rng.standard_normal((2, 300, 128)).astype(ml_dtypes.bfloat16) for _ in range(3))
-    out, _ = art.run(Q=Q, K=K, V=V)
-    for b in range(2):
-        want, _ = A.online_softmax_reference(*(x[b].astype(np.float64) for x in (Q, K, V)))
-        assert np.abs(out["O"][b].astype(np.float64) - want).max() < 2e-2
 
 
 def _direct(q, k, v, causal, scale):
