@@ -63,12 +63,15 @@ def test_build_is_tcgen05_with_no_spills(built):
     assert "wgmma" not in ptx and "setmaxnreg" not in ptx
     calls = [r.call for r in art.records if r.chosen == "tcgen05"]
     plans = [tc.tcgen05_plan(c, SM100) for c in calls]
-    qk = [p for c, p in zip(calls, plans) if c.operands["C"].name == "s_tmem"]
-    pv = [p for c, p in zip(calls, plans) if c.operands["C"].name == "o_tmem"]
-    one_tile = -(-args[2] // bn) == 1                        # one key tile: the loop is dead code
-    # S_0, S_1 before the first P·V (unless a static single key tile), S_{j+1} in the loop; O += P·V at
-    # j = 0 (overwrite) and in the loop
-    assert len(qk) == (2 if one_tile and not args[7] else 3) and len(pv) == 2
+    qk = [p for c, p in zip(calls, plans) if _tmem_col(c.operands["C"]) in (0, bn)]       # the S buffers
+    pv = [p for c, p in zip(calls, plans) if _tmem_col(c.operands["C"]) == 2 * bn]        # O after them
+    n_kv = -(-args[2] // bn)
+    one_tile = n_kv == 1                                     # one key tile: the loop is dead code
+    # S_0, S_1 and S_2 (where the key tiles may reach them: causal counts are run-time), S_{j+2} in the
+    # loop in either buffer; O += P·V at j = 0 (overwrite) and in the loop
+    static = not args[7]
+    assert len(qk) == 1 + (n_kv > 1 or not static) + (n_kv > 2 or not static) + 2 and len(pv) == 2
+    assert len(qk) + len(pv) == len(plans)
     assert {(p.n, p.k_tiles) for p in qk} == {(bn, D // 16)} and {(p.n, p.k_tiles) for p in pv} == {(D, bn // 16)}
     assert all(p.m == 128 and p.cta_group == 1 and not p.ts for p in plans)
     issued = sum(len(list(p.steps())) for p in plans)
@@ -76,7 +79,7 @@ def test_build_is_tcgen05_with_no_spills(built):
     assert len(re.findall(r"tcgen05\.mma\.cta_group::1\.kind::f16", ptx)) == want
     # each MMA site commits to its barrier and to its ring slot
     commits = re.findall(r"tcgen05\.commit\.cta_group::1\.mbarrier::arrive::one\.shared::cluster\.b64", ptx)
-    assert len(commits) == (4 if one_tile else 10)
+    assert len(commits) == 2 * (2 if one_tile else len(plans))
     assert "tcgen05.ld.sync.aligned.16x256b" in ptx and "tcgen05.wait::ld.sync.aligned" in ptx
     assert ("tcgen05.st.sync.aligned.16x256b" in ptx) == (not one_tile)     # O's rescale needs a 2nd tile
     assert "stmatrix" in ptx and "fence.proxy.async.shared::cta" in ptx
@@ -84,17 +87,34 @@ def test_build_is_tcgen05_with_no_spills(built):
     assert "cp.async.bulk.tensor.3d.global.shared::cta" in ptx          # O's TMA store
 
 
-def test_tmem_is_allocated_and_freed_in_pairs(built):
+def _tmem_col(t):
+    (c,) = t.layout.map((0, 0), t.shape)
+    return c["TCol"]
+
+
+def test_tmem_is_one_allocation_freed_once(built):
+    """One allocation (two S buffers and O, rounded up to a power of two): a CTA holding one of two
+    allocations while waiting for the other could deadlock with a co-resident one doing the same."""
     args, _, art = built
     D, bn = args[5], A.TARGETS["sm_100a"]["bn"][args[5]]
     src = art.cuda_source
     allocs = re.findall(r"tcgen05_alloc_alloc\w*\([^;]*\(uint\)(\d+)\);", src)
     frees = re.findall(r"tcgen05_dealloc_dealloc\w*\([^;]*\(uint\)(\d+)\);", src)
-    assert sorted(map(int, allocs)) == sorted(map(int, frees)) == sorted((bn, D)), (allocs, frees)
-    assert sum(map(int, allocs)) <= 512
+    assert allocs == frees == [str(1 << (2 * bn + D - 1).bit_length())], (allocs, frees)
     ptx = art.ptx
-    assert ptx.count("tcgen05.alloc.cta_group::1") == 2 and ptx.count("tcgen05.dealloc.cta_group::1") == 2
+    assert ptx.count("tcgen05.alloc.cta_group::1") == 1 and ptx.count("tcgen05.dealloc.cta_group::1") == 1
     assert ptx.count("tcgen05.relinquish_alloc_permit") == 1
+
+
+def test_mma_d_addresses_are_the_buffers_columns(built):
+    """The emitted tcgen05.mma's D addresses are the TMEM base plus S buffer 0's, S buffer 1's and O's
+    columns (0, bn, 2·bn) — no view offset counted twice (lanes: 0, M = 128 from lane 0)."""
+    args, _, art = built
+    D, bn = args[5], A.TARGETS["sm_100a"]["bn"][args[5]]
+    d = re.findall(r"tcgen05_mma_ss_mma_cta_group__1_kind__f16\(\(?_ptr_\d+\[0\](?: \+ \(uint\)(\d+)\))?,",
+                   art.cuda_source)
+    one_tile = -(-args[2] // bn) == 1 and not args[7]
+    assert {int(x or 0) for x in d} == ({0, 2 * bn} if one_tile else {0, bn, 2 * bn}), d
 
 
 def test_every_mbarrier_wait_is_bounded(built):
@@ -131,7 +151,8 @@ def records(request):
 
 def _mma(call, a_val, b_val):
     """Run a recorded tcgen05.mma call on the model: A and B written where the call's layouts put
-    them, every instruction of its plan; returns the model's TMEM."""
+    them, every instruction of its plan at its D column (C's own, the view's offset included: what
+    :func:`test_mma_d_addresses_are_the_buffers_columns` reads in the CUDA); returns the model's TMEM."""
     plan = tc.tcgen05_plan(call, SM100)
     assert not isinstance(plan, str), plan
     smem = _smem_image(_smem_image(np.zeros(2 * B_AT, np.uint8), plan.local["A"], a_val), plan.local["B"], b_val, B_AT)
@@ -149,29 +170,34 @@ def _read(tm, ld_call):
 
 
 def test_qk_and_pv_on_the_isa_model(records):
-    """S = Q·Kᵀ (A = Q, B = K's tile transposed: K-major) and O = P·V (A = P from its shared tile,
-    B = V: MN-major) as the kernel records them, executed on the model and read back by the softmax's
-    tcgen05.ld plans of S and of the final O, equal numpy's products."""
+    """S = Q·Kᵀ into either S buffer (A = Q, B = K's tile transposed: K-major) and O = P·V (A = P
+    from its shared tile, B = V: MN-major) as the kernel records them, executed on the model and read
+    back by the softmax's tcgen05.ld plans of that buffer and of the final O, equal numpy's
+    products."""
     D, recs = records
     rng = np.random.default_rng(7)
     mmas = [r.call for r in recs if r.chosen == "tcgen05"]
-    lds = {r.call.operands["dst"].name: r.call for r in recs if r.chosen == "tcgen05_ld" and not
-           r.call.operands["dst"].mem == "tmem"}
-    qk, pv = mmas[0], mmas[-1]
-    assert qk.operands["C"].name == "s_tmem" and pv.operands["C"].name == "o_tmem"
-    bn = qk.operands["B"].shape[1]
-    q = rng.standard_normal((128, D)).astype(np.float16)
-    k = rng.standard_normal((bn, D)).astype(np.float16)
-    tm, plan = _mma(qk, q, k.T)
-    assert M.decode_idesc(plan.idesc)["trans_b"] == 0                   # K's rows are Kᵀ's columns: K-major
-    np.testing.assert_allclose(_read(tm, lds["s_acc"]), q.astype(np.float32) @ k.T.astype(np.float32),
-                               rtol=1e-5, atol=1e-3)
-    p = rng.random((128, bn)).astype(np.float16)
-    v = rng.standard_normal((bn, D)).astype(np.float16)
-    tm, plan = _mma(pv, p, v)
-    assert M.decode_idesc(plan.idesc)["trans_b"] == 1                   # V (keys × dim) is MN-major
-    np.testing.assert_allclose(_read(tm, lds["o_acc"]), p.astype(np.float32) @ v.astype(np.float32),
-                               rtol=1e-5, atol=1e-3)
+    lds = [r.call for r in recs if r.chosen == "tcgen05_ld" and r.call.operands["dst"].mem == "local"]
+    bn = mmas[0].operands["B"].shape[1]
+    qks = [c for c in mmas if _tmem_col(c.operands["C"]) < 2 * bn]
+    assert {_tmem_col(c.operands["C"]) for c in qks} == {0, bn}           # both buffers are written
+    for qk in qks:
+        col = _tmem_col(qk.operands["C"])
+        s_ld = next(c for c in lds if c.operands["dst"].name == "s_acc" and tc.ld_plan(c, SM100).col0 == col)
+        q = rng.standard_normal((128, D)).astype(np.float16)
+        k = rng.standard_normal((bn, D)).astype(np.float16)
+        tm, plan = _mma(qk, q, k.T)
+        assert M.decode_idesc(plan.idesc)["trans_b"] == 0               # K's rows are Kᵀ's columns: K-major
+        np.testing.assert_allclose(_read(tm, s_ld), q.astype(np.float32) @ k.T.astype(np.float32),
+                                   rtol=1e-5, atol=1e-3)
+    (o_ld,) = [c for c in lds if c.operands["dst"].name == "o_acc"]
+    for pv in [c for c in mmas if _tmem_col(c.operands["C"]) == 2 * bn]:
+        p = rng.random((128, bn)).astype(np.float16)
+        v = rng.standard_normal((bn, D)).astype(np.float16)
+        tm, plan = _mma(pv, p, v)
+        assert M.decode_idesc(plan.idesc)["trans_b"] == 1               # V (keys × dim) is MN-major
+        np.testing.assert_allclose(_read(tm, o_ld), p.astype(np.float32) @ v.astype(np.float32),
+                                   rtol=1e-5, atol=1e-3)
 
 
 def test_row_values_are_the_rows_of_the_ld_fragment():

@@ -8,11 +8,12 @@ One CTA of 256 threads per (query tile of 128 rows, query head, batch), in :func
 - warp 0, the producer: the tile's Q rows once (``q_full``), then every key tile's K and V by TMA
   into two ``stages``-deep rings (``Ax.cuda.pipeline``; K and V apart, so S = Q·Kᵀ starts before V
   lands); the MMAs' commits free the slots;
-- warp 1, the MMA thread (one elected lane): ``S_0 = Q·K_0ᵀ``; then per key tile j: wait for ``P_j``
-  (``p_full``), issue ``S_{j+1} = Q·K_{j+1}ᵀ`` into the S tile of TMEM (the softmax has read ``S_j``
-  out of it) and ``O += P_j·V_j`` into the O tile of TMEM, both ``tcgen05.mma.cta_group::1`` with
-  their operands in shared memory, each committed (``tcgen05.commit``) to its barrier (``s_full``,
-  ``o_done``) and to its ring slot's *empty* barrier;
+- warp 1, the MMA thread (one elected lane): ``S_0 = Q·K_0ᵀ`` and ``S_1`` into the two S buffers of
+  TMEM; then per key tile j: wait for ``P_j`` (``p_full``), issue ``S_{j+2} = Q·K_{j+2}ᵀ`` into S_j's
+  buffer (the softmax has read ``S_j`` out of it) and ``O += P_j·V_j`` into the O tile of TMEM, all
+  ``tcgen05.mma.cta_group::1`` with their operands in shared memory, each committed
+  (``tcgen05.commit``) to its barrier (``s_full`` of its buffer, ``o_done``) and to its ring slot's
+  *empty* barrier;
 - warpgroup 1, softmax, correction and epilogue (thread t holds TMEM lanes 32·(t/32) + …: all 128
   rows, ``tcgen05.ld.16x256b``, four rows per thread, a quad per row): per key tile, S out of TMEM
   into fp32 registers, the ragged / causal mask, the online softmax
@@ -20,10 +21,13 @@ One CTA of 256 threads per (query tile of 128 rows, query head, batch), in :func
   ``scale·log2 e``); once ``P_{j−1}·V_{j−1}`` has completed (``o_done``) it rescales O in TMEM by α
   (ld, multiply, st, 32 columns at a time) and writes P, cast to the input type, into a shared tile
   by stmatrix (the A operand of the next P·V), then every thread arrives on ``p_full``.  So the
-  softmax of ``S_{j+1}`` runs while the tensor cores compute ``P_j·V_j``.  At the end ``O / l`` goes
+  softmax of ``S_{j+1}`` (already computed: S is double-buffered) runs while the tensor cores
+  compute ``P_j·V_j`` and ``S_{j+2}``.  At the end ``O / l`` goes
   out of TMEM through the (by then free) Q slot by stmatrix and TMA stores, which clip rows past
   ``seq_q``; the LSE by per-thread stores.
 
+TMEM: one allocation per CTA (two allocations could deadlock two co-resident CTAs, each holding
+its first and waiting for its second): S buffers 0 and 1 (``bn`` columns each), then O (``head_dim``).
 Every mbarrier wait is bounded (``remote=True`` waits: a wait that never completes ends the launch
 after ``CTA_WAIT_TIMEOUT_NS`` with a report naming the barrier, stage and phase), since a hang on
 hardware no one here can run would otherwise be silent.
@@ -88,8 +92,11 @@ class Blackwell:
             raise ValueError(f"attention on sm_100a: {self.stages} stages of {bn}x{D} K and V tiles, {ROWS} Q rows "
                              f"and a {ROWS}x{bn} P tile need {self.smem * 2 // 1024} KiB of shared memory, more "
                              "than 227 KiB")
-        # S (fp32, bn columns) and O (fp32, D columns) in TMEM's 512 columns: at most 256 + 128
-        self.tmem_columns = bn + D
+        # two S buffers (fp32, bn columns each) and O (fp32, D columns) in TMEM's 512 columns
+        self.tmem_columns = 2 * bn + D
+        if self.tmem_columns > 512:
+            raise ValueError(f"attention on sm_100a: two {bn}-column S buffers and the {D}-column O need "
+                             f"{self.tmem_columns} TMEM columns, more than 512 (take bn <= {(512 - D) // 2 // 64 * 64})")
 
     def kv_count(self, qt):
         """Key tiles query tile ``qt`` reads: all, or (causal) those up to its last row's diagonal."""
@@ -108,6 +115,17 @@ def _when(cond, emit):
         emit()
 
 
+def _each_buffer(j, emit):
+    """``emit(b)`` for key tile j's S buffer ``b = j % 2``: chosen at build time for an int j, else one
+    guarded branch per buffer (TMEM views have static columns)."""
+    if isinstance(j, int):
+        emit(j % 2)
+        return
+    for b in range(2):
+        with Ax.guard(j % 2 == b):
+            emit(b)
+
+
 def _wait(bar, phase, stage=0):
     """A bounded wait (``remote=True`` is the bounded form: a barrier that never completes ends the
     launch with a report instead of hanging it)."""
@@ -115,8 +133,8 @@ def _wait(bar, phase, stage=0):
 
 
 class _Sync:
-    """The CTA's barriers: ``q_full`` (the Q rows landed), ``s_full`` (the MMA thread's commit: S_j is
-    in TMEM), ``p_full`` (all 128 softmax threads: P_j is in shared memory, O is rescaled), ``o_done``
+    """The CTA's barriers: ``q_full`` (the Q rows landed), ``s_full[b]`` (the MMA thread's commit: S_j
+    is in S buffer b = j % 2), ``p_full`` (all 128 softmax threads: P_j is in shared memory, O is rescaled), ``o_done``
     (the commit: O += P_j·V_j completed, so O may be read and P's tile rewritten), the K and V rings
     (bounded waits on both sides)."""
 
@@ -124,7 +142,7 @@ class _Sync:
 
     def __init__(self, b):
         self.q = Ax.cuda.mbarrier(1, 1, "q_full")
-        self.s = Ax.cuda.mbarrier(1, 1, "s_full")
+        self.s = Ax.cuda.mbarrier(1, 2, "s_full")
         self.p = Ax.cuda.mbarrier(ROWS, 1, "p_full")
         self.o = Ax.cuda.mbarrier(1, 1, "o_done")
         self.k = Ax.cuda.pipeline(b.stages, producers=1, consumers=1, name="k", remote=True)
@@ -144,22 +162,26 @@ def _produce(b, t, pool, Q, K, V, sync):
 
 
 def _issue(b, t, pool, s_t, o_t, sync):
-    """Warp 1: S_0, then per key tile j, once P_j is written, S_{j+1} and O += P_j·V_j (the first
-    P·V overwrites O), each by one elected thread and committed to its barriers."""
+    """Warp 1: S_0 and S_1, then per key tile j, once P_j is written, S_{j+2} (into S_j's buffer) and
+    O += P_j·V_j (the first P·V overwrites O), each by one elected thread and committed to its
+    barriers."""
     D, bn = b.p.head_dim, b.bn
     q, p_s = _mat(pool, b.q_at, ROWS, D), _mat(pool, b.p_at, ROWS, bn)
 
     def qk(j):
         s = sync.k.slot(j)
         sync.k.wait(j)
-        k = _mat(pool, b.k_at + s * (bn * D), bn, D)
-        with Ax.cuda.elect_one():
-            Ax.gemm(s_t, q, Ax.permute(k, (1, 0)), accumulate=False, barrier=(sync.s, sync.k.empty[s]))
+        k = Ax.permute(_mat(pool, b.k_at + s * (bn * D), bn, D), (1, 0))
+
+        def mma(buf):
+            with Ax.cuda.elect_one():
+                Ax.gemm(s_t[buf], q, k, accumulate=False, barrier=(sync.s[buf], sync.k.empty[s]))
+        _each_buffer(j, mma)
 
     def pv(j, first):
         _wait(sync.p, j % 2)
         Ax.cuda.tcgen05_fence_after()       # after the softmax's tcgen05.ld of S_j and st of O
-        _when(j + 1 < t.n_kv, lambda: qk(j + 1))
+        _when(j + 2 < t.n_kv, lambda: qk(j + 2))
         s = sync.v.slot(j)
         sync.v.wait(j)
         v = _mat(pool, b.v_at + s * (bn * D), bn, D)
@@ -168,6 +190,7 @@ def _issue(b, t, pool, s_t, o_t, sync):
 
     _wait(sync.q, 0)
     qk(0)
+    _when(1 < t.n_kv, lambda: qk(1))
     pv(0, True)
     with T.serial(1, t.n_kv) as j:
         pv(j, False)
@@ -202,8 +225,8 @@ class _Softmax:
         """Key tile j: S out of TMEM, mask, online softmax; after P_{j−1}·V_{j−1}, O *= α and P_j into
         its shared tile; then ``p_full``."""
         b, p, bn = self.b, self.b.p, self.b.bn
-        _wait(self.sync.s, j % 2)
-        Ax.copy(self.s, self.s_t)
+        _wait(self.sync.s, j // 2 % 2, j % 2)
+        _each_buffer(j, lambda buf: Ax.copy(self.s, self.s_t[buf]))
         need = (j + 1) * bn > p.seq_kv
         if p.causal:
             need = T.Or(need, (j + 1) * bn - 1 > row0)
@@ -278,8 +301,8 @@ def body(p, cfg):
         O = Ax.param(_flat3(O_, ROWS), tensormap=O_map)
         pool = Ax.cuda.dynamic_shared(b.smem, dtype)
         sync = _Sync(b)
-        s_t = Ax.cuda.tmem((ROWS, b.bn), "float32", name="s_tmem", last=False)
-        o_t = Ax.cuda.tmem((ROWS, D), "float32", name="o_tmem")
+        tm = Ax.cuda.tmem((ROWS, b.tmem_columns), "float32", name="tmem")
+        s_t, o_t = (tm[:, 0:b.bn], tm[:, b.bn:2 * b.bn]), tm[:, 2 * b.bn:b.tmem_columns]
         t = _Tiles(p, b, bx)
         with Ax.cuda.role(0, 1):
             with Ax.warps(0, 1):
@@ -288,7 +311,6 @@ def body(p, cfg):
                 _issue(b, t, pool, s_t, o_t, sync)
         with Ax.cuda.role(1, 2, each=True):
             _softmax(b, t, pool, s_t, o_t, O, LSE_, sync, tx_ % 128)
-        Ax.cuda.tmem_free(o_t)
-        Ax.cuda.tmem_free(s_t)
+        Ax.cuda.tmem_free(tm)
     _real_maps(Ax.current_build().tensormaps, {f"{n}_map": (shape, 2) for n, shape in p.shapes().items() if n != "LSE"})
     return attention

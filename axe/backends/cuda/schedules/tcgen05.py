@@ -219,7 +219,8 @@ class Tcgen05Plan:
 
     def steps(self):
         """The instructions in issue order: ``(mi, ni, ki, d_col, a (mn0, k0), b (mn0, k0),
-        enable_input_d)`` with coordinates in the local operands (D column in elements)."""
+        enable_input_d)`` with coordinates in the local operands; ``d_col`` is the TMEM column (in
+        elements) of the instruction's D, a view's column offset included."""
         nb = self.n // self.cta_group                       # B columns (N) each CTA holds
         for mi in range(self.m_tiles):
             for ni in range(self.n_tiles):
@@ -341,7 +342,8 @@ def _emit_mma(call, plan: Tcgen05Plan, ctx):
     (c0,) = C.layout.map((0, 0), C.shape)
     lanes_mask = [T.uint32(0)] * (4 * plan.cta_group)
     for mi, ni, ki, dcol, (am, ak), (bn, bk), k in plan.steps():
-        d = _tmem_addr(C, c0["TLane"], c0["TCol"] + dcol)
+        # dcol is C's own column: acc_outer = C_out carries the view's TCol offset (in atoms)
+        d = _tmem_addr(C, c0["TLane"], dcol)
         bd = emit_descriptor(plan.b, B, bn, bk, b_hi)
         enable = T.bool(bool(call.attrs["accumulate"] or k > 0))
         if plan.ts:
