@@ -14,12 +14,13 @@ CPU machine: ``.venv/bin/python benchmarks/gemm_fp8_allm.py --build [--out DIR]`
 (shape, bucket) artifact the sweep calls — one per (N, K, configuration): buckets sharing a
 configuration share it — slimmed to ``launch.json`` + ``kernel.cubin`` in ``.carry/gemm_fp8_allm/``,
 and prints the carry's size (refused above :data:`CARRY_LIMIT`).
-GPU machine: ``python3 benchmarks/gemm_fp8_allm.py [--only mlp|deepseek] [--shapes NxK ...] [--budget S]
+GPU machine: ``python3 benchmarks/gemm_fp8_allm.py [--only mlp|deepseek] [--shapes NxK ...] [--budget S] [--resume]
 [--shape-timeout S] [--rounds R] [--json PATH]`` writes ``gemm_fp8-allm-DATE-DEVICE.json`` (to
 ``$OUT`` when set, else ``benchmarks/results/``), rewritten after every shape.  Each shape runs in a
 child process killed after ``--shape-timeout`` seconds (0: in this process), so a hang or a crash
 becomes that shape's rows with an ``error``; shapes not started within ``--budget`` seconds are
-recorded as skipped.  Rows: ``set, model, proj, M, N, K, dtype, axe_ms, cublas_ms, triton_ms,
+recorded as skipped; ``--resume`` keeps the rows of ``--json``'s file and measures only the other
+shapes, so the sweep can be spread over several runs of one time limit each.  Rows: ``set, model, proj, M, N, K, dtype, axe_ms, cublas_ms, triton_ms,
 config, artifact, rel_err, errors`` and ``dram_limit_ms`` where M ≤ 128.
 """
 
@@ -157,9 +158,9 @@ def check(fn, out, ref):
     return err
 
 
-def run_shape(shape, artifacts, rate, rounds, ms_list=MS):
+def run_shape(shape, artifacts, rate, rounds, ms_list=MS, on_row=None):
     """Every M of one shape: each side checked, then the correct ones timed from CUDA graphs in
-    ``rounds`` interleaved rounds; returns the rows."""
+    ``rounds`` interleaved rounds; returns the rows (``on_row(rows)`` after each)."""
     import torch
 
     import axe.runtime as rt
@@ -202,6 +203,8 @@ def run_shape(shape, artifacts, rate, rounds, ms_list=MS):
             del graphs
         row = {**make_row(shape, m, config, ms, rel, errors, rate), **notes}
         rows.append(row)
+        if on_row:
+            on_row(rows)
         cells = "  ".join(f"{s} {ms[s] * 1e3:8.1f}" if s in ms else f"{s} {'-':>8s}" for s in SIDES)
         print(f"{m:5d}x{n}x{k}: {cells} us  {artifact_name(n, k, config)}", flush=True)
         del A, SA, ref, C
@@ -237,11 +240,10 @@ def write(path, result):
 
 
 def child(shape_key, artifacts, rate, rounds, part):
-    """The child process's work: one shape's rows into ``part`` (written after every M)."""
+    """The child process's work: one shape's rows into ``part``, rewritten after every M (so a crash
+    or a hang loses only the M it happened at)."""
     shape = next(s for s in shapes() if f"{s[3]}x{s[4]}" == shape_key)
-    rows = run_shape(shape, artifacts, rate, rounds)
-    with open(part, "w") as f:
-        json.dump(rows, f)
+    run_shape(shape, artifacts, rate, rounds, on_row=lambda rows: write(part, rows))
     return 0
 
 
@@ -256,14 +258,22 @@ def shape_rows(shape, args, rate):
     part = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"gemm_fp8_allm_{os.getpid()}_{shape[3]}x{shape[4]}.json")
     cmd = [sys.executable, os.path.abspath(__file__), "--child", f"{shape[3]}x{shape[4]}", "--part", part,
            "--rate", repr(rate), "--rounds", str(args.rounds), "--artifacts", args.artifacts]
+    why = None
     try:
         subprocess.run(cmd, timeout=args.shape_timeout, check=True)
-        with open(part) as f:
-            return json.load(f)
     except subprocess.TimeoutExpired:
-        return failed_rows(shape, rate, f"timed out after {args.shape_timeout} s (a hang?)")
-    except (subprocess.CalledProcessError, OSError, ValueError) as e:
-        return failed_rows(shape, rate, f"child failed: {e}")
+        why = f"timed out after {args.shape_timeout} s (a hang?)"
+    except (subprocess.CalledProcessError, OSError) as e:
+        why = f"child failed: {e}"
+    try:
+        with open(part) as f:
+            rows = json.load(f)
+        os.remove(part)
+    except (OSError, ValueError):
+        rows = []
+    if why is None and len(rows) == len(MS):
+        return rows
+    return rows + failed_rows(shape, rate, why or "the child left no rows", done={r["M"] for r in rows})
 
 
 def run(args):
@@ -292,8 +302,13 @@ def run(args):
                         "the bucket's run-time-M artifact (gemm_fp8_select.heuristic), cuBLAS = torch._scaled_mm "
                         "blockwise, Triton = benchmarks/gemm_fp8.py's block-scaled GEMM (autotuned)",
               "rows": [], "skipped": [], "summary": {}}
+    if args.resume and os.path.exists(path):     # a sweep split over several runs: keep the shapes measured
+        with open(path) as f:
+            result["rows"] = json.load(f)["rows"]
+    done = {(r["N"], r["K"]) for r in result["rows"]}
     t0 = time.time()
-    todo = [s for s in shapes() if args.only in (None, s[0]) and (not args.shapes or f"{s[3]}x{s[4]}" in args.shapes)]
+    todo = [s for s in shapes() if args.only in (None, s[0]) and (not args.shapes or f"{s[3]}x{s[4]}" in args.shapes)
+            and (s[3], s[4]) not in done]
     for i, shape in budgeted(todo, t0, args.budget, result):
         print(f"[{i + 1}/{len(todo)}] {shape[0]} {shape[1]} {shape[2]} N={shape[3]} K={shape[4]}", flush=True)
         result["rows"] += shape_rows(shape, args, rate)
@@ -314,8 +329,9 @@ def main(argv=None):
     ap.add_argument("--artifacts", default=ARTIFACTS)
     ap.add_argument("--only", choices=("mlp", "deepseek"), default=None)
     ap.add_argument("--shapes", nargs="*", default=None, metavar="NxK", help="only these weight shapes")
-    ap.add_argument("--budget", type=float, default=540.0, help="seconds: shapes not started by then are skipped")
+    ap.add_argument("--budget", type=float, default=300.0, help="seconds: shapes not started by then are skipped")
     ap.add_argument("--shape-timeout", type=int, default=240, help="seconds per shape's child process (0: in process)")
+    ap.add_argument("--resume", action="store_true", help="keep the rows of --json's file and skip their shapes")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", default=None)
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)

@@ -76,7 +76,9 @@ def test_slim_keeps_what_the_runtime_loads_and_the_carry_is_counted(tmp_path):
     assert A.carry_bytes(str(tmp_path)) == 3100
 
 
-def test_a_crashed_or_hung_shape_becomes_rows_with_the_reason(monkeypatch):
+def test_a_crashed_or_hung_shape_becomes_rows_with_the_reason(monkeypatch, tmp_path):
+    """In process, a crash records every M with the error; in a child, the rows it wrote before it
+    hung are kept and the other M record the timeout."""
     class Args:
         shape_timeout, artifacts, rounds = 0, "/nowhere", 3
 
@@ -88,13 +90,18 @@ def test_a_crashed_or_hung_shape_becomes_rows_with_the_reason(monkeypatch):
     assert all("illegal memory access" in r["errors"]["shape"] and r["axe_ms"] is None for r in rows)
     assert all(("dram_limit_ms" in r) == (r["M"] <= 128) for r in rows)
 
+    measured = [A.make_row(SHAPE, m, {}, {"axe": 0.05, "cublas": 0.04, "triton": 0.1}, {}, {}, 3e12) for m in (1, 16)]
+
     def hang(cmd, timeout, check):
-        assert "--child" in cmd and "4096x14336" in cmd and timeout == 7
+        assert "4096x14336" in cmd and timeout == 7
+        A.write(cmd[cmd.index("--part") + 1], measured)          # what the child wrote before it hung
         raise subprocess.TimeoutExpired(cmd, timeout)
     Args.shape_timeout = 7
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
     monkeypatch.setattr(subprocess, "run", hang)
     rows = A.shape_rows(SHAPE, Args, 3e12)
-    assert len(rows) == len(A.MS) and all("timed out after 7 s" in r["errors"]["shape"] for r in rows)
+    assert rows[:2] == measured and [r["M"] for r in rows] == list(A.MS)
+    assert all("timed out after 7 s" in r["errors"]["shape"] for r in rows[2:]) and os.listdir(tmp_path) == []
 
 
 def test_the_json_is_replaced_whole(tmp_path):
