@@ -201,3 +201,25 @@ def k(A):
     assert "nisa.nc_matmul(dst=c[0:128, 0:128]" in respell(twice.replace("c[0:128, 0:128] = nisa", "c[0:128, 0:128] += nisa"))
     with pytest.raises(TargetError, match="has no nki.* form"):
         respell(src.replace("c[0:128, 0:128] = nisa.nc_matmul", "c[0:128, 0:128] = nisa.iota"))
+
+
+@pytest.mark.parametrize("pattern, offset, cm", [([[-1, 512]], 5, 1), ([[-2, 16], [1, 32]], -3, 2)])
+def test_affine_select_follows_the_documented_pseudo_code(pattern, offset, cm):
+    """[v2.27.0 nki.isa.affine_select]: value = offset + channel·channel_multiplier + Σ step·index over the
+    pattern's dims (row-major over the free elements); kept where cmp_op(value, 0)."""
+    A = np.random.default_rng().standard_normal((128, 512)).astype(np.float32)
+    out, _ = _run2(f"""
+t = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.sbuf)
+nisa.dma_copy(dst=t[0:128, 0:512], src=A[0:128, 0:512])
+nisa.affine_select(dst=t[0:128, 0:512], pattern={pattern}, offset={offset}, channel_multiplier={cm}, on_true_tile=t[0:128, 0:512], on_false_value=-7.0, cmp_op=nl.greater_equal)
+nisa.dma_copy(dst=O[0:128, 0:512], src=t[0:128, 0:512])""", A)
+    want = A.copy()
+    for c in range(128):
+        for i, idx in enumerate(np.ndindex(*[n for _, n in pattern])):
+            if offset + c * cm + sum(step * j for (step, _), j in zip(pattern, idx)) < 0:
+                want[c, i] = -7.0
+    np.testing.assert_array_equal(out[0], want)
+    with pytest.raises(HardwareError, match="must be in sbuf"):
+        _run2("""
+s = nl.ndarray((128, 512), dtype=nl.float32, buffer=nl.psum)
+nisa.affine_select(dst=s[0:128, 0:512], pattern=[[-1, 512]], offset=0, channel_multiplier=1, on_true_tile=s[0:128, 0:512], on_false_value=-7.0, cmp_op=nl.greater_equal)""")
