@@ -13,7 +13,9 @@ bytes and its scales' (N·K + 4·⌈N/128⌉·⌈K/128⌉) ÷ this run's read ra
 CPU machine: ``.venv/bin/python benchmarks/gemm_fp8_allm.py --build [--out DIR]`` builds every
 (shape, bucket) artifact the sweep calls — one per (N, K, configuration): buckets sharing a
 configuration share it — slimmed to ``launch.json`` + ``kernel.cubin`` in ``.carry/gemm_fp8_allm/``,
-and prints the carry's size (refused above :data:`CARRY_LIMIT`).
+and prints the carry's size (refused above :data:`CARRY_LIMIT`); ``--candidates`` also builds every
+candidate configuration of the decode buckets (``gemm_fp8_select.candidates``), which the run then
+times beside the pick (``candidates_ms``, ``best_candidate``: what fits the heuristic).
 GPU machine: ``python3 benchmarks/gemm_fp8_allm.py [--only mlp|deepseek] [--shapes NxK ...] [--budget S] [--resume]
 [--shape-timeout S] [--rounds R] [--json PATH]`` writes ``gemm_fp8-allm-DATE-DEVICE.json`` (to
 ``$OUT`` when set, else ``benchmarks/results/``), rewritten after every shape.  Each shape runs in a
@@ -64,6 +66,11 @@ def shapes():
     return out + [("deepseek", "DeepSeek-V3", f"{n}x{k}", n, k) for n, k in DEEPSEEK]
 
 
+def select_shapes(only=None, only_shapes=None):
+    """The shapes of set ``only`` (None: both) among ``only_shapes`` (``"NxK"`` names; None: all)."""
+    return [s for s in shapes() if only in (None, s[0]) and (not only_shapes or f"{s[3]}x{s[4]}" in only_shapes)]
+
+
 def config_for(m, n, k):
     """The configuration the op runs for M rows (``make_dynamic`` keywords)."""
     from kernels.gemm_fp8_select import heuristic
@@ -75,13 +82,22 @@ def artifact_name(n, k, config):
     return f"gemm_fp8_dyn_{n}x{k}_{name(config)}"
 
 
-def plan(todo_shapes, ms=MS):
-    """``[(N, K, config, name)]``: every distinct artifact the sweep calls."""
+def candidates_for(m, n, k):
+    """Every candidate configuration of M's bucket (``gemm_fp8_select.candidates``, with the bound
+    each is scheduled for) where the bucket is a decode one (≤ 128 rows), else none."""
+    from kernels.gemm_fp8_select import BM, bucket, candidates, with_bound
+    bound = bucket(m)
+    return [with_bound(bound, c) for c in candidates(bound, n, k)] if bound is not None and bound <= BM else []
+
+
+def plan(todo_shapes, ms=MS, every_candidate=False):
+    """``[(N, K, config, name)]``: every distinct artifact the sweep calls (``every_candidate``: also
+    every candidate of the decode buckets, which the run times beside the pick)."""
     out = {}
     for *_, n, k in todo_shapes:
         for m in ms:
-            config = config_for(m, n, k)
-            out.setdefault(artifact_name(n, k, config), (n, k, config))
+            for config in [config_for(m, n, k)] + (candidates_for(m, n, k) if every_candidate else []):
+                out.setdefault(artifact_name(n, k, config), (n, k, config))
     return [(n, k, config, nm) for nm, (n, k, config) in out.items()]
 
 
@@ -97,12 +113,12 @@ def carry_bytes(out):
     return sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(out) for f in fs)
 
 
-def build(out, only=None):
+def build(out, only=None, every_candidate=False, only_shapes=None):
     """Build the plan's artifacts into ``out`` (slim); 1 when one failed or the carry is over the limit."""
     os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
     from build_gemm import save_built
     from kernels import gemm_fp8
-    todo = plan([s for s in shapes() if only in (None, s[0])])
+    todo = plan(select_shapes(only, only_shapes), every_candidate=every_candidate)
     failed = []
     for i, (n, k, config, nm) in enumerate(todo):
         print(f"[{i + 1}/{len(todo)}] ", end="", flush=True)
@@ -189,6 +205,10 @@ def run_shape(shape, artifacts, rate, rounds, ms_list=MS, on_row=None):
         except Exception as e:  # noqa: BLE001
             errors["cublas"] = error_line(e)
         sides["triton"] = lambda: tri(A, W, SA, SB, C)
+        for cand in candidates_for(m, n, k):       # where --candidates built them: timed beside the pick
+            path = os.path.join(artifacts, artifact_name(n, k, cand))
+            if cand != config and os.path.exists(path):
+                sides[f"cand:{artifact_name(n, k, cand)}"] = (lambda kc: lambda: kc(A, W, SA, SB, C))(rt.load(path))
         for side, fn in sides.items():
             try:
                 rel[side] = check(fn, C, ref)
@@ -202,6 +222,10 @@ def run_shape(shape, artifacts, rate, rounds, ms_list=MS, on_row=None):
                 {s: (lambda g=g: graph_ms(torch, g, 10, inner=5)) for s, g in graphs.items()}, rounds).items()}
             del graphs
         row = {**make_row(shape, m, config, ms, rel, errors, rate), **notes}
+        cands = {side[5:]: t for side, t in ms.items() if side.startswith("cand:")}
+        if cands:       # the pick's time among every candidate's
+            row["candidates_ms"] = {**cands, **({artifact_name(n, k, config): ms["axe"]} if "axe" in ms else {})}
+            row["best_candidate"] = min(row["candidates_ms"], key=row["candidates_ms"].get)
         rows.append(row)
         if on_row:
             on_row(rows)
@@ -307,8 +331,7 @@ def run(args):
             result["rows"] = json.load(f)["rows"]
     done = {(r["N"], r["K"]) for r in result["rows"]}
     t0 = time.time()
-    todo = [s for s in shapes() if args.only in (None, s[0]) and (not args.shapes or f"{s[3]}x{s[4]}" in args.shapes)
-            and (s[3], s[4]) not in done]
+    todo = [s for s in select_shapes(args.only, args.shapes) if (s[3], s[4]) not in done]
     for i, shape in budgeted(todo, t0, args.budget, result):
         print(f"[{i + 1}/{len(todo)}] {shape[0]} {shape[1]} {shape[2]} N={shape[3]} K={shape[4]}", flush=True)
         result["rows"] += shape_rows(shape, args, rate)
@@ -331,6 +354,8 @@ def main(argv=None):
     ap.add_argument("--shapes", nargs="*", default=None, metavar="NxK", help="only these weight shapes")
     ap.add_argument("--budget", type=float, default=300.0, help="seconds: shapes not started by then are skipped")
     ap.add_argument("--shape-timeout", type=int, default=240, help="seconds per shape's child process (0: in process)")
+    ap.add_argument("--candidates", action="store_true",
+                    help="also build (and the run times, where built) every candidate of the decode buckets")
     ap.add_argument("--resume", action="store_true", help="keep the rows of --json's file and skip their shapes")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--json", default=None)
@@ -339,7 +364,7 @@ def main(argv=None):
     ap.add_argument("--rate", type=float, default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.build:
-        return build(args.out, args.only)
+        return build(args.out, args.only, args.candidates, args.shapes)
     if args.child:
         return child(args.child, args.artifacts, args.rate, args.rounds, args.part)
     return run(args)
