@@ -101,6 +101,12 @@ class Launcher:
         lib.axe_fast_set_limit.argtypes = [_I64]
         lib.axe_fast_set_launch.argtypes = [ctypes.c_void_p]
         lib.axe_fast_counts.argtypes = [ctypes.POINTER(_I64)]
+        self._pending = ctypes.c_int.in_dll(lib, "axe_fast_pending_calls")
+
+    def pending(self) -> bool:
+        """Whether some thread's call runs its checked implementation now (else :meth:`submit`
+        has nothing to hand a plan to, and need not be asked)."""
+        return self._pending.value != 0
 
     def register(self, name: str, checked_ns: str):
         """``axe::<name>`` launches through the library for CPU and CUDA tensors; a miss calls

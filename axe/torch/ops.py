@@ -113,7 +113,7 @@ def _planned(op: str, hit):
     """The Python plan of ``hit`` (a :data:`PLANS` entry), handed to the compiled launcher first
     where it takes ``op``: a call that reaches a Python plan then is one whose plan the library
     lacks (made by a direct call of ``torch.ops.axe_checked``), or one it could not launch."""
-    if hit[2] is not None:
+    if hit[2] is not None and _LAUNCHER.pending():
         _LAUNCHER.submit(op, *hit[2])
     return hit[0]
 

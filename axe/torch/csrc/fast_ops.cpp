@@ -98,6 +98,14 @@ struct Pending {
 };
 thread_local Pending pending;
 
+}  // namespace
+
+// Calls of any thread whose checked implementation runs now (Python reads it through ctypes
+// before handing over a plan it did not make: usually none is pending, and asking costs a call).
+extern "C" std::atomic<int> axe_fast_pending_calls{0};
+
+namespace {
+
 LaunchFn driver_launch() {
   LaunchFn fn = launch_override.load(std::memory_order_acquire);
   if (fn) return fn;
@@ -232,8 +240,12 @@ struct PendingScope {
   Pending outer;
   PendingScope(int op, Key&& key) : outer(std::move(pending)) {
     pending = Pending{op, std::move(key), nullptr};
+    axe_fast_pending_calls.fetch_add(1);
   }
-  ~PendingScope() { pending = std::move(outer); }
+  ~PendingScope() {
+    axe_fast_pending_calls.fetch_sub(1);
+    pending = std::move(outer);
+  }
 };
 
 void remember(Op& op, Key key, std::shared_ptr<Plan> plan) {
