@@ -157,10 +157,12 @@ def main(argv=None):
                     help="also time the dynamic-M artifacts (build_gemm.py --dynamic) beside the static ones")
     ap.add_argument("--allm", action="store_true",
                     help="the M sweep through torch.ops.axe.gemm (benchmarks/gemm_allm.py) instead of M = 8192")
+    ap.add_argument("--shapes", nargs="*", help="--allm: NxK weight shapes of the 16 (default: all)")
+    ap.add_argument("--ms", type=int, nargs="*", help="--allm: row counts (default: the sweep's ten)")
     args = ap.parse_args(argv)
     if args.allm:
         import gemm_allm
-        return gemm_allm.run(args.dtypes, args.json)
+        return gemm_allm.run(args.dtypes, args.json, shapes=args.shapes, ms=args.ms or gemm_allm.MS)
     import torch
     import triton
 

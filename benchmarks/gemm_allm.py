@@ -28,21 +28,35 @@ MS = (1, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192)
 TOL = {"float16": 2e-3, "bfloat16": 1e-2}
 
 
-def specs(dtypes):
-    """``[(N, K, dtype, M, spec)]``: what the op asks for at every row of the sweep."""
-    from axe.torch import tune
+def weight_shapes(only=None):
+    """The sweep's (N, K) weight shapes, sorted: the 16 MLP shapes, or of them those in ``only``
+    (``["4608x36864", ...]``; an unknown one is an error naming the known ones)."""
     from mlp_gemm import SHAPES
     shapes = sorted({(n, k) for _, _, n, k in SHAPES})
-    return [(n, k, dt, m, tune.spec_for("", n, k, dt, "col", m)) for dt in dtypes for n, k in shapes for m in MS]
+    if not only:
+        return shapes
+    want = [tuple(int(v) for v in s.lower().split("x")) for s in only]
+    unknown = [s for s, w in zip(only, want) if w not in shapes]
+    if unknown:
+        raise SystemExit(f"--shapes {unknown}: not MLP weight shapes; they are "
+                         f"{['%dx%d' % nk for nk in shapes]}")
+    return [nk for nk in shapes if nk in want]
 
 
-def build(dtypes):
+def specs(dtypes, shapes=None, ms=MS):
+    """``[(N, K, dtype, M, spec)]``: what the op asks for at every row of the sweep."""
+    from axe.torch import tune
+    return [(n, k, dt, m, tune.spec_for("", n, k, dt, "col", m)) for dt in dtypes for n, k in weight_shapes(shapes)
+            for m in ms]
+
+
+def build(dtypes, shapes=None, ms=MS):
     from axe.progress import Progress
     from axe.torch import ops
     from axe.torch.cache import ArtifactCache
     cache = ArtifactCache(CACHE, shipped=[])
     todo = []
-    for *_, spec in specs(dtypes):
+    for *_, spec in specs(dtypes, shapes, ms):
         if spec not in todo:
             todo.append(spec)
     k = ops.KERNELS["gemm_nt"]
@@ -63,7 +77,7 @@ def _write(path, head, rows, summary):
         json.dump({**head, "rows": rows, "summary": summary}, f, indent=1)
 
 
-def run(dtypes, path=None, rounds=3):
+def run(dtypes, path=None, rounds=3, shapes=None, ms=MS):
     os.environ["AXE_CACHE_DIR"] = CACHE
     import torch
     import triton
@@ -71,14 +85,14 @@ def run(dtypes, path=None, rounds=3):
     import axe.torch.ops  # noqa: F401  (registers torch.ops.axe)
     from axe.torch import tune
     from axe.torch.timing import capture, graph_ms, median, round_robin
-    from mlp_gemm import SHAPES, triton_matmul
+    from mlp_gemm import triton_matmul
     from gemm_decode import read_rate
     tri = triton_matmul(few=True)
     rate = read_rate(torch)
     dev = torch.cuda.get_device_name()
     print(f"{dev}: read rate {rate / 1e12:.2f} TB/s", flush=True)
     rows = []
-    shapes = sorted({(n, k) for _, _, n, k in SHAPES})
+    shapes = weight_shapes(shapes)
     date = datetime.date.today().isoformat()
     short = dev.replace("NVIDIA ", "").split()[0].lower()
     path = path or os.path.join(os.environ.get("OUT", os.path.join(ROOT, "benchmarks", "results")),
@@ -93,7 +107,7 @@ def run(dtypes, path=None, rounds=3):
         tdt = getattr(torch, dtype)
         for n, k in shapes:
             w = torch.randn(n, k, device="cuda", dtype=tdt)
-            for m in MS:
+            for m in ms:
                 a = torch.randn(m, k, device="cuda", dtype=tdt)
                 ref = torch.matmul(a, w.t())
                 ct = torch.empty_like(ref)
@@ -120,7 +134,7 @@ def run(dtypes, path=None, rounds=3):
             _write(path, head, rows, {})            # what is measured so far survives a time limit
     summary = {}
     for dtype in dtypes:
-        for m in MS:
+        for m in ms:
             r = [x["cublas_ms"] / x["axe_ms"] for x in rows if x["dtype"] == dtype and x["M"] == m]
             summary[f"{dtype} M={m}"] = {"axe_vs_cublas_median": statistics.median(r), "axe_vs_cublas_min": min(r)}
         r = [x["cublas_ms"] / x["axe_ms"] for x in rows if x["dtype"] == dtype]
@@ -137,5 +151,7 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("mode", choices=("build",))
     ap.add_argument("--dtypes", nargs="*", default=["float16", "bfloat16"])
+    ap.add_argument("--shapes", nargs="*", help="NxK weight shapes of the 16 (default: all)")
+    ap.add_argument("--ms", type=int, nargs="*", default=list(MS), help="row counts (default: the sweep's)")
     args = ap.parse_args()
-    sys.exit(build(args.dtypes))
+    sys.exit(build(args.dtypes, args.shapes, args.ms))

@@ -120,9 +120,20 @@ def swap_cost(N, K, tile_m, split_k, sms=SMS):
     return tiles * k_iters / min(tiles * split_k, SATURATE, sms) + (split_k - 1) * SWAP_SPLIT * tile_m / 16
 
 
+def swap_splits(N, K, sms=SMS):
+    """The splits of K the transposed decode tile chooses among: those of :func:`splits` whose CTAs
+    (one per tile and slice, one SM each) fit one wave.  A split is there to fill the SMs; one that
+    overfills them leaves a last wave of a few CTAs streaming their slices at a few CTAs' rate
+    (Qwen3-32B's 4608×36864 cut 4 ways: 144 CTAs on 132 SMs, 0.79× cuBLAS and 79% of the DRAM limit
+    on an H200, benchmarks/results/gemm-allm-2026-11-27-h200.json)."""
+    tiles = -(-N // BM)
+    return [s for s in splits(K) if s == 1 or tiles * s <= sms]
+
+
 def heuristic(M, N, K, sms=SMS, b_major="col"):
     """A configuration for M×N×K without measuring.  Buckets of at most 64 rows with B column-major:
-    the transposed decode tile as tall as the bucket, cut in K as :func:`swap_cost` says; the
+    the transposed decode tile as tall as the bucket, cut in K as :func:`swap_cost` says among
+    :func:`swap_splits`; the
     128-row decode bucket (or B row-major): the candidate of least :func:`cost` (ties: fewer slices,
     then 128, 64, 256 columns), the deepest ring that fits; a middle bucket: the tile 256 or 128
     wide and the split of K of least :func:`cost` over the bound's block-rows (ties: fewer slices,
@@ -139,7 +150,7 @@ def heuristic(M, N, K, sms=SMS, b_major="col"):
             return dict() if tn == 256 else dict(tile_n=128, stages=stages_for(128))
         return dict(tile_n=tn, split_k=s, stages=stages_for(tn))
     if bound < BM and b_major == "col" and N >= BM:
-        split = min(splits(K), key=lambda s: (swap_cost(N, K, bound, s, sms), s))
+        split = min(swap_splits(N, K, sms), key=lambda s: (swap_cost(N, K, bound, s, sms), s))
         return dict(tile_m=bound, tile_n=128, split_k=split, stages=stages_for(128, bound))
     order = {128: 0, 64: 1, 256: 2}
     best = min(((tn, s) for tn in order if tn <= N for s in splits(K)),

@@ -20,7 +20,7 @@ from kernels import gemm, gemm_select  # noqa: E402
 from kernels.gemm_config import Config  # noqa: E402
 from kernels.parts import Problem  # noqa: E402
 
-SHAPES = [(14336, 4096), (4096, 14336), (28672, 8192), (1000, 1000), (256, 64)]
+SHAPES = [(14336, 4096), (4096, 14336), (28672, 8192), (1000, 1000), (256, 64), (4608, 36864)]
 
 
 def test_buckets_cover_every_m_once():
@@ -52,7 +52,8 @@ def test_heuristic_picks_the_least_modelled_cost(N, K):
         assert cfg in gemm_select.candidates(bound, N, K)
         if N >= 128:
             assert cfg["tile_m"] == bound and gemm_select.swap_cost(N, K, bound, cfg["split_k"]) == min(
-                gemm_select.swap_cost(N, K, bound, s) for s in gemm_select.splits(K))
+                gemm_select.swap_cost(N, K, bound, s) for s in gemm_select.splits(K)
+                if s == 1 or -(-N // 128) * s <= gemm_select.SMS)          # one wave of CTAs
         assert "tile_m" not in gemm_select.heuristic(M, N, K, b_major="row")
     for M in (100, 128):
         cfg = gemm_select.heuristic(M, N, K)
@@ -71,6 +72,16 @@ def test_heuristic_picks_the_least_modelled_cost(N, K):
                 return gemm_select.stream_k_cost(N, K, block_rows=rows)
             return gemm_select.cost(N, K, x.get("tile_n", 256), x.get("split_k", 1), block_rows=rows)
         assert model(cfg) == min(model(x) for x in gemm_select.candidates(bound, N, K) if "schedule" not in x)
+
+
+def test_a_decode_split_never_overfills_one_wave():
+    """Qwen3-32B's down projection (36 tiles of 128 rows): 4 slices would be 144 CTAs on 132 SMs, so
+    the pick is 2; a shape of many tiles stays uncut; a brute-force walk of N agrees with the rule."""
+    assert gemm_select.heuristic(1, 4608, 36864)["split_k"] == 2
+    assert gemm_select.heuristic(16, 36864, 4608)["split_k"] == 1
+    for N in range(128, 20000, 384):
+        s = gemm_select.heuristic(1, N, 36864)["split_k"]
+        assert s == 1 or -(-N // 128) * s <= gemm_select.SMS, (N, s)
 
 
 def test_scheduled_rows():
