@@ -299,23 +299,33 @@ class _Speller:
         return [f"if {_u(limit)} - ({_u(base)}) < {n}:", f"    nisa.memset(dst={box}, value={_u(fill)})"]
 
     def keep_lower(self, dst, pred, fill):
-        """``t[p, f] = fill`` where ``row + p < col + f``: ``affine_select``'s value ``offset + p·1 + f·(-1)``
-        compared ``>= 0`` with ``offset = row - col`` (skipped when no element is above the diagonal)."""
+        """``t[p, f] = fill`` where ``row + p < col + f`` (nothing when no element is above the diagonal).
+        With ``n`` rows and ``m >= n`` columns, only an n-wide window of columns from ``lo = clamp(row -
+        col, 0, m - n)`` holds both kinds: left of it every row keeps, right of it every row drops (a
+        ``memset``), and the window goes through SBUF to ``affine_select`` (value ``offset + p - x``
+        compared ``>= 0``, ``offset = row - col - lo``) and back."""
         (pa, row), (fa, col) = _axis(pred.left), _axis(pred.comparators[0])
         if (pa, fa) != ("p", "f") or self.grid is None:
             raise TargetError(f"affine_select predicate {_u(pred)} is not (row + i_p >= col + i_f)")
         n, m = self.grid
         row, col = ("0" if x is None else _u(x) for x in (row, col))
-        tdims = [_axis(i) for i in dst.slice.elts]
-        box = f"{_u(dst.value)}[{', '.join(_span(b, str(g)) for (_, b), g in zip(tdims, self.grid))}]"
+        (_, pb), (_, fb) = [_axis(i) for i in dst.slice.elts]
+        name, rows, f0 = _u(dst.value), _span(pb, str(n)), _start(fb)
+        at = (lambda c: c) if f0 == "0" else (lambda c: f"{f0} + {c}")
+        w = min(n, m)
+        lo = f"min(max(0, ({row}) - ({col})), {m - w})"
         t = self.tmp()
-        tile = f"{t}[0:{n}, 0:{m}]"
-        return [f"if ({col}) + {m - 1} > ({row}):",
-                f"    {t} = nl.ndarray(({n}, {m}), dtype={self.tiles[_u(dst.value)][1]}, buffer=nl.sbuf)",
-                f"    nisa.tensor_copy(dst={tile}, src={box})",
-                f"    nisa.affine_select(dst={tile}, pattern=[[-1, {m}]], offset=({row}) - ({col}), channel_multiplier=1, "
-                f"on_true_tile={tile}, on_false_value={_u(fill)}, cmp_op=nl.greater_equal)",
-                f"    nisa.tensor_copy(dst={box}, src={tile})"]
+        tile, window = f"{t}[0:{n}, 0:{w}]", f"{name}[{rows}, {at(lo)}:{at(lo)} + {w}]"
+        lines = [f"if ({col}) + {m - 1} > ({row}):"]
+        if w < m:
+            lines += [f"    if {lo} + {w} < {m}:",
+                      f"        nisa.memset(dst={name}[{rows}, {at(lo)} + {w}:{at(m)}], value={_u(fill)})"]
+        return lines + [
+            f"    {t} = nl.ndarray(({n}, {w}), dtype={self.tiles[name][1]}, buffer=nl.sbuf)",
+            f"    nisa.tensor_copy(dst={tile}, src={window})",
+            f"    nisa.affine_select(dst={tile}, pattern=[[-1, {w}]], offset=({row}) - ({col}) - ({lo}), "
+            f"channel_multiplier=1, on_true_tile={tile}, on_false_value={_u(fill)}, cmp_op=nl.greater_equal)",
+            f"    nisa.tensor_copy(dst={window}, src={tile})"]
 
     def shape(self, node):
         """The shape of a constant box ``t[a:b, c:d]``."""
