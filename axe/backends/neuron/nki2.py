@@ -20,7 +20,8 @@ statement by the rules below, sources in brackets (docs/trainium.md cites the pa
   columns past the end (known when the kernel's loops are unrolled; ``affine_select`` needs an
   SBUF ``dst``, the scores are in PSUM); ``nisa.affine_select(row + i_p >= col + i_f, t, v)`` of
   ``keep_lower`` -> ``nisa.affine_select(dst=, pattern=, offset=row - col, channel_multiplier=1,
-  cmp_op=nl.greater_equal)`` on an SBUF copy of ``t``, copied back [v2.27.0 nki.isa.affine_select];
+  cmp_op=nl.greater_equal)`` on an SBUF copy of the columns of ``t`` that hold the diagonal, copied
+  back, and a ``memset`` of the columns right of them [v2.27.0 nki.isa.affine_select];
 - a store of a one-column tile whose HBM index puts the free grid first (a row of the HBM array,
   e.g. an LSE row) -> a plain ``dma_copy`` (the same elements in the same order);
 - ``nl.max/min/sum(x, axis=[1], keepdims=True)`` -> ``nisa.tensor_reduce(op=nl.maximum/minimum/add)``;
