@@ -119,16 +119,15 @@ class LaunchPlan:
         launch = self.kernel.launch
         if not self.plain or launch.get("cooperative") or any(p["kind"] == "tensormap" for p in launch["params"]):
             return None
-        from .launcher import _CTYPES
-
         position = {n: i for i, (n, _) in enumerate(self.slots)}
         params, scalars = [], b""
         for i, p in enumerate(launch["params"]):
             if p["kind"] == "tensor":
                 params.append(-(position[p["arg"]] + 1))
-            else:
+            else:       # the pack keeps one value per parameter, in order, where none is a tensor map
+                value = self.pack._keep[i]
                 params.append(len(scalars))
-                scalars += ctypes.string_at(self.pack.array[i], ctypes.sizeof(_CTYPES[p["dtype"]]))
+                scalars += ctypes.string_at(self.pack.array[i], ctypes.sizeof(value))
         func = 0 if self.empty else int(self.func)
         return func, tuple(self.grid), tuple(self.block), int(self.smem), params, scalars
 
