@@ -227,6 +227,148 @@ def test_online_softmax_at_this_tiling_matches_a_direct_softmax(sq, skv, causal,
     assert np.abs(lse - (m[:, 0] + np.log(e.sum(1)))).max() < 1e-12
 
 
+# --- the synchronisation on a model of mbarriers, TMA and the tensor core --------------------------
+
+class Hazard(AssertionError):
+    pass
+
+
+def run_protocol(programs, pick):
+    """Run :func:`protocol`'s agents (the producer, MMA and softmax threads) plus the TMA engine (any
+    queued copy may land next) and the tensor core (its queue in order) until all finish, choosing
+    among the agents that can move with ``pick(list) -> index``.  mbarriers count arrivals (one per
+    phase here) and a wait passes on its phase number's parity, as the hardware's does; passing a
+    phase other than the intended one (the barrier ran two phases ahead) is a hazard, and so are
+    reading a resource that does not hold the expected version and overwriting a version before its
+    reader has read it.  Raises :class:`Hazard` or returns the barriers' completed phases."""
+    done = {}                                  # (barrier, stage) -> completed phases
+    held, unread = {}, set()                   # resource -> version; resources whose version awaits a read
+    pc = {a: 0 for a in programs}
+    tma, tc = [], []
+
+    def arrive(bar, stage):
+        done[bar, stage] = done.get((bar, stage), 0) + 1
+
+    def read(res, version, who):
+        if held.get(res) != version:
+            raise Hazard(f"{who} reads {res} expecting {version}, it holds {held.get(res)}")
+        unread.discard(res)
+
+    def write(res, version, who):
+        if any(op[0] == "mma" and res in [r for r, _ in op[1]] for op in tc):
+            raise Hazard(f"{who} overwrites {res} while a queued MMA reads it")
+        if res in unread:
+            raise Hazard(f"{who} overwrites {res} ({held[res]}) with {version} before it was read")
+        held[res] = version
+        if res != "Q":                         # Q is read by every Q·Kᵀ
+            unread.add(res)
+
+    def ready(agent):
+        if agent == "tma":
+            return bool(tma)
+        if agent == "tc":
+            return bool(tc)
+        if pc[agent] == len(programs[agent]):
+            return False
+        op = programs[agent][pc[agent]]
+        return op[0] != "wait" or done.get((op[1], op[2]), 0) % 2 != op[3] % 2
+
+    def step(agent):
+        if agent == "tma":
+            res, version, bar, stage = tma.pop(pick(list(range(len(tma)))))
+            write(res, version, "TMA")
+            arrive(bar, stage)
+            return
+        if agent == "tc":
+            op = tc.pop(0)
+            if op[0] == "mma":
+                for res, version in op[1]:
+                    read(res, version, "the tensor core")
+                write(*op[2], "the tensor core")
+            else:
+                for bar, stage in op[1]:
+                    arrive(bar, stage)
+            return
+        op = programs[agent][pc[agent]]
+        pc[agent] += 1
+        if op[0] == "wait" and done.get((op[1], op[2]), 0) != op[3] + 1:
+            raise Hazard(f"{agent} passes {op[1]}[{op[2]}] for phase {op[3]} after {done.get((op[1], op[2]), 0)} "
+                         "completions")
+        if op[0] == "arrive":
+            arrive(op[1], op[2])
+        elif op[0] == "tma":
+            tma.append(op[1:])
+        elif op[0] in ("mma", "commit"):
+            tc.append(op)
+        elif op[0] in ("read", "write"):
+            (read if op[0] == "read" else write)(op[1], op[2], agent)
+
+    agents = list(programs) + ["tma", "tc"]
+    while True:
+        can = [a for a in agents if ready(a)]
+        if not can:
+            break
+        step(can[pick(can)])
+    stuck = {a: programs[a][pc[a]] for a in programs if pc[a] < len(programs[a])}
+    if stuck:
+        raise Hazard(f"deadlock: {stuck}")
+    return done
+
+
+def _interleavings(seed=0, count=200):
+    yield lambda xs: 0                                         # eager: the first agent that can move
+    yield lambda xs: len(xs) - 1                               # reversed
+    rng = np.random.default_rng(seed)
+    for _ in range(count):
+        yield lambda xs: int(rng.integers(len(xs)))
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_protocol_has_no_deadlock_or_hazard(stages):
+    """For 1..6 key tiles, under eager, reversed and 200 random interleavings: every agent finishes,
+    every read sees the version it expects, nothing is overwritten unread, every wait passes the
+    phase it means, and each barrier completes once per use (none left half-arrived)."""
+    for n in range(1, 7):
+        for pick in _interleavings(n, 200):
+            done = run_protocol(B.protocol(n, stages), pick)
+            assert done[("p_full", 0)] == done[("o_done", 0)] == n
+            assert sum(done.get(("s_full", b), 0) for b in range(B.S_BUFFERS)) == n
+            assert sum(done.get(("k_empty", s), 0) for s in range(stages)) == n
+
+
+def test_one_stage_deadlocks_and_is_refused():
+    """With one slot per ring the producer's V_1 waits for P_0·V_0, which the MMA thread issues only
+    after S_2, whose K_2 the producer loads after V_1: the model deadlocks, so the tiling refuses it."""
+    with pytest.raises(Hazard, match="deadlock"):
+        run_protocol(B.protocol(3, 1), lambda xs: 0)
+    with pytest.raises(ValueError, match=r"stages must be an int >= 2 \(S_\{j\+2\} is issued before P_j·V_j\), got 1"):
+        B.Blackwell(A.Problem(1, 64, 64, 1, 1, 64, "bfloat16", False), dict(bn=128, stages=1))
+
+
+@pytest.mark.parametrize("mutation, why", [
+    ("softmax skips its o_done wait", r"reads O expecting|overwrites P"),
+    ("S_{j+2} before the p_full wait", r"overwrites \('S', 0\)"),
+    ("a single S buffer", "deadlock|overwrites|passes s_full"),
+])
+def test_protocol_model_catches_broken_orders(mutation, why):
+    """The model is not vacuous: three plausible mistakes are each caught by some interleaving."""
+    progs = B.protocol(4, 2)
+    if mutation == "softmax skips its o_done wait":
+        progs["softmax"] = [op for op in progs["softmax"][:-2] if op[:2] != ("wait", "o_done")] + progs["softmax"][-2:]
+    elif mutation == "S_{j+2} before the p_full wait":
+        i = progs["mma"].index(("wait", "p_full", 0, 0))
+        progs["mma"][i:i + 4] = progs["mma"][i + 1:i + 4] + [progs["mma"][i]]
+    else:
+        progs = {a: [(op[0], op[1], 0, op[3] * 2 + op[2]) if op[:2] == ("wait", "s_full") else
+                     ("read", ("S", 0), op[2]) if op[0] == "read" and op[1][0] == "S" else
+                     ("mma", op[1], (("S", 0), op[2][1])) if op[0] == "mma" and op[2][0][0] == "S" else
+                     ("commit", [("s_full", 0) if b == "s_full" else (b, st) for b, st in op[1]])
+                     if op[0] == "commit" else op for op in prog] for a, prog in progs.items()}
+    with pytest.raises(Hazard, match=why):
+        for pick in _interleavings(1, 200):
+            run_protocol({a: list(p) for a, p in progs.items()}, pick)
+
+
 # --- refusals and the other target -------------------------------------------------------------------
 
 @pytest.mark.parametrize("kw, why", [

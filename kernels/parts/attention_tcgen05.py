@@ -55,6 +55,8 @@ THREADS = 256              # warpgroup 0: producer warp, MMA warp; warpgroup 1: 
 #: thread t of the warpgroup holds rows 32·(t/32) + 16h + 8r + (t%32)/4 (h, r in {0, 1}), and the
 #: four lanes of a quad hold the same rows
 ROW_VALUES = S[(4, 2, 2, 8):(32 @ tx, 2, 1, 4 @ tx)] + R[4:1 @ tx]
+#: S tiles in TMEM: S_{j+2} is issued into S_j's buffer once P_j is written
+S_BUFFERS = 2
 CHUNK = 32                 # O columns the correction moves through registers at a time
 STORE = 64                 # O columns per TMA store (one 128-byte swizzle panel)
 
@@ -77,8 +79,11 @@ class Blackwell:
         if not (isinstance(bn, int) and 64 <= bn <= 256 and bn % 64 == 0):
             raise ValueError(f"attention on sm_100a: the key tile bn={bn!r} must be 64, 128, 192 or 256 (one "
                              "tcgen05.mma N, whole 128-byte swizzle panels of P)")
-        if not (isinstance(self.stages, int) and self.stages >= 1):
-            raise ValueError(f"attention on sm_100a: stages must be an int >= 1, got {self.stages!r}")
+        if not (isinstance(self.stages, int) and self.stages >= S_BUFFERS):
+            # the MMA thread waits for K_{j+2} before issuing P_j·V_j, and the producer loads V_{j+1}
+            # before K_{j+2}: V_{j+1}'s slot must not wait for P_j·V_j (protocol(n, 1) deadlocks)
+            raise ValueError(f"attention on sm_100a: stages must be an int >= {S_BUFFERS} (S_{{j+2}} is issued "
+                             f"before P_j·V_j), got {self.stages!r}")
         self.q_tiles = -(-p.seq_q // ROWS)
         self.kv_tiles = -(-p.seq_kv // bn)
         self.ctas = self.grid = self.q_tiles * p.q_heads * p.batch
@@ -93,10 +98,11 @@ class Blackwell:
                              f"and a {ROWS}x{bn} P tile need {self.smem * 2 // 1024} KiB of shared memory, more "
                              "than 227 KiB")
         # two S buffers (fp32, bn columns each) and O (fp32, D columns) in TMEM's 512 columns
-        self.tmem_columns = 2 * bn + D
+        self.tmem_columns = S_BUFFERS * bn + D
         if self.tmem_columns > 512:
-            raise ValueError(f"attention on sm_100a: two {bn}-column S buffers and the {D}-column O need "
-                             f"{self.tmem_columns} TMEM columns, more than 512 (take bn <= {(512 - D) // 2 // 64 * 64})")
+            raise ValueError(f"attention on sm_100a: {S_BUFFERS} S buffers of {bn} columns and the {D}-column O "
+                             f"need {self.tmem_columns} TMEM columns, more than 512 (take bn <= "
+                             f"{(512 - D) // S_BUFFERS // 64 * 64})")
 
     def kv_count(self, qt):
         """Key tiles query tile ``qt`` reads: all, or (causal) those up to its last row's diagonal."""
@@ -115,14 +121,20 @@ def _when(cond, emit):
         emit()
 
 
+def s_full_wait(j):
+    """``(stage, phase number)`` of ``s_full`` that S_j completes: its buffer ``j % S_BUFFERS``, that
+    buffer's ``j // S_BUFFERS``-th completion (a wait passes on the number's parity)."""
+    return j % S_BUFFERS, j // S_BUFFERS
+
+
 def _each_buffer(j, emit):
-    """``emit(b)`` for key tile j's S buffer ``b = j % 2``: chosen at build time for an int j, else one
-    guarded branch per buffer (TMEM views have static columns)."""
+    """``emit(b)`` for key tile j's S buffer ``b = j % S_BUFFERS``: chosen at build time for an int j,
+    else one guarded branch per buffer (TMEM views have static columns)."""
     if isinstance(j, int):
-        emit(j % 2)
+        emit(j % S_BUFFERS)
         return
-    for b in range(2):
-        with Ax.guard(j % 2 == b):
+    for b in range(S_BUFFERS):
+        with Ax.guard(j % S_BUFFERS == b):
             emit(b)
 
 
@@ -142,7 +154,7 @@ class _Sync:
 
     def __init__(self, b):
         self.q = Ax.cuda.mbarrier(1, 1, "q_full")
-        self.s = Ax.cuda.mbarrier(1, 2, "s_full")
+        self.s = Ax.cuda.mbarrier(1, S_BUFFERS, "s_full")
         self.p = Ax.cuda.mbarrier(ROWS, 1, "p_full")
         self.o = Ax.cuda.mbarrier(1, 1, "o_done")
         self.k = Ax.cuda.pipeline(b.stages, producers=1, consumers=1, name="k", remote=True)
@@ -181,7 +193,7 @@ def _issue(b, t, pool, s_t, o_t, sync):
     def pv(j, first):
         _wait(sync.p, j % 2)
         Ax.cuda.tcgen05_fence_after()       # after the softmax's tcgen05.ld of S_j and st of O
-        _when(j + 2 < t.n_kv, lambda: qk(j + 2))
+        _when(j + S_BUFFERS < t.n_kv, lambda: qk(j + S_BUFFERS))
         s = sync.v.slot(j)
         sync.v.wait(j)
         v = _mat(pool, b.v_at + s * (bn * D), bn, D)
@@ -190,7 +202,8 @@ def _issue(b, t, pool, s_t, o_t, sync):
 
     _wait(sync.q, 0)
     qk(0)
-    _when(1 < t.n_kv, lambda: qk(1))
+    for j in range(1, S_BUFFERS):
+        _when(j < t.n_kv, lambda: qk(j))
     pv(0, True)
     with T.serial(1, t.n_kv) as j:
         pv(j, False)
@@ -225,7 +238,8 @@ class _Softmax:
         """Key tile j: S out of TMEM, mask, online softmax; after P_{j−1}·V_{j−1}, O *= α and P_j into
         its shared tile; then ``p_full``."""
         b, p, bn = self.b, self.b.p, self.b.bn
-        _wait(self.sync.s, j // 2 % 2, j % 2)
+        stage, phase = s_full_wait(j)
+        _wait(self.sync.s, phase % 2, stage)
         _each_buffer(j, lambda buf: Ax.copy(self.s, self.s_t[buf]))
         need = (j + 1) * bn > p.seq_kv
         if p.causal:
@@ -280,6 +294,11 @@ def _store_lse(LSE_, sm, t, row0, seq_q, tid):
             IRB.buffer_store(LSE_, sm.lse(r), [t.b, t.hq, row0 + row])
 
 
+def _tmem_tiles(tm, b):
+    """The S buffers (``bn`` columns each) and O (``head_dim`` columns) in the CTA's TMEM allocation."""
+    return tuple(tm[:, i * b.bn:(i + 1) * b.bn] for i in range(S_BUFFERS)), tm[:, S_BUFFERS * b.bn:b.tmem_columns]
+
+
 def body(p, cfg):
     """The sm_100a PrimFunc of problem ``p`` (``cfg``: the sm_100a row of ``TARGETS``); parameters as
     the sm_90a body's."""
@@ -302,7 +321,7 @@ def body(p, cfg):
         pool = Ax.cuda.dynamic_shared(b.smem, dtype)
         sync = _Sync(b)
         tm = Ax.cuda.tmem((ROWS, b.tmem_columns), "float32", name="tmem")
-        s_t, o_t = (tm[:, 0:b.bn], tm[:, b.bn:2 * b.bn]), tm[:, 2 * b.bn:b.tmem_columns]
+        s_t, o_t = _tmem_tiles(tm, b)
         t = _Tiles(p, b, bx)
         with Ax.cuda.role(0, 1):
             with Ax.warps(0, 1):
@@ -314,3 +333,46 @@ def body(p, cfg):
         Ax.cuda.tmem_free(tm)
     _real_maps(Ax.current_build().tensormaps, {f"{n}_map": (shape, 2) for n, shape in p.shapes().items() if n != "LSE"})
     return attention
+
+
+def protocol(n, stages):
+    """CPU model of the body's synchronisation for a query tile with ``n`` key tiles and ``stages``-deep
+    rings: per agent, the operations in the order :func:`_produce`, :func:`_issue` and
+    :meth:`_Softmax.step` issue them.  ``("wait", barrier, stage, phase number)`` (the hardware waits
+    on its parity; −1: a fresh barrier's, which passes at once), ``("arrive", barrier, stage)``,
+    ``("tma", resource, version, barrier, stage)`` (an asynchronous copy that writes and then
+    arrives), ``("mma", reads, write)`` and ``("commit", barriers)`` (queued for the tensor core in
+    issue order; a commit arrives once every earlier MMA has run), ``("read" | "write", resource,
+    version)``.  Resources: ``Q``, ``("K" | "V", slot)``, ``("S", buffer)``, ``P``, ``O`` (versions
+    ``("acc", j)`` after P_j·V_j, ``("scaled", j)`` after its rescale by α_{j+1}); the epilogue stages
+    ``O / l`` in Q's slot."""
+    def ring(j):
+        return j % stages, j // stages
+
+    producer = [("tma", "Q", 0, "q_full", 0)]
+    for j in range(n):
+        s, k = ring(j)
+        producer += [("wait", "k_empty", s, k - 1), ("tma", ("K", s), j, "k_full", s),
+                     ("wait", "v_empty", s, k - 1), ("tma", ("V", s), j, "v_full", s)]
+
+    def qk(j):
+        s, k = ring(j)
+        buf = j % S_BUFFERS
+        return [("wait", "k_full", s, k), ("mma", [("Q", 0), (("K", s), j)], (("S", buf), j)),
+                ("commit", [("s_full", buf), ("k_empty", s)])]
+
+    mma = [("wait", "q_full", 0, 0)] + [op for j in range(min(n, S_BUFFERS)) for op in qk(j)]
+    for j in range(n):
+        s, k = ring(j)
+        mma += [("wait", "p_full", 0, j)] + (qk(j + S_BUFFERS) if j + S_BUFFERS < n else [])
+        mma += [("wait", "v_full", s, k),
+                ("mma", [("P", j), (("V", s), j)] + ([("O", ("scaled", j - 1))] if j else []), ("O", ("acc", j))),
+                ("commit", [("o_done", 0), ("v_empty", s)])]
+    softmax = []
+    for j in range(n):
+        softmax += [("wait", "s_full") + s_full_wait(j), ("read", ("S", j % S_BUFFERS), j)]
+        if j:
+            softmax += [("wait", "o_done", 0, j - 1), ("read", "O", ("acc", j - 1)), ("write", "O", ("scaled", j - 1))]
+        softmax += [("write", "P", j), ("arrive", "p_full", 0)]
+    softmax += [("wait", "o_done", 0, n - 1), ("read", "O", ("acc", n - 1)), ("write", "Q", "O / l")]
+    return {"producer": producer, "mma": mma, "softmax": softmax}
