@@ -51,6 +51,7 @@ CARRY_LIMIT = 50 * 2**20
 SLIM = ("launch.json", "kernel.cubin")
 DTYPE = "float8_e4m3fn"
 SIDES = ("axe", "cublas", "triton")
+DEVICE = "cuda"         # the CPU test of run_shape's control flow sets "cpu"
 
 
 def shapes():
@@ -185,14 +186,14 @@ def run_shape(shape, artifacts, rate, rounds, ms_list=MS, on_row=None):
     from kernels.fp8_blocks import quantize_blocks, quantize_rows, reference
     _, _, _, n, k = shape
     tri = triton_or_error()
-    W, SB = quantize_blocks(torch.randn(n, k, device="cuda"))
+    W, SB = quantize_blocks(torch.randn(n, k, device=DEVICE))
     rows = []
     for m in ms_list:
         config = config_for(m, n, k)
         errors, rel, fns, notes = {}, {}, {}, {}
-        A, SA = quantize_rows(torch.randn(m, k, device="cuda"))
+        A, SA = quantize_rows(torch.randn(m, k, device=DEVICE))
         ref = reference(A, W, SA, SB)["C"]
-        C = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+        C = torch.empty(m, n, device=DEVICE, dtype=torch.bfloat16)
         sides = {}
         try:
             kern = rt.load(os.path.join(artifacts, artifact_name(n, k, config)))

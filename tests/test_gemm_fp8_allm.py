@@ -121,3 +121,43 @@ def test_every_candidate_plan_adds_the_decode_buckets_candidates():
             assert bool(cands) == (m <= 128)
             assert all(c.get("max_rows") == (16 if m <= 16 else 64 if m <= 64 else 128) for c in cands)
             assert {A.artifact_name(n, k, c) for c in cands} <= {p[3] for p in every}
+
+
+def test_run_shape_checks_every_side_and_times_only_the_correct_ones(monkeypatch, tmp_path):
+    """run_shape's control flow on the CPU with stand-ins: axe's artifact computes the reference,
+    cuBLAS returns a wrong product, Triton raises; axe is timed (the fake timer's figure), cuBLAS is
+    recorded wrong and Triton failed, neither timed; every row written after its M."""
+    torch = pytest.importorskip("torch")
+    import axe.runtime as rt
+    import axe.torch.timing as timing
+    import gemm_fp8
+    from kernels.fp8_blocks import reference
+    monkeypatch.setattr(A, "DEVICE", "cpu")
+    monkeypatch.setattr(gemm_fp8, "DEVICE", "cpu")
+    loaded = []
+
+    def load(path):
+        loaded.append(os.path.basename(path))
+        return lambda a, w, sa, sb, c: c.copy_(reference(a, w, sa, sb)["C"].to(c.dtype))
+    monkeypatch.setattr(rt, "load", load)
+    monkeypatch.setattr(gemm_fp8.Cublas, "call", classmethod(
+        lambda cls, a, w, sa, sb: ("fake", lambda: 2 * reference(a, w, sa, sb)["C"].to(torch.bfloat16))))
+
+    def no_triton():
+        def run(*_):
+            raise RuntimeError("no GPU for Triton")
+        return run
+    monkeypatch.setattr(gemm_fp8, "triton_or_error", no_triton)
+    monkeypatch.setattr(timing, "capture", lambda torch, fn: (fn, None))
+    monkeypatch.setattr(timing, "graph_ms", lambda torch, g, reps, inner=10: 0.125)
+    written = []
+    shape = ("deepseek", "DeepSeek-V3", "576x256", 576, 256)
+    rows = A.run_shape(shape, str(tmp_path), 2e12, 2, ms_list=(1, 130), on_row=lambda r: written.append(len(r)))
+    assert written == [1, 2] and [r["M"] for r in rows] == [1, 130]
+    for r in rows:
+        assert r["axe_ms"] == 0.125 and r["cublas_ms"] is None and r["triton_ms"] is None
+        assert r["rel_err"]["axe"] < 1e-2 and "relative error" in r["errors"]["cublas"]
+        assert "no GPU for Triton" in r["errors"]["triton"] and r["cublas_call"] == "fake"
+        assert r["artifact"] == A.artifact_name(576, 256, r["config"])
+    assert loaded == [rows[0]["artifact"], rows[1]["artifact"]]
+    assert "dram_limit_ms" in rows[0] and "dram_limit_ms" not in rows[1]
