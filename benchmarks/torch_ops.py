@@ -491,6 +491,9 @@ def run(args) -> int:
               "rows": rows}
     if args.launchers and hasattr(ops, "FAST_PATH"):
         result["launchers_host_us"] = launchers(torch, args.calls, args.rounds)
+    if getattr(ops, "_LAUNCHER", None) is not None:      # did the library launch, or why not
+        result["axe_launch_counts"] = ops._LAUNCHER.counts()
+        print("compiled launcher:", result["axe_launch_counts"])
         print("one launch of the rmsnorm kernel, M = 1, host us:")
         for k, v in result["launchers_host_us"].items():
             print(f"  {k:55s} {v}")

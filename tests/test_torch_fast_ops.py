@@ -237,6 +237,29 @@ def test_a_python_plan_reaches_the_table(stands):
     assert counts()["launched"] == c["launched"] + 1
 
 
+def _has_libcuda():
+    try:
+        ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return False
+    return True
+
+
+@built
+@pytest.mark.skipif(_has_libcuda(), reason="a real libcuda.so.1 is here: the refusal needs its absence")
+def test_a_hit_without_a_driver_is_refused_and_checked(stands):
+    """Without a cuLaunchKernel to call (this machine's libcuda.so.1 is absent) a planned call is
+    refused, counted with the reason, and launched by the Python plan instead."""
+    x = torch.randn(2, 64, dtype=torch.float16)
+    torch.ops.axe.softmax(x)
+    ops._LAUNCHER.set_launch(None)
+    c, n = counts(), len(stands["softmax"])
+    y = torch.ops.axe.softmax(x)
+    got = counts()
+    assert got["refused"] == c["refused"] + 1 and "libcuda.so.1" in got["refusal"] and got["launched"] == c["launched"]
+    assert len(stands["softmax"]) == n + 1 and stands["softmax"][-1][5][1] == _ptr(y)     # the Python plan's launch
+
+
 @built
 def test_fast_path_switch_and_clear_plans_govern_the_table(stands):
     x = torch.randn(2, 64, dtype=torch.float16)

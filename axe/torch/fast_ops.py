@@ -45,10 +45,14 @@ def _torch_dirs(torch) -> tuple[Path, Path]:
     return root / "include", root / "lib"
 
 
-def _command(torch, compiler: str, out: Path) -> list:
+#: C++ standards tried in turn (newer torch headers want C++20; an older compiler may know only C++17)
+STANDARDS = ("c++20", "c++17")
+
+
+def _command(torch, compiler: str, out: Path, std: str) -> list:
     include, lib = _torch_dirs(torch)
     abi = int(bool(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True)))
-    return [compiler, "-O2", "-std=c++20", "-shared", "-fPIC", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+    return [compiler, "-O2", f"-std={std}", "-shared", "-fPIC", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
             f"-I{include}", str(SOURCE), "-o", str(out), f"-L{lib}", "-lc10", "-ltorch_cpu", f"-Wl,-rpath,{lib}", "-ldl"]
 
 
@@ -78,11 +82,14 @@ def build(root=None) -> Path:
         if so.is_file():                                  # another process built it meanwhile
             return so
         tmp = folder / f"fast_ops.{os.getpid()}.so"
-        r = subprocess.run(_command(torch, compiler, tmp), capture_output=True, text=True)
-        if r.returncode:
+        for std in STANDARDS:
+            r = subprocess.run(_command(torch, compiler, tmp, std), capture_output=True, text=True)
+            if not r.returncode:
+                break
+        else:
             tmp.unlink(missing_ok=True)
             tail = "\n".join((r.stderr or r.stdout).strip().splitlines()[-12:])
-            raise BuildError(f"{compiler} failed on {SOURCE.name} (torch {torch.__version__}):\n{tail}")
+            raise BuildError(f"{compiler} failed on {SOURCE.name} (torch {torch.__version__}, -std={std}):\n{tail}")
         os.replace(tmp, so)
     return so
 
@@ -94,7 +101,7 @@ class Launcher:
     def __init__(self, path: Path):
         self.path = Path(path)
         lib = self._lib = ctypes.CDLL(str(path))
-        lib.axe_fast_error.restype = ctypes.c_char_p
+        lib.axe_fast_error.restype = lib.axe_fast_refusal.restype = ctypes.c_char_p
         lib.axe_fast_register.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
         lib.axe_fast_submit.argtypes = [ctypes.c_char_p, ctypes.POINTER(_I64), _I64, ctypes.c_char_p, _I64]
         lib.axe_fast_enable.argtypes = [ctypes.c_int]
@@ -143,10 +150,13 @@ class Launcher:
 
     def counts(self) -> dict:
         """``{"launched": calls launched by the library, "checked": calls sent to the checked
-        path (signature known to have no plan, or not launchable), "plans": plans kept}``."""
-        out = (_I64 * 3)()
+        path (no plan, a misaligned pointer, or refused), "plans": plans kept, "refused": planned
+        calls the library could not launch (no driver, no stream handle, the driver's error),
+        "refusal": why the last one was refused}``."""
+        out = (_I64 * 4)()
         self._lib.axe_fast_counts(out)
-        return {"launched": out[0], "checked": out[1], "plans": out[2]}
+        return {"launched": out[0], "checked": out[1], "plans": out[2], "refused": out[3],
+                "refusal": self._lib.axe_fast_refusal().decode()}
 
 
 def record(plan, sources, outputs=(), distinct=()) -> tuple[list, bytes] | None:

@@ -86,8 +86,18 @@ std::vector<std::unique_ptr<Op>> ops;    // by op id; only appended to (ids stay
 std::atomic<bool> enabled{true};
 std::atomic<int64_t> plan_limit{1024};
 std::atomic<LaunchFn> launch_override{nullptr};
-std::atomic<int64_t> hits{0}, misses{0};
+std::atomic<int64_t> hits{0}, misses{0}, refused{0};
 thread_local std::string last_error;
+std::mutex refusal_mutex;
+std::string refusal;  // why the last refused launch was refused
+
+// A hit that could not be launched here (the checked path takes it and reports in words).
+bool refuse(const std::string& why) {
+  refused.fetch_add(1, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(refusal_mutex);
+  refusal = why;
+  return false;
+}
 
 // The call whose checked implementation runs on this thread now: its op and key, and the plan
 // the implementation handed over.
@@ -197,7 +207,7 @@ bool launch(const Plan& p, torch::jit::Stack* stack, size_t n) {
   LaunchFn fn = nullptr;
   if (!p.empty()) {
     fn = driver_launch();
-    if (!fn) return false;
+    if (!fn) return refuse("libcuda.so.1 or its cuLaunchKernel is not found");
   }
   c10::SmallVector<at::Tensor, 2> outs;
   for (const Output& o : p.outputs) outs.push_back(at::empty(o.shape, args[o.like].toTensor().options()));
@@ -218,7 +228,11 @@ bool launch(const Plan& p, torch::jit::Stack* stack, size_t n) {
     if (device.is_cuda()) {
       const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
       DeviceSwitch on(impl, device);  // the function belongs to that device's context
-      stream = impl->getStream(device).native_handle();
+      try {  // a torch whose CUDA guard has no native stream handle throws here
+        stream = impl->getStream(device).native_handle();
+      } catch (const std::exception& e) {
+        return refuse(std::string("torch's current stream has no native handle: ") + e.what());
+      }
       result = fn(p.func, p.grid[0], p.grid[1], p.grid[2], p.block[0], p.block[1], p.block[2], p.smem, stream,
                   params, nullptr);
     } else {
@@ -227,7 +241,7 @@ bool launch(const Plan& p, torch::jit::Stack* stack, size_t n) {
     }
     // refused (no context on this thread, an earlier kernel's fault...): nothing was launched,
     // and the checked path launches again and reports the error in words
-    if (result != 0) return false;
+    if (result != 0) return refuse("cuLaunchKernel returned " + std::to_string(result));
   }
   torch::jit::drop(*stack, n);
   for (at::Tensor& t : outs) torch::jit::push(*stack, std::move(t));
@@ -415,13 +429,23 @@ void axe_fast_clear() {
   for (auto& op : ops) op->plans.clear();
 }
 
+// Why the last refused hit was refused ("" where none was); valid until the next call.
+const char* axe_fast_refusal() {
+  thread_local std::string copy;
+  std::lock_guard<std::mutex> lock(refusal_mutex);
+  copy = refusal;
+  return copy.c_str();
+}
+
 // Launch through `fn` (cuLaunchKernel's signature) instead of libcuda's; nullptr: libcuda's again.
 void axe_fast_set_launch(void* fn) { launch_override.store(reinterpret_cast<LaunchFn>(fn)); }
 
-// out[0..3): calls launched here, calls sent to the checked path, plans kept (all ops).
+// out[0..4): calls launched here, calls sent to the checked path, plans kept (all ops), hits
+// refused (no driver, no stream handle, the driver's error: see axe_fast_refusal).
 void axe_fast_counts(int64_t* out) {
   out[0] = hits.load();
   out[1] = misses.load();
+  out[3] = refused.load();
   std::shared_lock<std::shared_mutex> lock(table_mutex);
   int64_t plans = 0;
   for (auto& op : ops) plans += static_cast<int64_t>(op->plans.size());
