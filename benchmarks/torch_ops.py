@@ -234,15 +234,17 @@ class PythonPath:
         return op
 
 
-def check(torch, name, axe_fn, torch_fn, tol=3e-2, repeat=False) -> float:
+def check(torch, name, axe_fn, torch_fn, tol=3e-2, again=None) -> float:
     """Both sides once on the same inputs; the largest difference relative to the largest torch
-    value (an in-place pair starts from equal copies); AssertionError past ``tol``.  ``repeat``: an
-    op that returns a new tensor is called a second time, which takes the compiled launcher's plan,
-    and must give the first (checked) call's result exactly (a row kernel is deterministic)."""
+    value (an in-place pair starts from equal copies); AssertionError past ``tol``.  ``again``: the
+    same axe call on fresh copies of the same inputs (another :func:`cases`), made after the first:
+    it takes the signature's plan in the compiled launcher, and must give the first (checked)
+    call's results exactly (the row kernels are deterministic)."""
     got, want = axe_fn(), torch_fn()
-    if repeat and not isinstance(got, tuple):
-        again = axe_fn()
-        assert torch.equal(again, got), f"{name}: the planned (second) call differs from the checked (first) one"
+    if again is not None:
+        planned = again()
+        for a, b in zip(planned if isinstance(planned, tuple) else (planned,), got if isinstance(got, tuple) else (got,)):
+            assert torch.equal(a, b), f"{name}: the compiled launcher's call differs from the checked one"
     got = got if isinstance(got, tuple) else (got,)
     want = want if isinstance(want, tuple) else (want,)
     err = 0.0
@@ -461,12 +463,14 @@ def run(args) -> int:
     print(f"launch path: {path['path']} ({path['why']})")
     for m in args.rows:
         python = cases(torch, m, PythonPath(torch)) if path["path"] == "compiled" else {}
+        again = cases(torch, m) if path["path"] == "compiled" else {}
         for name, (axe_fn, torch_fn) in cases(torch, m).items():
             if args.ops and name not in args.ops:
                 continue
             row = {"op": name, "M": m}
             try:
-                row["max_rel_err"] = round(check(torch, name, axe_fn, torch_fn, repeat=name in path.get("compiled", ())), 5)
+                fresh = again[name][0] if name in path.get("compiled", ()) else None
+                row["max_rel_err"] = round(check(torch, name, axe_fn, torch_fn, again=fresh), 5)
                 row["axe_host_us"] = round(host_us(torch, axe_fn, args.calls, args.rounds), 2)
                 row["torch_host_us"] = round(host_us(torch, torch_fn, args.calls, args.rounds), 2)
                 if name in python:
@@ -487,16 +491,16 @@ def run(args) -> int:
     import axe
     result = {"benchmark": "torch_ops", "date": datetime.date.today().isoformat(), "device": torch.cuda.get_device_name(),
               "axe_tree": os.path.dirname(os.path.dirname(os.path.abspath(axe.__file__))),
-              "versions": versions(), "axe_launch_path": path, "calls": args.calls, "rounds": args.rounds, "graph_calls": args.graph_calls,
-              "rows": rows}
+              "versions": versions(), "axe_launch_path": path, "calls": args.calls, "rounds": args.rounds,
+              "graph_calls": args.graph_calls, "rows": rows}
     if args.launchers and hasattr(ops, "FAST_PATH"):
         result["launchers_host_us"] = launchers(torch, args.calls, args.rounds)
-    if getattr(ops, "_LAUNCHER", None) is not None:      # did the library launch, or why not
-        result["axe_launch_counts"] = ops._LAUNCHER.counts()
-        print("compiled launcher:", result["axe_launch_counts"])
         print("one launch of the rmsnorm kernel, M = 1, host us:")
         for k, v in result["launchers_host_us"].items():
             print(f"  {k:55s} {v}")
+    if getattr(ops, "_LAUNCHER", None) is not None:      # did the library launch, or why not
+        result["axe_launch_counts"] = ops._LAUNCHER.counts()
+        print("compiled launcher:", result["axe_launch_counts"])
     write(result, args.json)
     return 1 if failed else 0
 
