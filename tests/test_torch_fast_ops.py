@@ -196,6 +196,16 @@ def test_every_op_launches_from_cpp_as_its_python_plan(stands, op):
 
 
 @built
+def test_an_empty_grid_launches_nothing(stands):
+    """No rows: the plan launches nothing; the library allocates the empty output and returns."""
+    x, w = torch.randn(0, 64, dtype=torch.float16), torch.randn(64, dtype=torch.float16)
+    torch.ops.axe.rmsnorm(x, w)
+    c, n = counts(), len(stands["rmsnorm"])
+    y = torch.ops.axe.rmsnorm(x, w)
+    assert counts()["launched"] == c["launched"] + 1 and len(stands["rmsnorm"]) == n and y.shape == (0, 64)
+
+
+@built
 def test_checked_path_keeps_todays_behaviour(stands):
     """A new signature, a misaligned view, a wrong dtype and x aliasing residual go to the checked
     path, which copies or raises today's errors."""

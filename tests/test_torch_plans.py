@@ -240,3 +240,23 @@ def test_gemm_plan_moves_its_tensor_maps(stand_ins):
     (_, _, _, _, _, v1), (_, _, _, _, _, v2) = d.launches
     assert v1[0][:8] == _ptr(a) and v2[0][:8] == _ptr(a2) and v1[1] == v2[1] and v2[1][:8] == _ptr(b)
     assert v1[2][:8] == _ptr(c1) and v2[2][:8] == _ptr(c2) and v1[0][8:] == v2[0][8:]
+
+
+def test_plan_fields_state_what_the_plan_launches(cpu_launches):
+    """:meth:`LaunchPlan.fields` (what a compiled launcher copies): its function, grid, block and
+    shared memory are the plan's launch, and writing the pointers and scalars where it says gives
+    the parameter bytes the plan passes; a plan with tensor maps and scratch has none."""
+    d = RecordingDriver([8, 8, 8, 4, 4])
+    k = _kernel(rows_launch(), d)
+    x, w, y = torch.randn(3, 64, dtype=torch.float16), torch.randn(1, 64, dtype=torch.float16), torch.empty(3, 64, dtype=torch.float16)
+    plan = k.plan(x, w, y, 0.25)
+    func, grid, block, smem, params, scalars = plan.fields()
+    ptrs = (x.data_ptr(), w.data_ptr(), y.data_ptr())
+    plan(ptrs)
+    (f, g, b, s, _, values), = d.launches
+    assert (func, grid, block, smem) == (f, g, b, s)
+    rebuilt = tuple(ptrs[-p - 1].to_bytes(8, "little") if p < 0 else scalars[p:p + len(values[i])]
+                    for i, p in enumerate(params))
+    assert rebuilt == values and len(scalars) == 8                 # M (int32) and eps (float32)
+    a, bt, c = torch.randn(5, 128, dtype=torch.float16), torch.randn(256, 128, dtype=torch.float16), torch.empty(5, 256, dtype=torch.float16)
+    assert _kernel(gemm_launch(), RecordingDriver(GEMM_SIZES)).plan(a, bt, c, stream=7).fields() is None
