@@ -38,23 +38,26 @@ from kernels.parts.fragments import check_coords, coords  # noqa: E402
 from tcgen05_readback import ld_tile  # noqa: E402
 from test_tcgen05 import B_AT, SM100, _desc, _smem_image  # noqa: E402
 
-PROBLEMS = {   # (batch, seq_q, seq_kv, q_heads, kv_heads, head_dim, dtype, causal), lse
-    "d64_bf16_causal_gqa_77": ((2, 77, 77, 4, 2, 64, "bfloat16", True), True),
-    "d128_f16_causal_gqa_1000": ((2, 1000, 1000, 4, 1, 128, "float16", True), True),
-    "d128_bf16_full_1000x77": ((1, 1000, 77, 2, 2, 128, "bfloat16", False), False),
-    "d64_f16_full_77x1000": ((1, 77, 1000, 8, 2, 64, "float16", False), True),
+PROBLEMS = {   # (batch, seq_q, seq_kv, q_heads, kv_heads, head_dim, dtype, causal), lse, configuration
+    "d64_bf16_causal_gqa_77": ((2, 77, 77, 4, 2, 64, "bfloat16", True), True, {}),
+    "d128_f16_causal_gqa_1000": ((2, 1000, 1000, 4, 1, 128, "float16", True), True, {}),
+    "d128_bf16_full_1000x77": ((1, 1000, 77, 2, 2, 128, "bfloat16", False), False, {}),
+    "d64_f16_full_77x1000": ((1, 77, 1000, 8, 2, 64, "float16", False), True, {}),
+    "d128_bf16_causal_300_bn64_3stages": ((1, 300, 300, 2, 2, 128, "bfloat16", True), False, dict(bn=64, stages=3)),
 }
 
 
 @pytest.fixture(scope="module", params=sorted(PROBLEMS))
 def built(request):
-    args, lse = PROBLEMS[request.param]
-    return args, lse, A.build(*args, lse=lse, target="sm_100a", name=f"attention_sm100_{request.param}")
+    """``(problem arguments, lse, artifact, bn)`` of an sm_100a build."""
+    args, lse, cfg = PROBLEMS[request.param]
+    art = A.build(*args, lse=lse, target="sm_100a", name=f"attention_sm100_{request.param}", **cfg)
+    return args, lse, art, cfg.get("bn", A.TARGETS["sm_100a"]["bn"][args[5]])
 
 
 def test_build_is_tcgen05_with_no_spills(built):
-    args, lse, art = built
-    D, bn = args[5], A.TARGETS["sm_100a"]["bn"][args[5]]
+    args, lse, art, bn = built
+    D = args[5]
     ptx, res = art.ptx, art.launch["resources"]
     assert art.cubin                                         # ptxas accepted it for sm_100a
     assert res["spill_stores"] == 0 and res["spill_loads"] == 0, res
@@ -95,8 +98,8 @@ def _tmem_col(t):
 def test_tmem_is_one_allocation_freed_once(built):
     """One allocation (two S buffers and O, rounded up to a power of two): a CTA holding one of two
     allocations while waiting for the other could deadlock with a co-resident one doing the same."""
-    args, _, art = built
-    D, bn = args[5], A.TARGETS["sm_100a"]["bn"][args[5]]
+    args, _, art, bn = built
+    D = args[5]
     src = art.cuda_source
     allocs = re.findall(r"tcgen05_alloc_alloc\w*\([^;]*\(uint\)(\d+)\);", src)
     frees = re.findall(r"tcgen05_dealloc_dealloc\w*\([^;]*\(uint\)(\d+)\);", src)
@@ -109,8 +112,8 @@ def test_tmem_is_one_allocation_freed_once(built):
 def test_mma_d_addresses_are_the_buffers_columns(built):
     """The emitted tcgen05.mma's D addresses are the TMEM base plus S buffer 0's, S buffer 1's and O's
     columns (0, bn, 2·bn) — no view offset counted twice (lanes: 0, M = 128 from lane 0)."""
-    args, _, art = built
-    D, bn = args[5], A.TARGETS["sm_100a"]["bn"][args[5]]
+    args, _, art, bn = built
+    D = args[5]
     d = re.findall(r"tcgen05_mma_ss_mma_cta_group__1_kind__f16\(\(?_ptr_\d+\[0\](?: \+ \(uint\)(\d+)\))?,",
                    art.cuda_source)
     one_tile = -(-args[2] // bn) == 1 and not args[7]
@@ -118,7 +121,7 @@ def test_mma_d_addresses_are_the_buffers_columns(built):
 
 
 def test_every_mbarrier_wait_is_bounded(built):
-    _, _, art = built
+    art = built[2]
     src = art.cuda_source
     assert "tvm_builtin_cuda_mbarrier_wait" not in src                  # the unbounded wait
     calls = re.findall(r"axe_mbarrier_wait_bounded\(", src)
@@ -129,7 +132,7 @@ def test_every_mbarrier_wait_is_bounded(built):
 
 
 def test_launch_and_tensor_maps_use_the_real_extents(built):
-    (b, sq, skv, hq, hk, D, _, _), lse, art = built
+    (b, sq, skv, hq, hk, D, _, _), lse, art, _ = built
     L = art.launch
     assert L["block"] == [B.THREADS, 1, 1] and L["grid"] == [-(-sq // B.ROWS) * hq * b, 1, 1]
     maps = {m["param"]: m for m in L["tensormaps"]}
@@ -372,7 +375,8 @@ def test_protocol_model_catches_broken_orders(mutation, why):
 # --- refusals and the other target -------------------------------------------------------------------
 
 @pytest.mark.parametrize("kw, why", [
-    (dict(bn=96), r"the key tile bn=96 must be 64, 128, 192 or 256"),
+    (dict(bn=96), r"the key tile bn=96 must be 64 or 128"),
+    (dict(bn=192), r"the key tile bn=192 must be 64 or 128"),
     (dict(consumers=3), r"consumers configure the sm_90a body; the sm_100a row takes \['bn', 'stages'\]"),
     (dict(variant="pp3"), r"variant='pp3' configure the sm_90a body"),
 ])
@@ -383,8 +387,8 @@ def test_sm100a_refusals_name_the_condition(kw, why):
 
 def test_shared_memory_overflow_is_refused():
     p = A.Problem(1, 64, 64, 1, 1, 128, "bfloat16", False)
-    with pytest.raises(ValueError, match=r"need 352 KiB of shared memory, more than 227 KiB"):
-        B.Blackwell(p, dict(bn=256, stages=2))
+    with pytest.raises(ValueError, match=r"need 256 KiB of shared memory, more than 227 KiB"):
+        B.Blackwell(p, dict(bn=128, stages=3))
     assert B.Blackwell(p, dict(bn=128, stages=2)).smem * 2 == (128 * 128 + 4 * 128 * 128 + 128 * 128) * 2
 
 

@@ -76,9 +76,11 @@ class Blackwell:
         D = p.head_dim
         bn = cfg["bn"][D] if isinstance(cfg["bn"], dict) else cfg["bn"]
         self.bn, self.stages, self.bm = bn, cfg["stages"], ROWS
-        if not (isinstance(bn, int) and 64 <= bn <= 256 and bn % 64 == 0):
-            raise ValueError(f"attention on sm_100a: the key tile bn={bn!r} must be 64, 128, 192 or 256 (one "
-                             "tcgen05.mma N, whole 128-byte swizzle panels of P)")
+        if bn not in (64, 128):
+            # whole 128-byte swizzle panels of P; the softmax warpgroup holds a key tile's S (bn fp32) and
+            # P per thread: at 192, ptxas spills
+            raise ValueError(f"attention on sm_100a: the key tile bn={bn!r} must be 64 or 128 (S and P of a key "
+                             "tile live in the softmax warpgroup's registers)")
         if not (isinstance(self.stages, int) and self.stages >= S_BUFFERS):
             # the MMA thread waits for K_{j+2} before issuing P_j·V_j, and the producer loads V_{j+1}
             # before K_{j+2}: V_{j+1}'s slot must not wait for P_j·V_j (protocol(n, 1) deadlocks)
@@ -97,12 +99,8 @@ class Blackwell:
             raise ValueError(f"attention on sm_100a: {self.stages} stages of {bn}x{D} K and V tiles, {ROWS} Q rows "
                              f"and a {ROWS}x{bn} P tile need {self.smem * 2 // 1024} KiB of shared memory, more "
                              "than 227 KiB")
-        # two S buffers (fp32, bn columns each) and O (fp32, D columns) in TMEM's 512 columns
+        # the S buffers (fp32, bn columns each) and O (fp32, D columns): at most 2·128 + 128 of TMEM's 512
         self.tmem_columns = S_BUFFERS * bn + D
-        if self.tmem_columns > 512:
-            raise ValueError(f"attention on sm_100a: {S_BUFFERS} S buffers of {bn} columns and the {D}-column O "
-                             f"need {self.tmem_columns} TMEM columns, more than 512 (take bn <= "
-                             f"{(512 - D) // S_BUFFERS // 64 * 64})")
 
     def kv_count(self, qt):
         """Key tiles query tile ``qt`` reads: all, or (causal) those up to its last row's diagonal."""
