@@ -296,6 +296,8 @@ def _compiled():
             _WHY = str(_LAUNCHER.path)
         except fast_ops.BuildError as e:
             _WHY = str(e)
+        except Exception as e:  # noqa: BLE001 - any failure leaves today's Python path, and says why
+            _LAUNCHER, _WHY = None, f"{type(e).__name__}: {e}"
     return _LAUNCHER
 
 
