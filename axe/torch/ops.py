@@ -304,7 +304,7 @@ def _compiled():
 _DEFINED: list = []
 
 
-def _define(schema: str, impl, fake, compiled: bool = False):  # noqa: C901 - one registration, two paths
+def _define(schema: str, impl, fake, compiled: bool = False):
     """Define ``axe::<schema>`` with ``impl`` for CPU and CUDA tensors and ``fake`` for fake and
     meta tensors; returns the op (``torch.ops.axe.<name>``).  ``compiled``: where the compiled
     launcher loads, its C++ kernel is the op's and ``impl`` runs on its misses (as
