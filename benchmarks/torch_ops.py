@@ -305,10 +305,12 @@ def launchers(torch, calls: int, rounds: int) -> dict:
     d = kernel.driver
     (gx, gy, gz), (bx, by, bz) = plan.grid, plan.block
     bare = functools.partial(d.cuLaunchKernel, plan.func, gx, gy, gz, bx, by, bz, plan.smem)
-    python = PythonPath(torch)
+    python, w1 = PythonPath(torch), w[0]
+    rms, empty_like = torch.ops.axe.rmsnorm, torch.ops.aten.empty_like.default
     out = {
-        "torch.ops.axe.rmsnorm (default path: " + ops.launcher()["path"] + ")": lambda: torch.ops.axe.rmsnorm(x, w[0], EPS),
-        "torch.ops.axe.rmsnorm, Python plan (torch.ops.axe_checked)": lambda: python.rmsnorm(x, w[0], EPS),
+        "torch.ops.axe.rmsnorm (default path: " + ops.launcher()["path"] + ")": lambda: rms(x, w1, EPS),
+        "torch.ops.axe.rmsnorm, Python plan (torch.ops.axe_checked)": lambda: python.rmsnorm(x, w1, EPS),
+        "torch.ops.aten.empty_like.default (any op through torch.ops)": lambda: empty_like(x),
         "axe LaunchPlan (pointers checked, cuda.bindings)": lambda: plan(ptrs, stream),
         "cuda.bindings cuLaunchKernel, pre-packed void*[]": lambda: bare(stream, plan.array, 0),
         "runtime Kernel(*tensors) (signature memo)": lambda: kernel(x, w, y, EPS, stream=stream),
