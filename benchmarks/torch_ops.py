@@ -37,7 +37,8 @@ compiled no-op ``cuLaunchKernel`` for the compiled launcher, a Python one return
 the Python plans): the host cost of each path alone, on any machine with a C++ compiler.
 
 ``run --launchers`` also times one launch of the rmsnorm kernel (M = 1) by each candidate
-mechanism: the whole op through the compiled launcher and through the Python plan, the runtime's ``LaunchPlan`` (checks of the pointers + ``cuLaunchKernel`` through
+mechanism: the whole op through the compiled launcher and through the Python plan (with
+``torch.ops.aten.empty_like``, torch's own op through the same generic binding), the runtime's ``LaunchPlan`` (checks of the pointers + ``cuLaunchKernel`` through
 ``cuda.bindings`` with a pre-packed ``void*[]``), that bare ``cuda.bindings`` call, ``ctypes``
 straight into ``libcuda``, ``cuda.core``'s ``launch`` (Python ints and NumPy scalars packed per
 call), the runtime ``Kernel``'s checked call, and a compiled launcher called through
