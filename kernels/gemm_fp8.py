@@ -16,11 +16,11 @@ accumulator and fp32 promotion; B whole or multicast to CTA pairs) and the store
 static buffer (:class:`~kernels.parts.epilogues.static_store.StaticStore`, with stream-K's one-site
 hand-over; or with ``split_k`` :class:`~kernels.parts.mainloops.fp8_block_scaled.FP8SplitK` with
 :class:`~kernels.parts.epilogues.one_site_split_k.OneSiteSplitK`).  Tile widths ``bn`` 128, 192 or
-256; ``cluster=2``: CTA pairs on vertically neighbouring tiles sharing B; ``stream_k``: the last waves
-split over all CTAs in k-blocks; ``split_k=S``: every tile's k-blocks cut into S slices on different
-CTAs, fp32 partials added in slice order (both bn 128 or 256, no clusters).  The configuration space
-and its selection by shape: :mod:`kernels.gemm_fp8_select`.  Why each choice, with the measurements:
-``docs/gemm_fp8.md``.
+256, or 64 for decode-sized M (more tiles over N); ``cluster=2``: CTA pairs on vertically
+neighbouring tiles sharing B; ``stream_k``: the last waves split over all CTAs in k-blocks;
+``split_k=S``: every tile's k-blocks cut into S slices on different CTAs, fp32 partials added in
+slice order (both bn 64, 128 or 256, no clusters).  The configuration space and its selection by
+shape: :mod:`kernels.gemm_fp8_select`.  Why each choice, with the measurements: ``docs/gemm_fp8.md``.
 
 A run-time M (:func:`make_dynamic`, ``M=None``): one artifact for every row count, A, SA and C bound
 at launch (their TMA maps encoded from the tensors, SA's row stride ``round_up(M, 4)`` included);
@@ -71,9 +71,9 @@ def check(M, N, K, bn, sms, cluster, stream_k, split_k=1, max_rows=None):
                          "covers it; a run-time M takes any row count)")
     if N % 8 or K % 16:
         raise ValueError(f"gemm_fp8: N={N} must be a multiple of 8 and K={K} of 16 (TMA: 16-byte row pitches)")
-    if (stream_k or split_k > 1) and (bn % PART or cluster != 1):
-        raise ValueError(f"gemm_fp8: stream_k and split_k are built for bn 128 or 256 without clusters, got bn={bn}, "
-                         f"cluster={cluster}")
+    if (stream_k or split_k > 1) and (bn % PART and PART % bn or cluster != 1):
+        raise ValueError(f"gemm_fp8: stream_k and split_k are built for bn 64, 128 or 256 without clusters (a tile "
+                         f"width the hand-over's {PART}-column partial chunks fit), got bn={bn}, cluster={cluster}")
     if stream_k and split_k > 1:
         raise ValueError("gemm_fp8: stream_k and split_k are two tile schedulers; pick one")
     if M is None and max_rows is None and (stream_k or split_k > 1 or cluster > 1):
@@ -165,7 +165,7 @@ def kernel(M, N, K, sched, main, epi, sms):
 def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=1, stream_k=False, split_k=1,
          max_rows=None):
     """The block-scaled FP8 GEMM kernel; ``M`` None: a run-time M (:func:`make_dynamic`), scheduled
-    for ``max_rows`` rows where given.  ``bn``: tile columns (128, 192 or 256); ``cluster=2``: CTA
+    for ``max_rows`` rows where given.  ``bn``: tile columns (64, 128, 192 or 256); ``cluster=2``: CTA
     pairs on vertically neighbouring tiles, each loading half of the B tile with a TMA multicast to
     both (B's L2 traffic per CTA halved, as in kernels/gemm.py); ``stream_k``: split the last waves'
     tiles over all CTAs in k-blocks; ``split_k=S``: cut every tile's K into S slices on different

@@ -11,7 +11,7 @@ artifact of the smallest bound ≥ M.  An artifact takes M at run time (``make(N
 the bucket (rows past M load zeros and store nothing).  Larger buckets run the run-time-M
 persistent schedule (no split, no pairs: the grid is an expression of M).
 
-The configuration space: ``bn`` (tile width 128, 192 or 256), ``stages`` (:data:`STAGES`: the
+The configuration space: ``bn`` (tile width 64, 128, 192 or 256), ``stages`` (:data:`STAGES`: the
 deepest ring that fits beside the static store buffer), ``cluster`` (1, or CTA pairs sharing B),
 ``stream_k``, ``split_k`` (K cut into slices of whole 128-deep k-blocks, fp32 partials added in slice
 order), ``max_rows`` (the bucket bound a run-time M is scheduled for).
@@ -30,7 +30,10 @@ from kernels.gemm_select import BK as BK16, BUCKETS, MID_SPLITS, bucket, cost as
 BM, BK = 128, 128                   # the FP8 tile's rows and k-block depth (one scale block of K)
 #: pipeline depth per tile width (227 KiB of shared memory: slots of A, B and SA's 128 row scales,
 #: beside the 128-column bf16 store buffer)
-STAGES = {128: 5, 192: 4, 256: 4}
+STAGES = {64: 7, 128: 5, 192: 4, 256: 4}
+#: the tile widths of a decode bucket (≤ 128 rows: few tiles, so narrow ones give more CTAs work) and
+#: of the others (wide ones move fewer bytes per flop)
+DECODE_WIDTHS, WIDTHS = (64, 128, 256), (128, 192, 256)
 #: the slice counts a decode bucket tries (its few tiles leave most of the SMs idle without them)
 DECODE_SPLITS = (1, 2, 4, 8)
 
@@ -70,22 +73,29 @@ def scheduled_rows(bound, config):
     return None
 
 
-def widths(N):
-    """The tile widths a shape with N columns can take (a tile no wider than N)."""
-    return [bn for bn in STAGES if bn <= N]
+def widths(N, bound):
+    """The tile widths bucket ``bound`` tries for N columns (a tile no wider than N)."""
+    decode = bound is not None and bound <= BM
+    return [bn for bn in (DECODE_WIDTHS if decode else WIDTHS) if bn <= N]
+
+
+def splits_width(bn):
+    """Whether tiles ``bn`` wide can be split in K: the one-site hand-over adds partials through the
+    partial accumulator in store chunks, so the tile must be a multiple or a divisor of 128 columns."""
+    return bn % BK == 0 or BK % bn == 0
 
 
 def candidates(bound, N, K):
     """The configurations measured for bucket ``bound`` (``make`` keywords without M, N, K and
-    ``max_rows``, which :func:`scheduled_rows` adds): a decode bucket every tile width 128 or 256
+    ``max_rows``, which :func:`with_bound` adds): a decode bucket the tile widths 64, 128 and 256
     with every split of :data:`DECODE_SPLITS`; a middle bucket (≤ :data:`MAX_BOUND` rows) the tiles
     128, 192 and 256 wide uncut, 128 and 256 as CTA pairs and cut in K as
     :data:`~kernels.gemm_select.MID_SPLITS` allows; a larger bucket the widths uncut (the run-time-M
-    schedule).  Split-K needs a tile width that is a multiple of 128 (the hand-over adds 128-column
-    chunks)."""
-    plain = [dict(bn=bn, stages=STAGES[bn]) for bn in widths(N)]
+    schedule).  Split-K takes tile widths :func:`splits_width` allows."""
+    ws = widths(N, bound)
     if bound is not None and bound <= BM:
-        return [dict(bn=bn, stages=STAGES[bn], split_k=s) for bn in (128, 256) if bn <= N for s in splits(K)]
+        return [dict(bn=bn, stages=STAGES[bn], split_k=s) for bn in ws for s in splits(K) if s == 1 or splits_width(bn)]
+    plain = [dict(bn=bn, stages=STAGES[bn]) for bn in ws]
     if bound is None or bound > MAX_BOUND:
         return plain
     pairs = [dict(bn=bn, stages=STAGES[bn], cluster=2) for bn in (128, 256) if bn <= N]

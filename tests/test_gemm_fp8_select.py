@@ -31,22 +31,22 @@ def model_time(N, K, bn, s, sms, rows):
 
 def brute_force(M, N, K, sms=132):
     """The heuristic by enumeration: every (bn, slices) the bucket allows — decode buckets (≤ 128
-    rows) bn 128 or 256 and 1, 2, 4 or 8 slices; middle buckets (≤ 1024) bn 128, 192, 256 uncut and
+    rows) bn 64, 128 or 256 and 1, 2, 4 or 8 slices; middle buckets (≤ 1024) bn 128, 192, 256 uncut and
     128 or 256 in 2, 3, 4 or 6 slices; larger buckets bn 128, 192, 256 uncut; a tile no wider than N,
     slices of at least 8 k-blocks — the least model time, then fewer slices, then the wider tile."""
     bound = next(b for b in gemm_select.BUCKETS if b is None or b >= M)
     rows = -(-(bound or 8192) // 128)
     kb = -(-K // 128)
     options = []
-    for bn, s in itertools.product((128, 192, 256), range(1, 9)):
+    for bn, s in itertools.product((64, 128, 192, 256), range(1, 9)):
         if bn > N or (s > 1 and kb // s < 8):
             continue
         if bound is not None and bound <= 128:
             ok = bn != 192 and s in (1, 2, 4, 8)
         elif bound is not None and bound <= 1024:
-            ok = s == 1 or (bn != 192 and s in (2, 3, 4, 6))
+            ok = bn != 64 and (s == 1 or (bn != 192 and s in (2, 3, 4, 6)))
         else:
-            ok = s == 1
+            ok = bn != 64 and s == 1
         if ok:
             options.append((model_time(N, K, bn, s, sms, rows), s, -bn))
     t, s, bn = min(options)

@@ -52,12 +52,14 @@ def test_split_k_units_cover_every_k_block_once(M, N, K, bn, split_k):
 
 #: (name, M or None, N, K, make keywords): split-K at a static size with a slice past K, a run-time M
 #: bounded with split-K on the 256-wide tile (ragged K, a ragged half past N), a bounded plain one,
-#: an unbounded one (the grid an expression of M), and one k-block (SA's extent-1 dimension)
+#: an unbounded one (the grid an expression of M), one k-block (SA's extent-1 dimension), and the
+#: 64-wide decode tile cut in K
 BUILDS = {"sk3": (777, 576, 1408, dict(bn=128, split_k=3)),
           "dyn64_sk2": (None, 2112, 1936, dict(bn=256, split_k=2, max_rows=64)),
           "dyn128": (None, 7168, 2048, dict(bn=128, max_rows=128)),
           "dyn_b192": (None, 2112, 7168, dict(bn=192)),
-          "dyn64_k1": (None, 512, 128, dict(bn=128, max_rows=64))}
+          "dyn64_k1": (None, 512, 128, dict(bn=128, max_rows=64)),
+          "dyn16_b64_sk2": (None, 4096, 14336, dict(bn=64, split_k=2, max_rows=16))}
 
 
 @pytest.fixture(scope="module", params=sorted(BUILDS))
@@ -138,7 +140,7 @@ def test_a_bounded_m_refuses_one_row_past_its_bound(built):
 
 
 def test_split_k_and_run_time_m_refusals_name_the_condition():
-    with pytest.raises(ValueError, match="stream_k and split_k are built for bn 128 or 256 without clusters, got bn=192"):
+    with pytest.raises(ValueError, match="stream_k and split_k are built for bn 64, 128 or 256 without clusters .*, got bn=192"):
         G.make(1024, 2112, 4096, bn=192, split_k=2)
     with pytest.raises(ValueError, match="got bn=128, cluster=2"):
         G.make(1024, 2112, 4096, bn=128, cluster=2, split_k=2)

@@ -2,15 +2,15 @@
 (not a multiple of 128, nor of 4: SA's rows are padded), an odd number of 128-column blocks (the
 ``bn = 256`` tile's last half lies past N), two k-blocks, a ragged last k-block, DeepSeek-V3
 projection sizes, CTA pairs sharing B through TMA multicast (``cluster=2``, with an odd number of
-block-rows), ``bn = 192`` (weight scales staged per 64 columns; a tile past N; odd k-blocks) and
-stream-K (``stream_k=True`` on 132 CTAs, both tile widths: tiles filling 1.5 waves, all split, and
-2.3 waves, one whole wave first; a tile's two pieces meet through the workspace and a flag, and
-the three launches of a check reuse the flags, which each launch must leave zero), split-K
-(:data:`SPLIT_K`: 2, 3, 4, 6 and 8 slices, tile widths 128 and 256, slices whose last one runs past
-K so SB's column is clamped, ragged M, N and K) and a run-time M (:data:`DYNAMIC`: one artifact
-checked at several M — 1, a ragged count inside the bucket, the bound — scheduled for a bucket
-bound with split-K, CTA pairs or stream-K, or unbounded on the persistent grid; a bounded artifact
-must refuse bound + 1 rows).
+block-rows), ``bn = 192`` (weight scales staged per 64 columns; a tile past N; odd k-blocks),
+``bn = 64`` (the decode tile: two tiles per SB block), stream-K (``stream_k=True`` on 132 CTAs,
+both tile widths: tiles filling 1.5 waves, all split, and 2.3 waves, one whole wave first; a tile's
+two pieces meet through the workspace and a flag, and the three launches of a check reuse the
+flags, which each launch must leave zero), split-K (:data:`SPLIT_K`: 2, 3, 4, 6 and 8 slices, tile
+widths 64, 128 and 256, slices whose last one runs past K so SB's column is clamped, ragged M, N
+and K) and a run-time M (:data:`DYNAMIC`: one artifact checked at several M — 1, a ragged count
+inside the bucket, the bound — scheduled for a bucket bound with split-K, CTA pairs or stream-K,
+or unbounded on the persistent grid; a bounded artifact must refuse bound + 1 rows).
 
 Each check quantizes fresh random fp32 operands the way DeepSeek-V3 does (activations per row and
 128 columns, weights per 128×128 block, scale = amax / 448; :mod:`kernels.fp8_blocks`), poisons C
@@ -53,6 +53,8 @@ SHAPES = {
                                                  # 11 k-blocks: the staging parity alternates by tile
     "b192_ds": (4096, 2112, 7168, 192, 1),       # DeepSeek-V3 fused q_a + kv_a projection
     "c2_b192": (777, 2112, 1536, 192, 2),        # CTA pairs, 7 block-rows
+    # bn=64 (decode-sized M): a tile inside one SB block, odd tiles in a block's second half
+    "b64_past_n": (777, 400, 1536, 64, 1),       # 7 tiles, the last 16 columns wide
     # stream-K on 132 CTAs: the last whole wave and the partial one split over all CTAs in k-blocks
     "sk_b128_w15": (1000, 3144, 1408, 128, 1),   # 8 x 25 = 200 tiles (1.52 waves, all split), 11 k-blocks
     "sk_b128_w23": (2000, 2392, 1008, 128, 1),   # 16 x 19 = 304 tiles (2.30 waves), K ragged: 8 k-blocks, the last 112 wide
@@ -69,6 +71,7 @@ SPLIT_K = {
     "splitk4_b256": (300, 2112, 1936, 256, 4),    # K ragged (16 k-blocks, the last 16 wide), 17 column blocks
     "splitk6": (128, 1024, 6144, 128, 6),         # 48 k-blocks, slices of 8, 8 tiles x 6 = 48 units
     "splitk8_ds": (128, 7168, 16384, 128, 8),     # DeepSeek-V3 o-projection at decode: 56 x 8 = 448 units
+    "splitk4_b64": (128, 2112, 7168, 64, 4),      # the 64-wide tile: 33 tiles x 4 slices of 14 k-blocks
 }
 #: a run-time M: name -> (N, K, make keywords, the row counts checked); ``max_rows`` bounds a bucket
 DYNAMIC = {
@@ -76,6 +79,8 @@ DYNAMIC = {
     "dyn64_b256_sk2": (2112, 1936, dict(bn=256, split_k=2, max_rows=64), (1, 33, 64)),
     "dyn128_sk3_past_k": (576, 7168, dict(bn=128, split_k=3, max_rows=128), (1, 65, 128)),
     "dyn128_plain": (7168, 2048, dict(bn=128, max_rows=128), (1, 100, 128)),
+    "dyn16_b64": (4096, 14336, dict(bn=64, max_rows=16), (1, 9, 16)),
+    "dyn128_b64_sk2": (576, 7168, dict(bn=64, split_k=2, max_rows=128), (1, 77, 128)),
     "dyn64_k1": (512, 128, dict(bn=128, max_rows=64), (1, 4, 64)),          # K = 128: SA's extent-1 dimension
     "dyn384_sk6": (1024, 6144, dict(bn=128, split_k=6, max_rows=384), (1, 250, 384)),
     "dyn512_c2": (2112, 1536, dict(bn=256, cluster=2, max_rows=512), (1, 257, 300, 512)),

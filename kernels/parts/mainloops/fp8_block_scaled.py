@@ -12,7 +12,8 @@ cores run, waits for the group and promotes ``acc += partial · factor`` (:func:
 which scale goes with which element comes from the layouts).  ``bn`` = 256 issues its two 128-column
 halves one after the other through one 64×128 partial (two would not fit the consumer's registers);
 where the 128-column blocks of N are odd in number the last tile's second half lies past N and is
-skipped.  ``bn`` = 192 (``staged``) keeps one 64×192 partial: its tiles start at multiples of 64, so
+skipped.  ``bn`` = 64 (decode-sized M: twice the tiles over N) lies inside one SB block.  ``bn`` =
+192 (``staged``) keeps one 64×192 partial: its tiles start at multiples of 64, so
 the warpgroup's first threads stage ``SB[(n0 + 64 g) // 128, kb]`` per 64-column group ``g`` into
 shared memory (two buffers by slot parity, one named barrier), read as a (1, 3) scale.
 
@@ -73,7 +74,7 @@ def _wait_for(part):
 
 
 class BlockScaled(Cooperative):
-    """The block-scaled FP8 mainloop of a 128×``bn`` tile (``bn`` 128, 192 or 256) over ``k_iters``
+    """The block-scaled FP8 mainloop of a 128×``bn`` tile (``bn`` 64, 128, 192 or 256) over ``k_iters``
     k-blocks; ``n_blocks``: SB's rows (128-column blocks of N); ``b``: how B reaches the slots;
     ``k_loaded``: the k-blocks the scheduler walks per tile (more than ``k_iters`` where split-K's
     equal slices run past K)."""
@@ -84,10 +85,11 @@ class BlockScaled(Cooperative):
         super().__init__(FP8, "col", BM, bn, BK, stages, k_iters, 0, b)
         self.n_blocks = n_blocks
         self.past_k = (k_loaded or k_iters) > k_iters
-        # a tile width that is a multiple of 128 keeps one SB block per 128-column partial; otherwise one
-        # partial spans the tile and SB is staged per column group (the gcd: no group crosses a block)
-        self.staged = bn % PART != 0
-        self.part_n = bn if self.staged else PART
+        # a tile width that is a multiple of 128 keeps one SB block per 128-column partial, a divisor of
+        # 128 (64) lies inside one block; otherwise one partial spans the tile and SB is staged per
+        # column group (the gcd: no group crosses a block)
+        self.staged = bn % PART != 0 and PART % bn != 0
+        self.part_n = PART if bn % PART == 0 else bn
         self.group_n = gcd(bn, PART)
         self.halves = bn // self.part_n
         # the last tile's second half lies past N when the 128-column blocks are odd in number
@@ -165,7 +167,7 @@ class BlockScaled(Cooperative):
         sa_rows = Ax.permute(self.sa[s:s + 1, wg * HALF:(wg + 1) * HALF], (1, 0))
         part_n = self.part_n
         for h in range(self.halves):
-            nb = n_blk * self.halves + h
+            nb = n_blk * self.bn // PART if self.bn < PART else n_blk * self.halves + h    # SB's row
 
             def half():
                 b = self.tile(pool, self.b_at + s * (self.bn * BK) + h * (part_n * BK), (part_n, BK))
