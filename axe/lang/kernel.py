@@ -170,7 +170,7 @@ def build_func(k: Kernel, target: str = "sm_90a", features=()):
     from axe.schedules.infer import InferenceError, InferState, solve
     _, rec = _parse(k, target, features, InferState(recording=True))
     try:
-        fixed = solve(rec.infer)
+        fixed = solve(rec.infer, rec)
     except InferenceError as err:
         raise KernelError(k.name, None, None, f"layout inference: {err}", err) from None
     func, ctx = _parse(k, target, features, InferState(fixed=fixed))

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from .context import BuildContext, current_context
 from .registry import candidates
 
-__all__ = ["DispatchError", "ScheduleBug", "DispatchRecord", "dispatch", "run", "format_records"]
+__all__ = ["DispatchError", "ScheduleBug", "DispatchRecord", "choose", "dispatch", "run", "format_records"]
 
 
 class DispatchError(ValueError):
@@ -90,10 +90,10 @@ NO_BARRIER = ("barrier= asks for a copy that completes on the mbarrier (TMA or a
               f"{sorted(BARRIER_COPIES)}); this schedule would not arrive on it and the wait on it would never return")
 
 
-def dispatch(call, ctx: BuildContext | None = None) -> DispatchRecord:
-    """Choose and emit a schedule for ``call``; raises :class:`DispatchError` when none fits."""
-    if ctx is None:
-        ctx = current_context(f"operator {call.op}")
+def choose(call, ctx: BuildContext) -> tuple:
+    """``(record, schedule, plan)``: the first candidate whose check fits ``call`` (schedule and
+    plan None when none does), every verdict in ``record``; nothing is emitted or recorded in
+    ``ctx``, so layout inference can ask what a call with proposed layouts would dispatch to."""
     cands = candidates(call.op, ctx.family)
     record = DispatchRecord(call)
     forced = call.forced
@@ -127,10 +127,21 @@ def dispatch(call, ctx: BuildContext | None = None) -> DispatchRecord:
         record.verdicts.append((s.name, None))
         record.chosen = s.name
         record.plan = plan.describe() if hasattr(plan, "describe") else str(plan)
+        return record, s, plan
+    return record, None, None
+
+
+def dispatch(call, ctx: BuildContext | None = None) -> DispatchRecord:
+    """Choose and emit a schedule for ``call``; raises :class:`DispatchError` when none fits."""
+    if ctx is None:
+        ctx = current_context(f"operator {call.op}")
+    record, s, plan = choose(call, ctx)
+    if s is not None:
         s.emit(call, plan, ctx)
         ctx.records.append(record)
         return record
     ctx.records.append(record)
+    cands = candidates(call.op, ctx.family)
     hint = ""
     if call.attrs.get("broadcast") and not any(s.broadcasts for s in cands):
         hint = (f"\nnone of {ctx.target}'s {call.op} schedules broadcasts: {call.op} the source at its own shape "

@@ -12,9 +12,17 @@ The rules, strongest first (each fix names the operator and rule that made it):
 2. *replicate*: an open register source that broadcasts to a fixed register dst takes
    :func:`~axe.layout.infer.replicated_for` (dst's threads each hold what they read: per_thread
    reads it in place).
-3. *vector* (only when 1–2 fix nothing more): an open register tile copied to or from memory
+3. *instruction* (only when 1–2 fix nothing more): a call whose schedules proposed layouts for
+   its open tiles (:func:`add_proposal`: a backend's wgmma fragments, ldmatrix/stmatrix atoms,
+   the TMA-swizzled shared tiles they read) takes the first combination under which the call
+   *dispatches* to one of those schedules, and under which every copy between a proposed shared
+   tile and global memory still dispatches (one with ``barrier=`` to TMA or a bulk copy).
+   Proposals are tried by priority (wgmma before ldmatrix: a fragment has one schedule), calls in
+   program order.  A call whose tiles an earlier proposal fixed, and which does not dispatch to
+   its own proposal's schedules under them but would under its own proposal, is a conflict.
+4. *vector* (only when 1–3 fix nothing more): an open register tile copied to or from memory
    takes :func:`~axe.layout.infer.vector_layout` over the scope's threads (16-byte runs).
-4. *swizzle*: an open shared tile takes the layout :func:`~axe.layout.swizzle_search.search_swizzle`
+5. *swizzle*: an open shared tile takes the layout :func:`~axe.layout.swizzle_search.search_swizzle`
    ranks first for its writes and reads (the first warp's accesses of each copy, from the other
    operand's layout, or from the 16-byte vector rule for global memory).
 
@@ -24,15 +32,16 @@ a tile no operator fixes is an error naming it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from itertools import permutations
+from dataclasses import dataclass, field, replace
+from itertools import permutations, product
+from typing import Callable
 
 from axe.layout import Layout, LayoutError, S, SwizzledLayout, group
 from axe.layout.iters import Iter
 from axe.layout.broadcast import aligned_shape
 from axe.layout.infer import replicated_for, vector_layout
 
-__all__ = ["InferenceError", "InferState", "OpenTile", "Fix", "solve"]
+__all__ = ["InferenceError", "InferState", "OpenTile", "Fix", "Proposal", "add_proposal", "solve"]
 
 
 class InferenceError(ValueError):
@@ -60,9 +69,41 @@ class Fix:
     op: str
     where: str
     source: str
+    instruction: bool = False      # fixed by a schedule's proposal (rule 3)
 
     def describe(self) -> str:
         return f"{self.layout}   ({self.rule}: {self.op} at {self.where}{', ' + self.source if self.source else ''})"
+
+
+@dataclass(frozen=True)
+class Proposal:
+    """Layouts that ``schedules`` (of ``op`` on target ``family``) would serve: ``propose(call,
+    key, shape, elem_bytes, mem)`` lists candidate layouts, best first, for the whole open tile
+    (of ``shape``, in its own coordinates) that operand ``key`` stands for; ``label(plan, key)``
+    names the instruction a chosen plan gives that operand (for ``explain``)."""
+
+    op: str
+    family: str
+    schedules: tuple
+    propose: Callable
+    label: Callable
+    priority: int = 0
+
+
+_PROPOSALS: list = []
+
+
+def add_proposal(op: str, family: str, schedules, propose: Callable, label: Callable, priority: int = 0) -> Proposal:
+    """Register what ``schedules`` propose to inference (a backend does, beside its schedules)."""
+    p = Proposal(op, family, tuple(schedules), propose, label, priority)
+    _PROPOSALS[:] = [q for q in _PROPOSALS if (q.op, q.family, q.schedules) != (op, family, p.schedules)] + [p]
+    return p
+
+
+def _proposals(family: str) -> list:
+    from axe.schedules.registry import _load_backends
+    _load_backends(family)
+    return sorted((p for p in _PROPOSALS if p.family == family), key=lambda p: -p.priority)
 
 
 @dataclass
@@ -87,8 +128,9 @@ def _elem_bytes(dtype: str) -> int:
 
 
 class _Solver:
-    def __init__(self, state: InferState):
+    def __init__(self, state: InferState, ctx=None):
         self.state = state
+        self.ctx = ctx
         self.fixed: dict[int, Fix] = {}
 
     def tile(self, t):
@@ -122,8 +164,8 @@ class _Solver:
         f = self.fixed.get(v.index) if self.tile(t) is v else None
         return f.layout if f else None
 
-    def fix(self, v: OpenTile, layout, rule, call, source) -> bool:
-        new = Fix(layout, rule, call.op, call.where, source)
+    def fix(self, v: OpenTile, layout, rule, call, source, instruction=False) -> bool:
+        new = Fix(layout, rule, call.op, call.where, source, instruction)
         old = self.fixed.get(v.index)
         if old is None:
             self.fixed[v.index] = new
@@ -164,6 +206,108 @@ class _Solver:
                     continue
                 changed |= self.fix(sv, rep, "replicated onto the threads that read it", call, f"{dname} {dst.name}")
         return changed
+
+    def with_layouts(self, call, assign: dict):
+        """``call`` with each operand that is a whole open tile (or its permuted view) seen
+        through its layout in ``assign`` (by declaration index) or its inferred one; None when an
+        assigned tile is also an operand as a slice (its layout there is not checked here)."""
+        ops = {}
+        for k, t in call.operands.items():
+            v, dims = self.view(t)
+            if v is None:
+                tv = self.state.tiles.get(t.buffer.__chandle__()) if t.buffer is not None else None
+                if tv is not None and tv.index in assign:
+                    return None
+                ops[k] = t
+                continue
+            L = assign.get(v.index) or (self.fixed[v.index].layout if v.index in self.fixed else None)
+            ops[k] = t if L is None else replace(t, layout=_view_layout(L, v.shape, dims))
+        return replace(call, operands=ops)
+
+    def open_operands(self, call, every: bool = False):
+        """``(key, tile)`` for each operand that is a whole open tile not fixed yet (``every``:
+        fixed or not, but only those fixed by a proposal count), first appearance only."""
+        out, seen = [], set()
+        for k, t in call.operands.items():
+            v, _ = self.view(t)
+            if v is None or v.index in seen:
+                continue
+            f = self.fixed.get(v.index)
+            if f is None or (every and f.instruction):
+                out.append((k, v))
+                seen.add(v.index)
+        return out
+
+    def accepts(self, p, call, assign):
+        """``(plan, record)`` when ``call`` under ``assign`` dispatches to one of ``p``'s
+        schedules and every copy between an assigned shared tile and global memory still
+        dispatches (a ``barrier=`` one to a copy that arrives on it); else None."""
+        from axe.schedules.dispatch import choose
+        c = self.with_layouts(call, assign)
+        if c is None:
+            return None
+        _, sched, plan = choose(c, self.ctx)
+        if sched is None or sched.name not in p.schedules:
+            return None
+        for other in self.state.calls:
+            if other is call or other.op != "copy":
+                continue
+            dst, src = other.operands["dst"], other.operands["src"]
+            if not any(self.view(t)[0] is not None and self.view(t)[0].index in assign and t.mem == "shared"
+                       and u.mem == "global" for t, u in ((dst, src), (src, dst))):
+                continue
+            o = self.with_layouts(other, assign)
+            if o is None or choose(o, self.ctx)[1] is None:
+                return None
+        return plan
+
+    def instructions(self) -> bool:
+        """Rule 3: fix the open tiles of the first call (by proposal priority, then program order)
+        that a proposal serves; raise on a conflict with an earlier proposal."""
+        if self.ctx is None:
+            return False
+        for p in _proposals(self.ctx.family):
+            for call in self.state.calls:
+                if call.op != p.op:
+                    continue
+                opens = self.open_operands(call)
+                if not opens:
+                    self.conflict(p, call)
+                    continue
+                for assign, plan in self.combinations(p, call, opens):
+                    for k, v in opens:
+                        self.fix(v, assign[v.index], p.label(plan, k), call, _source(call, k), instruction=True)
+                    return True
+        return False
+
+    def combinations(self, p, call, opens):
+        """Each assignment of proposed layouts to ``opens`` (best first) the call accepts, with its plan."""
+        choices = [p.propose(call, k, v.shape, _elem_bytes(v.dtype), v.mem) for k, v in opens]
+        if not all(choices):
+            return
+        for combo in product(*choices):
+            assign = {v.index: L for (_, v), L in zip(opens, combo)}
+            plan = self.accepts(p, call, assign)
+            if plan is not None:
+                yield assign, plan
+
+    def conflict(self, p, call):
+        """A call whose tiles are all fixed, some by another call's proposal: when it does not
+        dispatch to ``p``'s schedules as fixed but would under its own proposal, the two proposals
+        conflict (:meth:`fix` raises, naming both operators and both layouts)."""
+        mine = [(k, v) for k, v in self.open_operands(call, every=True)]
+        if not mine or self.accepts(p, call, {}) is not None:
+            return
+        saved = {v.index: self.fixed.pop(v.index) for _, v in mine}
+        try:
+            found = next(self.combinations(p, call, mine), None)
+        finally:
+            self.fixed.update(saved)
+        if found is None:
+            return
+        assign, plan = found
+        for k, v in mine:
+            self.fix(v, assign[v.index], p.label(plan, k), call, _source(call, k), instruction=True)
 
     def vector(self) -> bool:
         """Fix the first open register tile a copy moves to or from memory (program order)."""
@@ -227,6 +371,21 @@ class _Solver:
                      f"write {best.write.conflicts} / read {best.read.conflicts} conflicts")
 
 
+def _source(call, key) -> str:
+    """What a proposal served, for ``explain``: the operand and the other operands' names."""
+    others = ", ".join(f"{k} {t.name}" for k, t in call.operands.items() if k != key)
+    return f"as {key}, with {others}" if others else f"as {key}"
+
+
+def _view_layout(L, shape, dims):
+    """A tile's layout ``L`` (over ``shape``) as its view ``permute(tile, dims)`` sees it, swizzle kept."""
+    if dims == tuple(range(len(dims))):
+        return L
+    if isinstance(L, SwizzledLayout):
+        return L.with_inner(_permuted(L.inner, shape, dims))
+    return _permuted(L, shape, dims)
+
+
 def _plain(L):
     return L.inner if isinstance(L, SwizzledLayout) else L
 
@@ -262,12 +421,16 @@ def _first_warp_accesses(L, t, v, eb, call):
     return []
 
 
-def solve(state: InferState) -> dict:
-    """``{declaration index: Fix}`` for every open tile of a recorded build (see the module)."""
-    s = _Solver(state)
+def solve(state: InferState, ctx=None) -> dict:
+    """``{declaration index: Fix}`` for every open tile of a recorded build (see the module);
+    ``ctx``, the recording parse's build context, lets rule 3 ask dispatch (without it, rule 3
+    proposes nothing)."""
+    s = _Solver(state, ctx)
     while True:
         while s.strong():
             pass
+        if s.instructions():
+            continue
         if not s.vector():
             break
     s.swizzle()

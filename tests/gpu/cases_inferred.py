@@ -30,7 +30,7 @@ _kernels, _serving = _sibling("cases_kernels"), _sibling("cases_serving")
 #: artifact → (module, attribute, args of a factory or None, size constants, schedules dispatch must choose)
 CASES = {
     "inferred_transpose": ("kernels.inferred.transpose", "transpose", None, {},
-                           ["tma", "per_thread", "vector", "tma_store"]),
+                           ["tma", "ldmatrix", "stmatrix", "tma_store"]),
     "inferred_rmsnorm": ("kernels.inferred.rmsnorm", "rmsnorm", None, {},
                          ["vector", "vector", "per_thread", "cta_smem", "per_thread", "vector"]),
     "inferred_softmax": ("kernels.inferred.softmax", "softmax", None, {},

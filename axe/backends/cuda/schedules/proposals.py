@@ -1,0 +1,72 @@
+"""What the CUDA schedules propose to layout inference (:mod:`axe.schedules.infer`).
+
+Each proposal names the schedules it is for; inference accepts a proposed layout only where the
+call, with it, actually dispatches to one of them.
+
+- **wgmma** (``gemm``): the accumulator as ``C ⊗ d_fragment(n)`` (the widest n of the tile's
+  width first), register A as ``C ⊗ a_fragment``, shared A and B as TMA writes them under its
+  128-, 64- or 32-byte swizzle (the K-major or MN-major atom the descriptor reads).
+- **ldmatrix / stmatrix** (``copy`` between shared memory and registers, 16-bit): registers as
+  ``C ⊗ ldmatrix_atom`` over the scope's warps (row bands first), the shared tile as TMA writes it
+  (widest swizzle first: each 8-row group's 16-byte rows fall in distinct banks, conflict-free).
+"""
+
+from __future__ import annotations
+
+from axe.layout.infer import atom_tilings, tma_rows
+from axe.schedules.infer import add_proposal
+
+from .ldmatrix import ROWS, atom
+from .wgmma import a_fragment, d_fragment
+
+SWIZZLES = (128, 64, 32)
+
+
+def _tma_tiles(shape, elem_bytes):
+    if len(shape) != 2:
+        return []
+    return [L for L in (tma_rows(shape, elem_bytes, sw) for sw in SWIZZLES) if L is not None]
+
+
+def _matrix(call, key, shape, elem_bytes, mem):
+    """ldmatrix/stmatrix: candidate layouts of the tile operand ``key`` (of ``shape``) stands for."""
+    if elem_bytes != 2 or len(shape) != 2:
+        return []
+    if mem == "shared":
+        return _tma_tiles(shape, elem_bytes)
+    if mem != "local" or call.scope.threads % 32:
+        return []
+    return atom_tilings(shape, atom("tx"), (ROWS, ROWS), call.scope.threads // 32)
+
+
+def _matrix_label(plan, key):
+    n = max(len(g) for g in plan.groups)
+    ins = f"{plan.mnemonic}.x{n}{'.trans' if plan.trans else ''}"
+    return f"{ins} atom" if key == ("src" if plan.store else "dst") else f"16-byte rows of {ins}"
+
+
+def _wgmma(call, key, shape, elem_bytes, mem):
+    """wgmma: candidate layouts of the gemm operand ``key``'s tile."""
+    if len(shape) != 2 or call.scope.kind != "warpgroup":
+        return []
+    if mem == "shared" and key in ("A", "B"):
+        return _tma_tiles(shape, elem_bytes)
+    if mem != "local":
+        return []
+    m, n = shape
+    if key == "C":
+        return [L for w in range(min(256, n), 7, -8) if n % w == 0
+                for L in atom_tilings(shape, d_fragment(w, "tx"), (64, w), 1)]
+    if key == "A":
+        return atom_tilings(shape, a_fragment("tx"), (64, 32 // elem_bytes), 1)
+    return []
+
+
+def _wgmma_label(plan, key):
+    what = {"C": "accumulator fragment", "A": "A fragment" if plan.rs else "shared A operand",
+            "B": "shared B operand"}[key]
+    return f"{plan.instruction()} {what}"
+
+
+add_proposal("gemm", "cuda", ("wgmma",), _wgmma, _wgmma_label, priority=40)
+add_proposal("copy", "cuda", ("ldmatrix", "stmatrix"), _matrix, _matrix_label, priority=25)
