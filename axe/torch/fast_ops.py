@@ -12,7 +12,7 @@ through it and reports the path in force (:func:`axe.torch.ops.launcher`).
 The build: one compiler command (``$CXX``, else ``c++``; torch's headers and ``libc10`` /
 ``libtorch_cpu``; no ninja, no pybind11, no CUDA toolkit), into
 ``<folder>/<digest>/`` where the digest covers the source, the torch version, its CUDA
-version and C++ ABI, and the compiler: a machine builds once per torch (~10 s on 2 cores), under a
+version and C++ ABI, and the compiler: a machine builds once per torch (11-27 s on 2 cores), under a
 file lock, so concurrent processes build it once.  The folder is ``$AXE_FAST_OPS_DIR``, else
 ``~/.cache/axe/fast_ops`` (the default cache folder's, whatever ``$AXE_CACHE_DIR`` says: the
 library belongs to the machine, the artifacts travel between machines and caches).

@@ -47,7 +47,7 @@ checked in full).  ``FAST_PATH = False`` sends every call down the checked path 
 the plans: ``benchmarks/torch_ops.py --checked``).
 
 **The compiled launcher.**  Where :mod:`axe.torch.fast_ops` builds and loads (a C++ compiler and
-torch's headers; on the first import of this module on a machine, ~10 s), ``rmsnorm``,
+torch's headers; on the first import of this module on a machine, 10-30 s), ``rmsnorm``,
 ``fused_add_rmsnorm``, ``softmax``, ``silu_and_mul`` and ``rotary_embedding`` get its C++ kernel
 for CPU and CUDA tensors: a call of a planned signature is looked up, launched and answered in
 C++, without entering Python; any other call runs the Python implementation above, registered as
