@@ -4,7 +4,9 @@
 Each kernel of ``kernels/inferred/`` beside its hand-written twin at the same size: transpose
 (8192×8192 fp16, :func:`kernels.transpose.transpose`), RMSNorm and softmax (65536×1024 fp16, the
 static ``rmsnorm``/``softmax``), rotary (NeoX, head 128, 32 q / 8 k heads, bf16, 16384 tokens,
-:func:`kernels.rotary.dynamic`).  Both versions are checked against torch first (fresh random
+:func:`kernels.rotary.dynamic`), GEMM (4096³ fp16 → fp32, TMA + wgmma, single-stage k-loop,
+:mod:`kernels.inferred.hand_gemm` against :mod:`kernels.inferred.gemm`; the kernel body they share,
+``k_step`` and ``tiled_gemm``, is counted on both sides).  Both versions are checked against torch first (fresh random
 data, outputs NaN-poisoned), then timed as CUDA-graph replays (``--graph-calls`` launches a
 graph; :func:`axe.torch.timing.graph_ms`) in ``--rounds`` interleaved rounds (hand then inferred,
 the order flipped every round); a row's µs is the median over rounds, per launch.
@@ -38,6 +40,7 @@ TRANSPOSE = {"M": 8192, "N": 8192}
 ROWS = {"ROWS": 65536}
 TOKENS = 16384
 ROTARY = (128, 32, 8)
+GEMM = (4096, 4096, 4096)
 
 #: kernel → (size, hand (module, attr, factory args, constants), inferred (...), hand units, inferred units)
 KERNELS = {
@@ -56,6 +59,10 @@ KERNELS = {
                ("kernels.rotary", "dynamic", ROTARY + (True, "bfloat16", "int64"), {}),
                ("kernels.inferred.rotary", "dynamic", ROTARY + ("bfloat16", "int64"), {}),
                ["Plan", "_passes", "_load", "_store", "_rotate", "dynamic"], ["_rotate", "dynamic"]),
+    "gemm": ("4096x4096x4096 fp16 -> fp32",
+             ("kernels.inferred.hand_gemm", "make", GEMM, {}), ("kernels.inferred.gemm", "make", GEMM, {}),
+             ["SMEM_A", "SMEM_B", "k_step", "tiled_gemm", "_tiles", "make"],
+             ["kernels.inferred.hand_gemm:k_step", "kernels.inferred.hand_gemm:tiled_gemm", "_tiles", "make"]),
 }
 
 
@@ -112,6 +119,14 @@ def _setup(torch, kernel, k):
         w = torch.randn(1, n, device="cuda", dtype=torch.float16)
         ref = torch.nn.functional.rms_norm(x.float(), (n,), w.view(-1).float(), 1e-6)
         return (lambda: k(x, w, y)), (lambda: ((y.float() - ref).norm() / ref.norm()).item() < 2e-3)
+    if kernel == "gemm":
+        m, kk = args["A"]["shape"]
+        n = args["B"]["shape"][0]
+        a = torch.randn(m, kk, device="cuda", dtype=torch.float16)
+        b = torch.randn(n, kk, device="cuda", dtype=torch.float16)
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
+        ref = a.float() @ b.float().t()
+        return (lambda: k(a, b, c)), (lambda: ((c - ref).norm() / ref.norm()).item() < 1e-3)
     hs, hq, hk = ROTARY
     sys.path.insert(0, os.path.join(ROOT, "tests", "gpu"))
     from cases_serving import rope_cache, rotate

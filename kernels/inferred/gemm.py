@@ -3,7 +3,7 @@ every tile inferred: wgmma gives the accumulator its fragment and the shared til
 128-byte swizzle its descriptors read, which TMA also writes."""
 
 import axe.lang as Ax
-from kernels.inferred.hand_gemm import BK, BM, BN, KERNEL, tiled_gemm
+from kernels.inferred.hand_gemm import BK, BM, BN, K, M, N, tiled_gemm
 
 
 def _tiles():
@@ -11,6 +11,9 @@ def _tiles():
             Ax.registers((BM, BN), "float32", name="acc"))
 
 
-@Ax.kernel(**KERNEL)
-def gemm():
-    return tiled_gemm(_tiles)
+def make(m, n, k):
+    """The kernel with inferred tiles at ``m×n×k`` (multiples of the 64×128×64 tile)."""
+    return tiled_gemm(_tiles, "gemm", m, n, k)
+
+
+gemm = make(M, N, K)

@@ -10,7 +10,7 @@ from tvm.script import tirx as T
 import axe.lang as Ax
 from axe.layout import S, Swizzle, SwizzledLayout
 
-M, N, K = 256, 512, 512
+M, N, K = 256, 512, 512           # the sizes of ``gemm``; ``make(m, n, k)`` builds others
 BM, BN, BK, THREADS = 64, 128, 64, 128
 
 #: the shared tiles: K-major rows of 64 fp16 (128 bytes) under TMA's 128-byte swizzle
@@ -22,11 +22,11 @@ def reference(A, B):
     return {"C": A.float() @ B.float().t()}
 
 
-def inputs(device="cuda"):
+def inputs(device="cuda", m=M, n=N, k=K):
     import torch
-    return {"A": torch.randn(M, K, dtype=torch.float16, device=device),
-            "B": torch.randn(N, K, dtype=torch.float16, device=device),
-            "C": torch.zeros(M, N, dtype=torch.float32, device=device)}
+    return {"A": torch.randn(m, k, dtype=torch.float16, device=device),
+            "B": torch.randn(n, k, dtype=torch.float16, device=device),
+            "C": torch.zeros(m, n, dtype=torch.float32, device=device)}
 
 
 def k_step(A, B, As, Bs, acc, bars, m0, n0, kb, accumulate):
@@ -41,26 +41,27 @@ def k_step(A, B, As, Bs, acc, bars, m0, n0, kb, accumulate):
     Ax.sync()
 
 
-def tiled_gemm(tiles):
-    """The kernel around ``tiles()``, which declares ``(As, Bs, acc)``: the k-loop (first k-block
-    overwrites acc), then acc stored to C."""
-    @T.prim_func
-    def gemm(A_: T.Buffer((M, K), "float16"), B_: T.Buffer((N, K), "float16"), C_: T.Buffer((M, N), "float32"),
-             A_map: T.handle("tensormap"), B_map: T.handle("tensormap")):
-        (bx, by), tx = Ax.launch([N // BN, M // BM], THREADS)
-        A = Ax.param(A_, tensormap=A_map)
-        B = Ax.param(B_, tensormap=B_map)
-        C = Ax.param(C_)
-        bars = Ax.cuda.mbarrier(count=1, stages=2)
-        As, Bs, acc = tiles()
-        k_step(A, B, As, Bs, acc, bars, by * BM, bx * BN, 0, False)
-        for kb in T.serial(1, K // BK):
-            k_step(A, B, As, Bs, acc, bars, by * BM, bx * BN, kb, True)
-        Ax.copy(C[by * BM:(by + 1) * BM, bx * BN:(bx + 1) * BN], acc)
-    return gemm
-
-
-KERNEL = dict(reference=reference, inputs=inputs, outputs=("C",), grid=(N // BN, M // BM), threads=THREADS)
+def tiled_gemm(tiles, name, m, n, k):
+    """The ``m×n×k`` kernel around ``tiles()``, which declares ``(As, Bs, acc)``: the k-loop (the
+    first k-block overwrites acc), then acc stored to C."""
+    @Ax.kernel(name=name, reference=reference, inputs=lambda device="cuda": inputs(device, m, n, k),
+               outputs=("C",), grid=(n // BN, m // BM), threads=THREADS)
+    def kernel():
+        @T.prim_func
+        def gemm(A_: T.Buffer((m, k), "float16"), B_: T.Buffer((n, k), "float16"), C_: T.Buffer((m, n), "float32"),
+                 A_map: T.handle("tensormap"), B_map: T.handle("tensormap")):
+            (bx, by), tx = Ax.launch([n // BN, m // BM], THREADS)
+            A = Ax.param(A_, tensormap=A_map)
+            B = Ax.param(B_, tensormap=B_map)
+            C = Ax.param(C_)
+            bars = Ax.cuda.mbarrier(count=1, stages=2)
+            As, Bs, acc = tiles()
+            k_step(A, B, As, Bs, acc, bars, by * BM, bx * BN, 0, False)
+            for kb in T.serial(1, k // BK):
+                k_step(A, B, As, Bs, acc, bars, by * BM, bx * BN, kb, True)
+            Ax.copy(C[by * BM:(by + 1) * BM, bx * BN:(bx + 1) * BN], acc)
+        return gemm
+    return kernel
 
 
 def _tiles():
@@ -68,6 +69,9 @@ def _tiles():
             Ax.registers((BM, BN), "float32", Ax.cuda.wgmma_fragment(BN, "tx"), name="acc"))
 
 
-@Ax.kernel(**KERNEL)
-def gemm():
-    return tiled_gemm(_tiles)
+def make(m, n, k):
+    """The hand-written kernel at ``m×n×k`` (multiples of the 64×128×64 tile)."""
+    return tiled_gemm(_tiles, "gemm", m, n, k)
+
+
+gemm = make(M, N, K)

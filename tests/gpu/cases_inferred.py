@@ -1,5 +1,6 @@
 """GPU cases for the kernels written with inferred layouts (issue 27 item 4, ``kernels/inferred/``):
-transpose, RMSNorm, softmax and a CTA-collective rotary embedding, each checked on fresh random
+transpose, RMSNorm, softmax, a CTA-collective rotary embedding and a TMA + wgmma GEMM (with its
+hand-written twin ``kernels/inferred/hand_gemm.py``, checked here against torch), each checked on fresh random
 data with its outputs poisoned with NaN before every launch — by the checks of their hand-written
 twins (``cases_kernels.py``: transpose exact, RMSNorm and softmax against float64;
 ``cases_serving.py``: rotary against float64 at several token counts, guard values past the end).
@@ -27,6 +28,10 @@ def _sibling(name):
 
 _kernels, _serving = _sibling("cases_kernels"), _sibling("cases_serving")
 
+#: the GEMM pair's size here, and what dispatch chooses: the first k-block peeled, then the loop
+GEMM = (512, 1024, 768)
+GEMM_SCHEDULES = ["tma", "tma", "wgmma", "tma", "tma", "wgmma", "vector"]
+
 #: artifact → (module, attribute, args of a factory or None, size constants, schedules dispatch must choose)
 CASES = {
     "inferred_transpose": ("kernels.inferred.transpose", "transpose", None, {},
@@ -37,6 +42,8 @@ CASES = {
                          ["vector", "per_thread", "cta_smem", "per_thread", "cta_smem", "per_thread", "vector"]),
     "inferred_rotary": ("kernels.inferred.rotary", "dynamic", (128, 32, 8, "bfloat16", "int64"), {},
                         (["vector"] * 4 + ["per_thread"] * 2 + ["vector"] * 2) * 2),
+    "inferred_gemm": ("kernels.inferred.gemm", "make", GEMM, {}, GEMM_SCHEDULES),
+    "inferred_gemm_hand": ("kernels.inferred.hand_gemm", "make", GEMM, {}, GEMM_SCHEDULES),
 }
 
 
@@ -59,9 +66,29 @@ def build(module_name, attr, args=None, consts=None, want=None, name=""):
 
 BUILDS = {name: (lambda c=c, name=name: build(*c, name=name)) for name, c in CASES.items()}
 
+def check_gemm(kernel, torch):
+    """``C = A·Bᵀ`` (fp16 in, fp32 out) against torch's float32 product on fresh data, C poisoned."""
+    m, k = _kernels._shape(kernel, "A")
+    n = _kernels._shape(kernel, "B")[0]
+    worst = 0.0
+    for _ in range(3):
+        a = torch.randn(m, k, device="cuda", dtype=torch.float16)
+        b = torch.randn(n, k, device="cuda", dtype=torch.float16)
+        c = torch.full((m, n), float("nan"), device="cuda", dtype=torch.float32)
+        kernel(a, b, c)
+        torch.cuda.synchronize()
+        ref = a.float() @ b.float().t()
+        err = ((c - ref).norm() / ref.norm()).item()
+        assert err == err and err < 1e-3, f"gemm {m}x{n}x{k}: relative error {err}"
+        worst = max(worst, err)
+    return f"{m}x{n}x{k} fp16->fp32, 3 random runs, worst relative error {worst:.2e}"
+
+
 CHECKS = {
     "inferred_transpose": _kernels.check_transpose,
     "inferred_rmsnorm": _kernels.check_rmsnorm,
     "inferred_softmax": _kernels.check_softmax,
     "inferred_rotary": _serving.check_rotary,
+    "inferred_gemm": check_gemm,
+    "inferred_gemm_hand": check_gemm,
 }

@@ -1,0 +1,182 @@
+"""Inference rule 3 (issue 27 items 2 and 4): schedules propose instruction layouts — ldmatrix /
+stmatrix atoms with TMA's swizzle, wgmma fragments with the K-major swizzled operands — accepted
+only where the call then dispatches to that instruction.
+
+Checked against independent oracles: the PTX and launch metadata of the hand-written twins
+(kernels/transpose.py, kernels/inferred/hand_gemm.py), the ldmatrix schedule's own check, and a
+brute-force enumeration of which thread holds each element."""
+
+import collections
+import os
+import re
+
+import pytest
+
+from axe.layout import S, Swizzle, SwizzledLayout, parse, tile
+from axe.layout.infer import atom_tilings, tma_rows
+from axe.layout.layout import all_indices
+
+tvm = pytest.importorskip("tvm")
+os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
+from tvm.script import tirx as T  # noqa: E402
+
+import axe.lang as Ax  # noqa: E402
+from axe.backends.cuda.schedules.ldmatrix import atom  # noqa: E402
+from axe.backends.cuda.schedules.wgmma import d_fragment  # noqa: E402
+
+INSTRUCTIONS = r"(?:ldmatrix|stmatrix|wgmma\.mma_async|cp\.async\.bulk\.tensor)[\w.:]*"
+
+
+def _ptx_counts(ptx):
+    return collections.Counter(re.findall(INSTRUCTIONS, ptx))
+
+
+# --- the constructions, by brute force ------------------------------------------------------------
+
+@pytest.mark.parametrize("shape,warps", [((64, 64), 4), ((32, 64), 4), ((16, 32), 1), ((64, 16), 2), ((8, 64), 8)])
+def test_atom_tilings_place_whole_atoms_on_warps(shape, warps):
+    """Each tiling holds every element once; a warp's 32 lanes hold whole 8×8 atoms, lane 4r+c
+    holding row r, columns 2c and 2c+1 of each (the ldmatrix fragment); warps hold equal shares."""
+    got = atom_tilings(shape, atom("tx"), (8, 8), warps)
+    assert got
+    for L in got:
+        held, per_warp = {}, collections.Counter()
+        for u in all_indices(shape):
+            (c,) = L.map(u, shape)
+            key = (c["tx"], c["m"])
+            assert key not in held
+            held[key] = u
+            lane, (r, col) = c["tx"] % 32, (u[0] % 8, u[1] % 8)
+            assert (lane // 4, 2 * (lane % 4) + c["m"] % 2) == (r, col), (L, u, c)
+            per_warp[c["tx"] // 32] += 1
+        assert set(per_warp) == set(range(warps)) and len(set(per_warp.values())) == 1
+
+
+def test_tma_rows_is_tmas_swizzle_of_boxes_side_by_side():
+    """Element (i, j) sits in box j // w (w columns of one swizzle width), row i of it; its byte
+    address is TMA's swizzle of that (CUTLASS ``Swizzle<b,4,3>`` on bytes: 16-byte chunk bits
+    XOR the 128-byte line bits), and the tile maps one-to-one onto its storage."""
+    for shape, eb, sw in (((64, 64), 2, 128), ((64, 128), 2, 128), ((32, 64), 2, 64), ((16, 32), 4, 32)):
+        L = tma_rows(shape, eb, sw)
+        w, b = sw // eb, (sw // 16).bit_length() - 1
+        seen = set()
+        for i, j in all_indices(shape):
+            (c,) = L.map((i, j), shape)
+            byte = ((j // w) * shape[0] * w + i * w + j % w) * eb
+            assert c["m"] * eb == byte ^ (((byte >> 7) & ((1 << b) - 1)) << 4), (shape, sw, (i, j))
+            seen.add(c["m"])
+        assert seen == set(range(shape[0] * shape[1]))
+    assert tma_rows((64, 40), 2, 128) is None
+
+
+# --- kernels --------------------------------------------------------------------------------------
+
+def _fixed(k):
+    _, ctx = Ax.build_func(k)
+    return {ctx.infer.tiles[i].name: f for i, f in ctx.infer.fixed.items()}, ctx
+
+
+def test_the_inferred_transpose_builds_to_the_hand_kernels_instructions():
+    """ldmatrix.x4.trans reads the TMA-loaded tile, stmatrix.x4 writes the other, as in
+    kernels/transpose.py: the same instruction counts in the PTX, no per-element shared loads or
+    stores, the same TMA swizzle in launch.json, the hand kernel's layouts."""
+    import kernels.inferred.transpose as inferred
+    import kernels.transpose as hand
+    a, b = Ax.compile_kernel(inferred.transpose), Ax.compile_kernel(hand.transpose)
+    got, want = _ptx_counts(a.ptx), _ptx_counts(b.ptx)
+    assert got == want
+    assert got["ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"] > 0
+    assert any(k.startswith("stmatrix.sync.aligned.m8n8.x4") for k in got)
+    assert not re.search(r"\b(ld|st)\.shared\.(u|b|f)16\b", a.ptx)
+    swz = lambda art: sorted((m["param"], m["swizzle"], tuple(m["box"])) for m in art.launch["tensormaps"])  # noqa: E731
+    assert swz(a) == swz(b) and all(s == 128 for _, s, _ in swz(a))
+    assert [r.chosen for r in a.records] == [r.chosen for r in b.records] == ["tma", "ldmatrix", "stmatrix", "tma_store"]
+    fixed, _ = _fixed(inferred.transpose)
+    assert fixed["tile"].layout == fixed["out"].layout == hand.SMEM
+    assert fixed["R"].layout == tile(parse("S[(4,2,8):(1@tx,8,1)]"), (8, 8), atom("tx"), (8, 8))
+
+
+def test_the_inferred_gemm_builds_to_the_hand_twins_instructions():
+    """Every tile of kernels/inferred/gemm.py is inferred: the accumulator is wgmma's fragment, As
+    and Bs the K-major 128-byte swizzle; PTX (wgmma.m64n128k16, TMA) and tensor maps as the twin's."""
+    import kernels.inferred.gemm as inferred
+    import kernels.inferred.hand_gemm as hand
+    fixed, _ = _fixed(inferred.gemm)
+    assert fixed["acc"].layout == d_fragment(hand.BN, "tx")
+    assert fixed["As"].layout == hand.SMEM_A and fixed["Bs"].layout == hand.SMEM_B
+    assert all(f.rule.startswith("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16") for f in fixed.values())
+    a, b = Ax.compile_kernel(inferred.gemm), Ax.compile_kernel(hand.gemm)
+    got = _ptx_counts(a.ptx)
+    assert got == _ptx_counts(b.ptx) and got["wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16"] > 0
+    assert a.launch["tensormaps"] == b.launch["tensormaps"]
+    assert [r.chosen for r in a.records] == [r.chosen for r in b.records]
+
+
+def test_explain_names_the_instruction_that_fixed_each_layout():
+    import kernels.inferred.transpose as m
+    text = Ax.explain(m.transpose)
+    lines = {ln.split("[")[0].strip(): ln for ln in text.split("\n\n")[1].splitlines()[1:]}
+    assert re.search(r"\(ldmatrix\.x4\.trans atom: copy at \S+transpose\.py:\d+, as dst, with src tile\.T\)", lines["R"])
+    assert "16-byte rows of ldmatrix.x4.trans: copy at" in lines["tile"]
+    assert "16-byte rows of stmatrix.x4: copy at" in lines["out"]
+
+
+def _kernel(name, body, shape=(64, 64), dtype="float16", threads=128):
+    @Ax.kernel(name=name)
+    def k():
+        @T.prim_func
+        def k(A_: T.Buffer(shape, dtype), B_: T.Buffer(shape, dtype)):
+            _bx, _tx = Ax.launch(1, threads)
+            body(Ax.param(A_), Ax.param(B_))
+        return k
+    return k
+
+
+def test_a_proposal_is_accepted_only_where_the_copy_dispatches_to_it():
+    """A declared shared tile whose swizzle moves 2-element units: no ldmatrix row is 16
+    contiguous bytes, so the schedule declines the atom and the register tile keeps the vector rule."""
+    odd = SwizzledLayout(S[(64, 64)], Swizzle(3, 1, 3))
+
+    def body(A, B):
+        s = Ax.shared((64, 64), "float16", odd, name="s")
+        r = Ax.registers((64, 64), "float16", name="r")
+        Ax.copy(s, A)
+        Ax.sync()
+        Ax.copy(r, s)
+        Ax.copy(B, r)
+    fixed, ctx = _fixed(_kernel("odd_rows", body))
+    assert "atom" not in fixed["r"].rule and fixed["r"].rule.startswith("16-byte vectors")
+    assert "ldmatrix" not in [r.chosen for r in ctx.records]
+
+    def plain(A, B):             # the same with a plain tile: the atom, and ldmatrix dispatched
+        s = Ax.shared((64, 64), "float16", S[(64, 64)], name="s")
+        r = Ax.registers((64, 64), "float16", name="r")
+        Ax.copy(s, A)
+        Ax.sync()
+        Ax.copy(r, s)
+        Ax.copy(B, r)
+    fixed, ctx = _fixed(_kernel("plain_rows", plain))
+    assert fixed["r"].rule == "ldmatrix.x4 atom" and "ldmatrix" in [r.chosen for r in ctx.records]
+
+
+def test_two_proposals_that_conflict_name_both_operators_and_both_layouts():
+    """r is read by ldmatrix in the CTA's 4 warps (atoms over warps) and written by stmatrix in
+    warp 0 alone (every atom in one warp): neither layout serves the other copy."""
+    def body(A, B):
+        s = Ax.shared((64, 64), "float16", S[(64, 64)], name="s")
+        o = Ax.shared((64, 64), "float16", S[(64, 64)], name="o")
+        r = Ax.registers((64, 64), "float16", name="r")
+        Ax.copy(s, A)
+        Ax.sync()
+        Ax.copy(r, s)
+        with Ax.warps(0, 1):
+            Ax.copy(o, r)
+        Ax.sync()
+        Ax.copy(B, o)
+    with pytest.raises(Ax.KernelError) as err:
+        Ax.build_func(_kernel("clash_atoms", body))
+    msg = str(err.value)
+    four, one = atom_tilings((64, 64), atom("tx"), (8, 8), 4)[0], atom_tilings((64, 64), atom("tx"), (8, 8), 1)[0]
+    assert "tile r[64, 64]" in msg and msg.count("copy at") == 2
+    assert str(four) in msg and str(one) in msg
+    assert "ldmatrix.x4 atom" in msg and "stmatrix.x4 atom" in msg
