@@ -132,30 +132,27 @@ def _kernel(name, body, shape=(64, 64), dtype="float16", threads=128):
     return k
 
 
+def _through_shared(layout):
+    """A kernel body: A to a shared tile declared ``layout``, read into an open register tile r,
+    r stored to B."""
+    def body(A, B):
+        s = Ax.shared((64, 64), "float16", layout, name="s")
+        r = Ax.registers((64, 64), "float16", name="r")
+        Ax.copy(s, A)
+        Ax.sync()
+        Ax.copy(r, s)
+        Ax.copy(B, r)
+    return body
+
+
 def test_a_proposal_is_accepted_only_where_the_copy_dispatches_to_it():
     """A declared shared tile whose swizzle moves 2-element units: no ldmatrix row is 16
-    contiguous bytes, so the schedule declines the atom and the register tile keeps the vector rule."""
-    odd = SwizzledLayout(S[(64, 64)], Swizzle(3, 1, 3))
-
-    def body(A, B):
-        s = Ax.shared((64, 64), "float16", odd, name="s")
-        r = Ax.registers((64, 64), "float16", name="r")
-        Ax.copy(s, A)
-        Ax.sync()
-        Ax.copy(r, s)
-        Ax.copy(B, r)
-    fixed, ctx = _fixed(_kernel("odd_rows", body))
+    contiguous bytes, so the schedule declines the atom and the register tile keeps the vector
+    rule; the same kernel with a plain tile takes the atom, and dispatch chooses ldmatrix."""
+    fixed, ctx = _fixed(_kernel("odd_rows", _through_shared(SwizzledLayout(S[(64, 64)], Swizzle(3, 1, 3)))))
     assert "atom" not in fixed["r"].rule and fixed["r"].rule.startswith("16-byte vectors")
     assert "ldmatrix" not in [r.chosen for r in ctx.records]
-
-    def plain(A, B):             # the same with a plain tile: the atom, and ldmatrix dispatched
-        s = Ax.shared((64, 64), "float16", S[(64, 64)], name="s")
-        r = Ax.registers((64, 64), "float16", name="r")
-        Ax.copy(s, A)
-        Ax.sync()
-        Ax.copy(r, s)
-        Ax.copy(B, r)
-    fixed, ctx = _fixed(_kernel("plain_rows", plain))
+    fixed, ctx = _fixed(_kernel("plain_rows", _through_shared(S[(64, 64)])))
     assert fixed["r"].rule == "ldmatrix.x4 atom" and "ldmatrix" in [r.chosen for r in ctx.records]
 
 
