@@ -26,6 +26,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 __all__ = ["ENV", "ENV_DIR", "SOURCE", "Launcher", "BuildError", "build", "load", "record"]
@@ -82,6 +83,9 @@ def build(root=None) -> Path:
         if so.is_file():                                  # another process built it meanwhile
             return so
         tmp = folder / f"fast_ops.{os.getpid()}.so"
+        # a first import on a machine waits for the compiler: say so rather than hang silently
+        print(f"axe: compiling the launcher of torch.ops.axe for torch {torch.__version__} into {folder} "
+              f"(once per machine and torch; {ENV}=0 skips it)", file=sys.stderr, flush=True)
         for std in STANDARDS:
             r = subprocess.run(_command(torch, compiler, tmp, std), capture_output=True, text=True)
             if not r.returncode:
