@@ -177,3 +177,105 @@ def test_two_proposals_that_conflict_name_both_operators_and_both_layouts():
     assert "tile r[64, 64]" in msg and msg.count("copy at") == 2
     assert str(four) in msg and str(one) in msg
     assert "ldmatrix.x4 atom" in msg and "stmatrix.x4 atom" in msg
+
+
+# --- property: random chains through shared memory ------------------------------------------------
+
+def _holders(L, shape, u):
+    return {c["tx"] for c in L.map(u, shape)}
+
+
+def _is_atom_tiling(L, shape):
+    """Brute force: each element held once, by lane 4r + c/2 of its warp, in a register of
+    parity c%2, where (r, c) is its place in its 8×8 atom (the ldmatrix fragment)."""
+    seen = set()
+    for u in all_indices(shape):
+        (c,) = L.map(u, shape)
+        if (c["tx"], c["m"]) in seen:
+            return False
+        seen.add((c["tx"], c["m"]))
+        lane = c["tx"] % 32
+        if (lane // 4, 2 * (lane % 4) + c["m"] % 2) != (u[0] % 8, u[1] % 8):
+            return False
+    return True
+
+
+def _random_chain(rng, i):
+    """A kernel: x (registers, open or declared) from global, through a shared tile s (open or
+    declared plain; written from x or loaded from global) into an open y (through s's transposed
+    view when square), z = y + x, a row sum of z broadcast back (only where z's rows can stay in
+    one warp: no rule weighs a reduce yet, and a row spread over warps has no reduce schedule that
+    keeps the other dim on threads), the result stored directly or through an open shared tile."""
+    from axe.layout.infer import vector_layout
+    rows, cols = rng.choice((16, 32, 64)), rng.choice((16, 32, 64))
+    threads = rng.choice((32, 64, 128))
+    trans = rows == cols and rng.random() < 0.5
+    warps = threads // 32
+    choices = [None, vector_layout((rows, cols), 2, threads)] + atom_tilings((rows, cols), atom("tx"), (8, 8), warps)
+    x_layout = rng.choice(choices)
+    s_layout = rng.choice((Ax.INFER, S[(rows, cols)]))
+    s_from_x, out_shared = rng.random() < 0.5, rng.random() < 0.5
+    bands = atom_tilings((rows, cols), atom("tx"), (8, 8), warps)[:1] if (rows // 8) % warps == 0 else []
+    reduce = bool(bands) and (x_layout is None or x_layout in bands)
+
+    def body(A, B):
+        x = Ax.registers((rows, cols), "float16", x_layout, name="x")
+        s = Ax.shared((rows, cols), "float16", s_layout, name="s")
+        y = Ax.registers((rows, cols), "float16", name="y")
+        z = Ax.registers((rows, cols), "float16", name="z")
+        rs = Ax.registers((rows, 1), "float16", name="rs") if reduce else None
+        Ax.copy(x, A)
+        Ax.copy(s, x if s_from_x else A)
+        Ax.sync()
+        Ax.copy(y, Ax.permute(s, (1, 0)) if trans else s)
+        Ax.elementwise(z, lambda a, b: a + b, y, x)
+        if reduce:
+            Ax.reduce(rs, z, "sum", dims=1)
+            Ax.elementwise(z, lambda a, b: a - b, z, rs)
+        if out_shared:
+            o = Ax.shared((rows, cols), "float16", Ax.INFER, name="o")
+            Ax.sync()
+            Ax.copy(o, z)
+            Ax.sync()
+            Ax.copy(B, o)
+        else:
+            Ax.copy(B, z)
+    return _kernel(f"chain_smem{i}", body, (rows, cols), threads=threads)
+
+
+def test_random_chains_through_shared_memory_infer_what_they_claim():
+    """Brute force over random kernels: every elementwise reads its register sources in place
+    (each holder of a dst element holds the source element it reads); every register tile an
+    instruction fixed is an atom tiling and its copy dispatched to ldmatrix/stmatrix; every shared
+    tile an instruction fixed serves 16-byte rows without bank conflicts."""
+    import random
+
+    from axe.layout.broadcast import broadcast_index
+    from axe.layout.swizzle_search import cost, ldmatrix_accesses, storage_offsets
+    rng = random.Random(11)
+    claimed = 0
+    for i in range(12):
+        fixed, ctx = _fixed(_random_chain(rng, i))
+        by_name = {r.call.operands[k].name: r for r in ctx.records if r.call.op == "copy" for k in ("dst", "src")}
+        for rec in ctx.records:
+            if rec.call.op != "elementwise":
+                continue
+            dst, *srcs = rec.call.operands.values()
+            n = tuple(dst.shape)
+            for s in srcs:
+                assert all(_holders(dst.layout, n, u) <= _holders(s.layout, tuple(s.shape), broadcast_index(u, s.shape))
+                           for u in all_indices(n)), rec.format()
+        for name, f in fixed.items():
+            if not f.instruction:
+                continue
+            claimed += 1
+            v = next(t for t in ctx.infer.tiles.values() if t.name == name)
+            if v.mem == "local":
+                assert _is_atom_tiling(f.layout, v.shape), (name, f.describe())
+                assert by_name[name].chosen in ("ldmatrix", "stmatrix") or any(
+                    r.chosen in ("ldmatrix", "stmatrix") for r in ctx.records if r.call.op == "copy"
+                    and name in {t.name for t in r.call.operands.values()}), (name, f.describe())
+            else:
+                offs = storage_offsets(f.layout, v.shape)
+                assert cost(ldmatrix_accesses(v.shape), offs.__getitem__, 2).conflicts == 0, (name, f.describe())
+    assert claimed >= 6          # the chains do exercise the instruction rule
