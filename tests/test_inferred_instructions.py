@@ -279,3 +279,25 @@ def test_random_chains_through_shared_memory_infer_what_they_claim():
                 offs = storage_offsets(f.layout, v.shape)
                 assert cost(ldmatrix_accesses(v.shape), offs.__getitem__, 2).conflicts == 0, (name, f.describe())
     assert claimed >= 6          # the chains do exercise the instruction rule
+
+
+def test_the_inferred_register_a_gemm_is_its_hand_twin():
+    """kernels/inferred/gemm_rs.py against tests/gpu/_kernels_gemm_ops.wgmma_tile(a_regs=True):
+    wgmma fixes acc, Ar (the A fragment tiling) and Bs; ldmatrix then fixes As; the layouts are
+    the twin's declared ones, and the PTX has the same ldmatrix, wgmma and TMA instructions."""
+    import importlib.util
+    import kernels.inferred.gemm_rs as m
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "gpu", "_kernels_gemm_ops.py")
+    spec = importlib.util.spec_from_file_location("_kernels_gemm_ops", path)
+    G = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(G)
+    twin = G.wgmma_tile(b_major="K", K=64, N=128, a_regs=True)
+    fixed, _ = _fixed(m.gemm_rs)
+    _, ctx = Ax.build_func(twin)
+    declared = {t.name: t.layout for r in ctx.records for t in r.call.operands.values()}
+    for name in ("acc", "Ar", "As", "Bs"):
+        assert fixed[name].layout == declared[name], name
+    assert fixed["Ar"].rule.endswith("A fragment") and fixed["As"].rule == "16-byte rows of ldmatrix.x4"
+    a, b = Ax.compile_kernel(m.gemm_rs), Ax.compile_kernel(twin)
+    assert _ptx_counts(a.ptx) == _ptx_counts(b.ptx)
+    assert [r.chosen for r in a.records] == [r.chosen for r in b.records] == ["tma", "tma", "ldmatrix", "wgmma", "vector"]

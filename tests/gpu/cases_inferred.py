@@ -1,6 +1,7 @@
 """GPU cases for the kernels written with inferred layouts (issue 27 item 4, ``kernels/inferred/``):
 transpose, RMSNorm, softmax, a CTA-collective rotary embedding and a TMA + wgmma GEMM (with its
-hand-written twin ``kernels/inferred/hand_gemm.py``, checked here against torch), each checked on fresh random
+hand-written twin ``kernels/inferred/hand_gemm.py``, checked here against torch) and a one-tile
+wgmma with register A (``gemm_rs``, checked as its twin ``wgmma_rs_bk``), each checked on fresh random
 data with its outputs poisoned with NaN before every launch — by the checks of their hand-written
 twins (``cases_kernels.py``: transpose exact, RMSNorm and softmax against float64;
 ``cases_serving.py``: rotary against float64 at several token counts, guard values past the end).
@@ -26,7 +27,7 @@ def _sibling(name):
     return mod
 
 
-_kernels, _serving = _sibling("cases_kernels"), _sibling("cases_serving")
+_kernels, _serving, _gemm_ops = _sibling("cases_kernels"), _sibling("cases_serving"), _sibling("cases_gemm_ops")
 
 #: the GEMM pair's size here, and what dispatch chooses: the first k-block peeled, then the loop
 GEMM = (512, 1024, 768)
@@ -44,6 +45,7 @@ CASES = {
                         (["vector"] * 4 + ["per_thread"] * 2 + ["vector"] * 2) * 2),
     "inferred_gemm": ("kernels.inferred.gemm", "make", GEMM, {}, GEMM_SCHEDULES),
     "inferred_gemm_hand": ("kernels.inferred.hand_gemm", "make", GEMM, {}, GEMM_SCHEDULES),
+    "inferred_gemm_rs": ("kernels.inferred.gemm_rs", "gemm_rs", None, {}, ["tma", "tma", "ldmatrix", "wgmma", "vector"]),
 }
 
 
@@ -91,4 +93,5 @@ CHECKS = {
     "inferred_rotary": _serving.check_rotary,
     "inferred_gemm": check_gemm,
     "inferred_gemm_hand": check_gemm,
+    "inferred_gemm_rs": _gemm_ops.check_bk,      # its twin wgmma_rs_bk's check
 }
