@@ -22,15 +22,16 @@ One CTA of 256 threads per (query tile of 128 rows, query head, batch), in :func
   (ld, multiply, st, 32 columns at a time) and writes P, cast to the input type, into a shared tile
   by stmatrix (the A operand of the next P·V), then every thread arrives on ``p_full``.  So the
   softmax of ``S_{j+1}`` (already computed: S is double-buffered) runs while the tensor cores
-  compute ``P_j·V_j`` and ``S_{j+2}``.  At the end ``O / l`` goes
-  out of TMEM through the (by then free) Q slot by stmatrix and TMA stores, which clip rows past
-  ``seq_q``; the LSE by per-thread stores.
+  compute ``P_j·V_j`` and ``S_{j+2}``.  At the end ``O / l`` goes out of TMEM through the (by then
+  free) Q slot by stmatrix and TMA stores, which clip rows past ``seq_q``; the LSE by per-thread
+  stores.
 
 TMEM: one allocation per CTA (two allocations could deadlock two co-resident CTAs, each holding
 its first and waiting for its second): S buffers 0 and 1 (``bn`` columns each), then O (``head_dim``).
 Every mbarrier wait is bounded (``remote=True`` waits: a wait that never completes ends the launch
 after ``CTA_WAIT_TIMEOUT_NS`` with a report naming the barrier, stage and phase), since a hang on
-hardware no one here can run would otherwise be silent.
+hardware no one here can run would otherwise be silent.  :func:`protocol` is the synchronisation as
+data, which the CPU test runs on a model of mbarriers, TMA and the tensor core.
 
 Law (the same as the sm_90a body's, whatever the tiling): for every query row i,
 ``O[i] = Σ_k p_ik V[k] / Σ_k p_ik`` with ``p_ik = exp(scale·q_i·k_k − m_i)`` over the keys row i sees;
