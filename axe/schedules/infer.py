@@ -102,7 +102,7 @@ def add_proposal(op: str, family: str, schedules, propose: Callable, label: Call
 
 def _proposals(family: str) -> list:
     from axe.schedules.registry import _load_backends
-    _load_backends(family)
+    _load_backends(family)          # a backend registers its proposals beside its schedules
     return sorted((p for p in _PROPOSALS if p.family == family), key=lambda p: -p.priority)
 
 
@@ -239,9 +239,10 @@ class _Solver:
         return out
 
     def accepts(self, p, call, assign):
-        """``(plan, record)`` when ``call`` under ``assign`` dispatches to one of ``p``'s
-        schedules and every copy between an assigned shared tile and global memory still
-        dispatches (a ``barrier=`` one to a copy that arrives on it); else None."""
+        """The plan when ``call`` under ``assign`` dispatches to one of ``p``'s schedules and every
+        copy between an assigned shared tile and global memory still dispatches (one with
+        ``barrier=`` to a copy that arrives on it: :func:`~axe.schedules.dispatch.choose` declines
+        the others); else None."""
         from axe.schedules.dispatch import choose
         c = self.with_layouts(call, assign)
         if c is None:
@@ -253,8 +254,8 @@ class _Solver:
             if other is call or other.op != "copy":
                 continue
             dst, src = other.operands["dst"], other.operands["src"]
-            if not any(self.view(t)[0] is not None and self.view(t)[0].index in assign and t.mem == "shared"
-                       and u.mem == "global" for t, u in ((dst, src), (src, dst))):
+            if not any(t.mem == "shared" and u.mem == "global" and getattr(self.view(t)[0], "index", None) in assign
+                       for t, u in ((dst, src), (src, dst))):
                 continue
             o = self.with_layouts(other, assign)
             if o is None or choose(o, self.ctx)[1] is None:
@@ -295,7 +296,7 @@ class _Solver:
         """A call whose tiles are all fixed, some by another call's proposal: when it does not
         dispatch to ``p``'s schedules as fixed but would under its own proposal, the two proposals
         conflict (:meth:`fix` raises, naming both operators and both layouts)."""
-        mine = [(k, v) for k, v in self.open_operands(call, every=True)]
+        mine = self.open_operands(call, every=True)
         if not mine or self.accepts(p, call, {}) is not None:
             return
         saved = {v.index: self.fixed.pop(v.index) for _, v in mine}
