@@ -124,3 +124,17 @@ def test_the_op_picks_once_per_bucket(monkeypatch):
     assert picks[3000] is picks[4096] and picks[16] is not picks[17]
     for M, s in picks.items():
         assert s == {"N": 4096, "K": 14336, **real(M, 4096, 14336)}
+
+
+@pytest.mark.parametrize("M, kb", [(7, 3), (8, 1), (1, 5), (130, 2)])
+def test_the_op_reads_deepgemm_scales_in_place_and_copies_others(M, kb):
+    """``a_scale`` in DeepGEMM's layout is passed as the (kb, round_up(M, 4)) array it is stored in
+    (no copy); row-major it is copied into one; the kernel's view holds a_scale's values either way."""
+    torch = pytest.importorskip("torch")
+    from axe.torch import fp8_ops
+    sa = torch.rand(M, kb) + 0.5
+    Mp = -(-M // 4) * 4
+    for scale, in_place in ((fp8_ops.deepgemm_scales(sa), True), (sa.contiguous(), kb == 1 and Mp == M)):
+        got = fp8_ops._stored_scale(scale, M, kb)
+        assert got.shape == (kb, Mp) and got.is_contiguous()
+        assert torch.equal(got[:, :M], sa.t()) and (got.data_ptr() == scale.data_ptr()) == in_place

@@ -45,6 +45,7 @@ __all__ = ["gemm_fp8", "KERNEL", "spec", "bucket", "check"]
 
 BLOCK = 128
 FP8 = torch.float8_e4m3fn
+ALIGN = 64              # bytes: the tensor arguments' alignment in the artifacts' launch.json
 
 #: the jit kernel behind the op (its ``loader``, ``cache`` and ``target`` may be replaced)
 KERNEL = JitKernel("kernels.gemm_fp8:make_dynamic", lambda A, B, SA, SB, C: spec(int(C.shape[0]), int(C.shape[1]),
@@ -103,11 +104,11 @@ def check(a, b, a_scale, b_scale):
 
 def _stored_scale(a_scale, M, kb):
     """The ``(kb, round_up(M, 4))`` fp32 array the kernel reads: ``a_scale``'s own storage where it is
-    in DeepGEMM's layout (strides ``(1, round_up(M, 4))``, 16-byte aligned, the padding columns
-    inside its storage), else a copy into a fresh one."""
+    in DeepGEMM's layout (strides ``(1, round_up(M, 4))``, aligned as the artifact's arguments are,
+    the padding columns inside its storage), else a copy into a fresh one."""
     Mp = -(-M // 4) * 4
     st = a_scale.stride()
-    in_place = ((st[0] == 1 or M == 1) and (st[1] == Mp or kb == 1) and a_scale.data_ptr() % 16 == 0
+    in_place = ((st[0] == 1 or M == 1) and (st[1] == Mp or kb == 1) and a_scale.data_ptr() % ALIGN == 0
                 and a_scale.untyped_storage().nbytes() >= (a_scale.storage_offset() + kb * Mp) * 4)
     if in_place:
         return torch.as_strided(a_scale, (kb, Mp), (Mp, 1))
