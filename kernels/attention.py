@@ -36,11 +36,11 @@ One source, per-target table :data:`TARGETS`:
   same body and respells its statements for the ``nki.*`` API.
 - **sm_100a** (Blackwell, compile-verified only: no Blackwell GPU is lent):
   :mod:`kernels.parts.attention_tcgen05`, the same loop on ``tcgen05.mma`` with S and O in tensor
-  memory — 128 query rows per CTA; a TMA producer warp, one MMA thread (S = Q·Kᵀ, then O += P·V with
-  P from shared memory, each committed to an mbarrier) and a softmax warpgroup (S out of TMEM by
-  ``tcgen05.ld``, the mask and online softmax in fp32 registers, O rescaled in TMEM, P written to
-  shared memory by stmatrix), ``O / l`` out by stmatrix + TMA; every mbarrier wait bounded.  The
-  sm_90a variants and configuration entries are refused there by name.
+  memory — 128 query rows per CTA; a TMA producer warp, one MMA thread (S = Q·Kᵀ into two S buffers,
+  then O += P·V with P from TMEM, each committed to an mbarrier) and a softmax warpgroup (S out of
+  TMEM by ``tcgen05.ld``, the mask and online softmax in fp32 registers, P packed into TMEM by
+  ``tcgen05.st``, O rescaled in TMEM), ``O / l`` out by stmatrix + TMA; every mbarrier wait
+  bounded.  The sm_90a variants and configuration entries are refused there by name.
 
 Law (checked on GPUs by ``tests/gpu/cases_attention.py`` against fp32 torch, and on the CPU by the
 NumPy model :func:`online_softmax_reference` against a direct softmax): for every query row i,

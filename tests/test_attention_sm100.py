@@ -31,6 +31,7 @@ sys.path.insert(0, HERE)
 
 import axe.lang as Ax  # noqa: E402
 import tcgen05_model as M  # noqa: E402
+from axe.backends.cuda import tmem_words  # noqa: E402
 from axe.backends.cuda.schedules import tcgen05 as tc  # noqa: E402
 from kernels import attention as A  # noqa: E402
 from kernels.parts import attention_tcgen05 as B  # noqa: E402
@@ -76,7 +77,8 @@ def test_build_is_tcgen05_with_no_spills(built):
     assert len(qk) == 1 + (n_kv > 1 or not static) + (n_kv > 2 or not static) + 2 and len(pv) == 2
     assert len(qk) + len(pv) == len(plans)
     assert {(p.n, p.k_tiles) for p in qk} == {(bn, D // 16)} and {(p.n, p.k_tiles) for p in pv} == {(D, bn // 16)}
-    assert all(p.m == 128 and p.cta_group == 1 and not p.ts for p in plans)
+    assert all(p.m == 128 and p.cta_group == 1 for p in plans)
+    assert not any(p.ts for p in qk) and all(p.ts for p in pv)          # P·V takes P from TMEM
     issued = sum(len(list(p.steps())) for p in plans)
     want = (D // 16 + bn // 16) if one_tile else issued
     assert len(re.findall(r"tcgen05\.mma\.cta_group::1\.kind::f16", ptx)) == want
@@ -85,7 +87,8 @@ def test_build_is_tcgen05_with_no_spills(built):
     assert len(commits) == 2 * (2 if one_tile else len(plans))
     assert "tcgen05.ld.sync.aligned.16x256b" in ptx and "tcgen05.wait::ld.sync.aligned" in ptx
     assert ("tcgen05.st.sync.aligned.16x256b" in ptx) == (not one_tile)     # O's rescale needs a 2nd tile
-    assert "stmatrix" in ptx and "fence.proxy.async.shared::cta" in ptx
+    assert f"tcgen05.st.sync.aligned.16x128b.x{B.PACK // 8}.b32" in ptx      # P, two 16-bit values a word
+    assert "stmatrix" in ptx and "fence.proxy.async.shared::cta" in ptx     # O's epilogue
     assert "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
     assert "cp.async.bulk.tensor.3d.global.shared::cta" in ptx          # O's TMA store
 
@@ -103,7 +106,7 @@ def test_tmem_is_one_allocation_freed_once(built):
     src = art.cuda_source
     allocs = re.findall(r"tcgen05_alloc_alloc\w*\([^;]*\(uint\)(\d+)\);", src)
     frees = re.findall(r"tcgen05_dealloc_dealloc\w*\([^;]*\(uint\)(\d+)\);", src)
-    assert allocs == frees == [str(1 << (2 * bn + D - 1).bit_length())], (allocs, frees)
+    assert allocs == frees == [str(1 << (2 * bn + D + bn // 2 - 1).bit_length())], (allocs, frees)
     ptx = art.ptx
     assert ptx.count("tcgen05.alloc.cta_group::1") == 1 and ptx.count("tcgen05.dealloc.cta_group::1") == 1
     assert ptx.count("tcgen05.relinquish_alloc_permit") == 1
@@ -111,13 +114,17 @@ def test_tmem_is_one_allocation_freed_once(built):
 
 def test_mma_d_addresses_are_the_buffers_columns(built):
     """The emitted tcgen05.mma's D addresses are the TMEM base plus S buffer 0's, S buffer 1's and O's
-    columns (0, bn, 2·bn) — no view offset counted twice (lanes: 0, M = 128 from lane 0)."""
+    columns (0, bn, 2·bn) — no view offset counted twice (lanes: 0, M = 128 from lane 0) — and P·V's A
+    address is P's first 32-bit column, after O (2·bn + head), plus 8 columns (16 elements) a k-step."""
     args, _, art, bn = built
     D = args[5]
-    d = re.findall(r"tcgen05_mma_ss_mma_cta_group__1_kind__f16\(\(?_ptr_\d+\[0\](?: \+ \(uint\)(\d+)\))?,",
+    d = re.findall(r"tcgen05_mma_[st]s_mma_cta_group__1_kind__f16\(\(?_ptr_\d+\[0\](?: \+ \(uint\)(\d+)\))?,",
                    art.cuda_source)
     one_tile = -(-args[2] // bn) == 1 and not args[7]
     assert {int(x or 0) for x in d} == ({0, 2 * bn} if one_tile else {0, bn, 2 * bn}), d
+    a = re.findall(r"tcgen05_mma_ts_mma_cta_group__1_kind__f16\([^,]*, \(_ptr_\d+\[0\] \+ \(uint\)(\d+)\),",
+                   art.cuda_source)
+    assert {int(x) for x in a} == {2 * bn + D + 8 * k for k in range(bn // 16)}, a
 
 
 def test_every_mbarrier_wait_is_bounded(built):
@@ -173,10 +180,12 @@ def _read(tm, ld_call):
 
 
 def test_qk_and_pv_on_the_isa_model(records):
-    """S = Q·Kᵀ into either S buffer (A = Q, B = K's tile transposed: K-major) and O = P·V (A = P
-    from its shared tile, B = V: MN-major) as the kernel records them, executed on the model and read
-    back by the softmax's tcgen05.ld plans of that buffer and of the final O, equal numpy's
-    products."""
+    """S = Q·Kᵀ into either S buffer (A = Q, B = K's tile transposed: K-major) and O = P·V (A = P from
+    TMEM, B = V: MN-major) as the kernel records them, executed on the model and read back by the
+    softmax's tcgen05.ld plans of that buffer and of the final O, equal numpy's products; P reaches
+    TMEM as the kernel writes it: chunk by chunk, packed two to a word (:func:`_packed`, the law
+    :func:`test_pack_pairs_pairs_neighbouring_columns` checks) and stored by the recorded tcgen05.st
+    plans."""
     D, recs = records
     rng = np.random.default_rng(7)
     mmas = [r.call for r in recs if r.chosen == "tcgen05"]
@@ -194,13 +203,77 @@ def test_qk_and_pv_on_the_isa_model(records):
         np.testing.assert_allclose(_read(tm, s_ld), q.astype(np.float32) @ k.T.astype(np.float32),
                                    rtol=1e-5, atol=1e-3)
     (o_ld,) = [c for c in lds if c.operands["dst"].name == "o_acc"]
+    p_sts = [r.call for r in recs if r.chosen == "tcgen05_ld" and r.call.operands["dst"].mem == "tmem"
+             and r.call.operands["src"].dtype == "uint32"][:bn // B.PACK]       # key tile 0's P, chunk by chunk
+    p_col = _tmem_col(p_sts[0].operands["dst"])
     for pv in [c for c in mmas if _tmem_col(c.operands["C"]) == 2 * bn]:
-        p = rng.random((128, bn)).astype(np.float16)
+        p = rng.random((128, bn)).astype(np.float32)
         v = rng.standard_normal((bn, D)).astype(np.float16)
-        tm, plan = _mma(pv, p, v)
-        assert M.decode_idesc(plan.idesc)["trans_b"] == 1               # V (keys × dim) is MN-major
-        np.testing.assert_allclose(_read(tm, o_ld), p.astype(np.float32) @ v.astype(np.float32),
-                                   rtol=1e-5, atol=1e-3)
+        tm = M.Tmem()
+        for st in p_sts:
+            c0 = 2 * (_tmem_col(st.operands["dst"]) - p_col)                # the chunk's first P column
+            _store_words(tm, st, _packed(p[:, c0:c0 + B.PACK], st.operands["src"]))
+        plan = tc.tcgen05_plan(pv, SM100)
+        assert plan.ts and M.decode_idesc(plan.idesc)["trans_b"] == 1   # A from TMEM; V (keys × dim) MN-major
+        smem = _smem_image(np.zeros(2 * B_AT, np.uint8), plan.local["B"], v, B_AT)
+        A_t = plan.local["A"]
+        for mi, ni, ki, dcol, (am, ak), (bn_, bk), k in plan.steps():
+            (ca,) = A_t.layout.map((am, ak), A_t.shape)
+            a_addr = (ca["TLane"] << 16) | ca["TCol"] * 16 // 32
+            M.mma([tm], [smem], dcol, a_addr, _desc(plan.b, bn_, bk, B_AT), plan.idesc, k > 0, 1, a_in_tmem=True)
+        want = p.astype(np.float16).astype(np.float32) @ v.astype(np.float32)   # P rounded to the input type
+        np.testing.assert_allclose(_read(tm, o_ld), want, rtol=1e-5, atol=1e-3)
+
+
+def _packed(p, words):
+    """The word registers of each thread holding ``p`` (rows, 2·cols) by the law of ``pack_pairs``:
+    the word at (i, c) is fp16(p[i, 2c]) | fp16(p[i, 2c + 1]) << 16."""
+    out = np.zeros((128, words.layout.span("m")), np.uint32)
+    bits = p.astype(np.float16).view(np.uint16).astype(np.uint32)
+    for i, c in np.ndindex(*words.shape):
+        for x in words.layout.map((i, c), words.shape):
+            out[x["tx"], x["m"]] = bits[i, 2 * c] | bits[i, 2 * c + 1] << 16
+    return out
+
+
+def _store_words(tm, st_call, words):
+    """The warps' tcgen05.st of their word registers by the call's plan, on the model (the inverse of
+    its ld: register k of lane t goes to ``fragment_position``)."""
+    st = tc.ld_plan(st_call, SM100)
+    assert not isinstance(st, str) and st.store, st
+    for w in range(4):
+        for base, dl, col in st.steps():
+            for t in range(32):
+                for k in range(st.per_instr):
+                    row, c = M.fragment_position(st.shape, t, k)
+                    tm.cells[32 * w + dl + row, col + c] = words[32 * w + t, base + k]
+
+
+@pytest.mark.parametrize("cols", [(0, 128), (0, 32), (96, 128)])
+def test_pack_pairs_pairs_neighbouring_columns(cols):
+    """``pack_pairs``' registers (of the softmax's S tile, whole or a slice, and a word tile): the word
+    at (i, c) of a thread packs the registers holding columns 2c and 2c + 1 of row i in that same
+    thread, read here through :func:`kernels.parts.fragments.coords` of both layouts."""
+    from tvm.script.ir_builder import IRBuilder
+    from tvm.script.ir_builder import tirx as IRB
+
+    from axe.schedules.context import building
+    lo, hi = cols
+    with building("sm_100a"), IRBuilder(), IRB.prim_func():
+        s_regs = Ax.registers((128, 128), "float32", B.fragment(128), name="s")
+        words = Ax.registers((128, (hi - lo) // 2), "uint32", Ax.cuda.tcgen05_fragment("16x128b", (hi - lo) // 8, 128),
+                             name="w")
+        pairs = tmem_words.pair_registers(words, s_regs[:, lo:hi])
+    assert sorted(pairs) == list(range(words.layout.span("m")))
+    for t in range(128):
+        for r, (a, b) in pairs.items():
+            i, c = coords(words.layout, words.shape, r, t)
+            assert coords(s_regs.layout, s_regs.shape, a, t) == (i, lo + 2 * c)
+            assert coords(s_regs.layout, s_regs.shape, b, t) == (i, lo + 2 * c + 1)
+    with building("sm_100a"), IRBuilder(), IRB.prim_func():
+        other = Ax.registers((128, 16), "uint32", Ax.cuda.tcgen05_fragment("32x32b", 16, 128), name="w32")
+        with pytest.raises(ValueError, match="which threads"):
+            tmem_words.pair_registers(other, Ax.registers((128, 32), "float32", B.fragment(32), name="s32"))
 
 
 def test_row_values_are_the_rows_of_the_ld_fragment():
@@ -387,9 +460,9 @@ def test_sm100a_refusals_name_the_condition(kw, why):
 
 def test_shared_memory_overflow_is_refused():
     p = A.Problem(1, 64, 64, 1, 1, 128, "bfloat16", False)
-    with pytest.raises(ValueError, match=r"need 256 KiB of shared memory, more than 227 KiB"):
-        B.Blackwell(p, dict(bn=128, stages=3))
-    assert B.Blackwell(p, dict(bn=128, stages=2)).smem * 2 == (128 * 128 + 4 * 128 * 128 + 128 * 128) * 2
+    with pytest.raises(ValueError, match=r"need 288 KiB of shared memory, more than 227 KiB"):
+        B.Blackwell(p, dict(bn=128, stages=4))
+    assert B.Blackwell(p, dict(bn=128, stages=3)).smem * 2 == (128 * 128 + 6 * 128 * 128) * 2     # P is in TMEM
 
 
 def test_sm90a_build_of_the_same_kernel_is_unchanged():

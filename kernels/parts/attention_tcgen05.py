@@ -10,24 +10,26 @@ One CTA of 256 threads per (query tile of 128 rows, query head, batch), in :func
   lands); the MMAs' commits free the slots;
 - warp 1, the MMA thread (one elected lane): ``S_0 = Q·K_0ᵀ`` and ``S_1`` into the two S buffers of
   TMEM; then per key tile j: wait for ``P_j`` (``p_full``), issue ``S_{j+2} = Q·K_{j+2}ᵀ`` into S_j's
-  buffer (the softmax has read ``S_j`` out of it) and ``O += P_j·V_j`` into the O tile of TMEM, all
-  ``tcgen05.mma.cta_group::1`` with their operands in shared memory, each committed
+  buffer (the softmax has read ``S_j`` out of it) and ``O += P_j·V_j`` into the O tile of TMEM (P
+  from TMEM, FA4's way: the "ts" form), all ``tcgen05.mma.cta_group::1``, each committed
   (``tcgen05.commit``) to its barrier (``s_full`` of its buffer, ``o_done``) and to its ring slot's
   *empty* barrier;
 - warpgroup 1, softmax, correction and epilogue (thread t holds TMEM lanes 32·(t/32) + …: all 128
   rows, ``tcgen05.ld.16x256b``, four rows per thread, a quad per row): per key tile, S out of TMEM
   into fp32 registers, the ragged / causal mask, the online softmax
   (:class:`kernels.parts.online_softmax.OnlineSoftmax`: running max and sum, exp2 with
-  ``scale·log2 e``); once ``P_{j−1}·V_{j−1}`` has completed (``o_done``) it rescales O in TMEM by α
-  (ld, multiply, st, 32 columns at a time) and writes P, cast to the input type, into a shared tile
-  by stmatrix (the A operand of the next P·V), then every thread arrives on ``p_full``.  So the
+  ``scale·log2 e``); once ``P_{j−1}·V_{j−1}`` has completed (``o_done``) it writes P, rounded to the
+  input type and packed two to a 32-bit word (``Ax.cuda.pack_pairs``), into P's TMEM tile by
+  ``tcgen05.st`` (32 columns at a time), rescales O in TMEM by α (ld, multiply, st, 32 columns at a
+  time), then every thread arrives on ``p_full``.  So the
   softmax of ``S_{j+1}`` (already computed: S is double-buffered) runs while the tensor cores
   compute ``P_j·V_j`` and ``S_{j+2}``.  At the end ``O / l`` goes out of TMEM through the (by then
   free) Q slot by stmatrix and TMA stores, which clip rows past ``seq_q``; the LSE by per-thread
   stores.
 
 TMEM: one allocation per CTA (two allocations could deadlock two co-resident CTAs, each holding
-its first and waiting for its second): S buffers 0 and 1 (``bn`` columns each), then O (``head_dim``).
+its first and waiting for its second): S buffers 0 and 1 (``bn`` columns each), O (``head_dim``), P
+(``bn / 2``: two 16-bit values a column; ``Ax.cuda.tmem_retype`` gives its 16-bit and 32-bit views).
 Every mbarrier wait is bounded (``remote=True`` waits: a wait that never completes ends the launch
 after ``CTA_WAIT_TIMEOUT_NS`` with a report naming the barrier, stage and phase), since a hang on
 hardware no one here can run would otherwise be silent.  :func:`protocol` is the synchronisation as
@@ -60,6 +62,7 @@ ROW_VALUES = S[(4, 2, 2, 8):(32 @ tx, 2, 1, 4 @ tx)] + R[4:1 @ tx]
 S_BUFFERS = 2
 CHUNK = 32                 # O columns the correction moves through registers at a time
 STORE = 64                 # O columns per TMA store (one 128-byte swizzle panel)
+PACK = 32                  # P columns packed and stored into TMEM at a time (few word registers live)
 
 
 def fragment(cols):
@@ -94,14 +97,15 @@ class Blackwell:
         self.q_at = 0
         self.k_at = ROWS * D
         self.v_at = self.k_at + self.stages * bn * D
-        self.p_at = self.v_at + self.stages * bn * D
-        self.smem = self.p_at + ROWS * bn
+        self.smem = self.v_at + self.stages * bn * D
         if self.smem * 2 > 227 * 1024:
-            raise ValueError(f"attention on sm_100a: {self.stages} stages of {bn}x{D} K and V tiles, {ROWS} Q rows "
-                             f"and a {ROWS}x{bn} P tile need {self.smem * 2 // 1024} KiB of shared memory, more "
-                             "than 227 KiB")
-        # the S buffers (fp32, bn columns each) and O (fp32, D columns): at most 2·128 + 128 of TMEM's 512
-        self.tmem_columns = S_BUFFERS * bn + D
+            raise ValueError(f"attention on sm_100a: {self.stages} stages of {bn}x{D} K and V tiles and {ROWS} Q "
+                             f"rows need {self.smem * 2 // 1024} KiB of shared memory, more than 227 KiB")
+        # TMEM columns: the S buffers (fp32, bn each), O (fp32, D), P (16-bit, two a column: bn / 2);
+        # at most 2·128 + 128 + 64 of 512
+        self.o_col = S_BUFFERS * bn
+        self.p_col = self.o_col + D
+        self.tmem_columns = self.p_col + bn // 2
 
     def kv_count(self, qt):
         """Key tiles query tile ``qt`` reads: all, or (causal) those up to its last row's diagonal."""
@@ -145,7 +149,7 @@ def _wait(bar, phase, stage=0):
 
 class _Sync:
     """The CTA's barriers: ``q_full`` (the Q rows landed), ``s_full[b]`` (the MMA thread's commit: S_j
-    is in S buffer b = j % 2), ``p_full`` (all 128 softmax threads: P_j is in shared memory, O is rescaled), ``o_done``
+    is in S buffer b = j % 2), ``p_full`` (all 128 softmax threads: P_j is in TMEM, O is rescaled), ``o_done``
     (the commit: O += P_j·V_j completed, so O may be read and P's tile rewritten), the K and V rings
     (bounded waits on both sides)."""
 
@@ -172,12 +176,12 @@ def _produce(b, t, pool, Q, K, V, sync):
         Ax.copy(_tile(pool, b.v_at + s * (bn * D), bn, D), t.kv(V, j), barrier=sync.v.full, stage=s)
 
 
-def _issue(b, t, pool, s_t, o_t, sync):
+def _issue(b, t, pool, s_t, o_t, p_t, sync):
     """Warp 1: S_0 and S_1, then per key tile j, once P_j is written, S_{j+2} (into S_j's buffer) and
     O += P_j·V_j (the first P·V overwrites O), each by one elected thread and committed to its
     barriers."""
     D, bn = b.p.head_dim, b.bn
-    q, p_s = _mat(pool, b.q_at, ROWS, D), _mat(pool, b.p_at, ROWS, bn)
+    q = _mat(pool, b.q_at, ROWS, D)
 
     def qk(j):
         s = sync.k.slot(j)
@@ -197,7 +201,7 @@ def _issue(b, t, pool, s_t, o_t, sync):
         sync.v.wait(j)
         v = _mat(pool, b.v_at + s * (bn * D), bn, D)
         with Ax.cuda.elect_one():
-            Ax.gemm(o_t, p_s, v, accumulate=not first, barrier=(sync.o, sync.v.empty[s]))
+            Ax.gemm(o_t, p_t, v, accumulate=not first, barrier=(sync.o, sync.v.empty[s]))
 
     _wait(sync.q, 0)
     qk(0)
@@ -220,22 +224,23 @@ def _mask(s_acc, width, row0, col0, seq_kv, causal, tid):
 
 
 class _Softmax:
-    """Warpgroup 1: its registers (S and P of a key tile, an O chunk) and its steps."""
+    """Warpgroup 1: its registers (S of a key tile, P packed two to a word, an O chunk) and its steps."""
 
     _is_meta_class = True
 
-    def __init__(self, b, pool, s_t, o_t, sync, tid):
+    def __init__(self, b, s_t, o_t, p_words, sync, tid):
         p, bn = b.p, b.bn
-        self.b, self.s_t, self.o_t, self.sync, self.tid = b, s_t, o_t, sync, tid
+        self.b, self.s_t, self.o_t, self.p_words, self.sync, self.tid = b, s_t, o_t, p_words, sync, tid
         self.s = Ax.registers((ROWS, bn), "float32", fragment(bn), name="s_acc")
-        self.p = Ax.registers((ROWS, bn), p.dtype, fragment(bn), name="p_reg")
+        # PACK columns of P, neighbours paired in one 32-bit word: tcgen05.st's 16x128b fragment
+        self.words = Ax.registers((ROWS, PACK // 2), "uint32", Ax.cuda.tcgen05_fragment("16x128b", PACK // 8, ROWS),
+                                  name="p_words")
         self.chunk = Ax.registers((ROWS, CHUNK), "float32", fragment(CHUNK), name="o_chunk")
         self.sm = OnlineSoftmax(ROWS, ROW_VALUES, p.scale * LOG2E)
-        self.p_s = _mat(pool, b.p_at, ROWS, bn)
 
     def step(self, j, row0, first):
-        """Key tile j: S out of TMEM, mask, online softmax; after P_{j−1}·V_{j−1}, O *= α and P_j into
-        its shared tile; then ``p_full``."""
+        """Key tile j: S out of TMEM, mask, online softmax; after P_{j−1}·V_{j−1}, P_j into its TMEM tile
+        (rounded to the input type, two to a column) and O *= α; then ``p_full``."""
         b, p, bn = self.b, self.b.p, self.b.bn
         stage, phase = s_full_wait(j)
         _wait(self.sync.s, phase % 2, stage)
@@ -245,25 +250,26 @@ class _Softmax:
             need = T.Or(need, (j + 1) * bn - 1 > row0)
         _when(need, lambda: _mask(self.s, bn, row0, j * bn, p.seq_kv, p.causal, self.tid))
         self.sm.update(self.s)
-        if not first:
+        if not first:                       # P_{j−1}·V_{j−1} has read P's tile and written O
             _wait(self.sync.o, (j - 1) % 2)
+        for c in range(bn // PACK):         # P first: S's registers are free before O's chunks load
+            Ax.cuda.pack_pairs(self.words, self.s[:, c * PACK:(c + 1) * PACK], p.dtype)
+            Ax.copy(self.p_words[:, c * PACK // 2:(c + 1) * PACK // 2], self.words)
+        if not first:
             for c in range(b.p.head_dim // CHUNK):
                 cols = slice(c * CHUNK, (c + 1) * CHUNK)
                 Ax.copy(self.chunk, self.o_t[:, cols])
                 self.sm.rescale(self.chunk)
                 Ax.copy(self.o_t[:, cols], self.chunk)
-        Ax.cast(self.p, self.s)
-        Ax.copy(self.p_s, self.p)
-        Ax.cuda.fence_proxy_async()         # P's generic writes before the MMA's async reads
-        Ax.cuda.tcgen05_fence_before()      # the ld of S and st of O before the arrival
+        Ax.cuda.tcgen05_fence_before()      # the ld of S, st of O and st of P before the arrival
         T.evaluate(T.ptx.mbarrier.arrive.shared.b64(self.sync.p.ptr(0), T.uint32(1)))
 
 
-def _softmax(b, t, pool, s_t, o_t, O, LSE_, sync, tid):
+def _softmax(b, t, pool, s_t, o_t, p_words, O, LSE_, sync, tid):
     """Warpgroup 1: the key loop, then ``O / l`` out through the Q slot (TMA clips rows past
     ``seq_q``) and the LSE."""
     p, D = b.p, b.p.head_dim
-    w = _Softmax(b, pool, s_t, o_t, sync, tid)
+    w = _Softmax(b, s_t, o_t, p_words, sync, tid)
     row0 = t.qt * ROWS
     w.step(0, row0, True)
     with T.serial(1, t.n_kv) as j:
@@ -294,8 +300,11 @@ def _store_lse(LSE_, sm, t, row0, seq_q, tid):
 
 
 def _tmem_tiles(tm, b):
-    """The S buffers (``bn`` columns each) and O (``head_dim`` columns) in the CTA's TMEM allocation."""
-    return tuple(tm[:, i * b.bn:(i + 1) * b.bn] for i in range(S_BUFFERS)), tm[:, S_BUFFERS * b.bn:b.tmem_columns]
+    """The S buffers (``bn`` columns each), O (``head_dim`` columns) and P (the input type: P·V's A,
+    and the same cells as 32-bit words for tcgen05.st) in the CTA's TMEM allocation."""
+    p = tm[:, b.p_col:b.tmem_columns]
+    return (tuple(tm[:, i * b.bn:(i + 1) * b.bn] for i in range(S_BUFFERS)), tm[:, b.o_col:b.p_col],
+            Ax.cuda.tmem_retype(p, b.p.dtype), Ax.cuda.tmem_retype(p, "uint32"))
 
 
 def body(p, cfg):
@@ -320,15 +329,15 @@ def body(p, cfg):
         pool = Ax.cuda.dynamic_shared(b.smem, dtype)
         sync = _Sync(b)
         tm = Ax.cuda.tmem((ROWS, b.tmem_columns), "float32", name="tmem")
-        s_t, o_t = _tmem_tiles(tm, b)
+        s_t, o_t, p_t, p_words = _tmem_tiles(tm, b)
         t = _Tiles(p, b, bx)
         with Ax.cuda.role(0, 1):
             with Ax.warps(0, 1):
                 _produce(b, t, pool, Q, K, V, sync)
             with Ax.warps(1, 2):
-                _issue(b, t, pool, s_t, o_t, sync)
+                _issue(b, t, pool, s_t, o_t, p_t, sync)
         with Ax.cuda.role(1, 2, each=True):
-            _softmax(b, t, pool, s_t, o_t, O, LSE_, sync, tx_ % 128)
+            _softmax(b, t, pool, s_t, o_t, p_words, O, LSE_, sync, tx_ % 128)
         Ax.cuda.tmem_free(tm)
     _real_maps(Ax.current_build().tensormaps, {f"{n}_map": (shape, 2) for n, shape in p.shapes().items() if n != "LSE"})
     return attention

@@ -25,6 +25,7 @@ from ..schedules.ldmatrix import atom as ldmatrix_atom
 from ..schedules.tcgen05 import commit as tcgen05_commit, ld_fragment as tcgen05_fragment, pair as cta_pair
 from ..schedules.wgmma import d_fragment as wgmma_fragment
 from ..tmem import fence_after as tcgen05_fence_after, fence_before as tcgen05_fence_before, tmem, tmem_free
+from ..tmem_words import pack_pairs, retype as tmem_retype
 
 __all__ = ["mbarrier", "mbarrier_wait",
            "arrive_remote", "cluster_arrive", "cluster_launch", "cluster_sync", "cluster_wait", "fence_mbarrier_init",
@@ -34,4 +35,5 @@ __all__ = ["mbarrier", "mbarrier_wait",
            "min_blocks_per_sm", "named_barrier", "named_barrier_arrive", "role", "setmaxnreg", "tma_store_wait",
            "warpgroup_index", "wgmma_wait", "Pipeline", "pipeline", "staged_store",
            "tcgen05_commit", "cta_pair", "tcgen05_fence_after", "tcgen05_fence_before", "tmem", "tmem_free",
+           "tmem_retype", "pack_pairs",
            "wgmma_fragment", "tcgen05_fragment", "ldmatrix_atom"]
