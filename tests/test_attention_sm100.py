@@ -465,6 +465,20 @@ def test_shared_memory_overflow_is_refused():
     assert B.Blackwell(p, dict(bn=128, stages=3)).smem * 2 == (128 * 128 + 6 * 128 * 128) * 2     # P is in TMEM
 
 
+def test_gpu_cases_are_sm100a_problems_the_tiling_takes():
+    """tests/gpu/cases_attention_sm100.py (for a B200 some day): every case is a problem and
+    configuration the sm_100a tiling accepts, named apart from the sm_90a cases, checked by their check."""
+    sys.path.insert(0, os.path.join(os.path.dirname(HERE), "tests", "gpu"))
+    import cases_attention_sm100 as cases
+    assert len(cases.CASES) >= 20 and all(n.startswith("attention_sm100_") for n in cases.CASES)
+    for name, kw in cases.CASES.items():
+        p = A.Problem(kw["batch"], kw["seq_q"], kw["seq_kv"], kw["q_heads"], kw["kv_heads"], kw["head_dim"],
+                      kw["dtype"], kw["causal"], kw["lse"])
+        config = {k: kw[k] for k in ("bn", "stages") if k in kw}
+        B.Blackwell(p, {**A.TARGETS["sm_100a"], **config})
+        assert cases.CHECKS[name] is cases.hopper.check_attention and name in cases.hopper.CASES
+
+
 def test_sm90a_build_of_the_same_kernel_is_unchanged():
     """An sm_100a build in between leaves the kernel object's sm_90a TIR identical to a fresh one's."""
     k = A.make(1, 77, 77, 2, 1, 64, "bfloat16", True)
