@@ -162,7 +162,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.allm:
         import gemm_allm
-        return gemm_allm.run(args.dtypes, args.json, shapes=args.shapes, ms=args.ms or gemm_allm.MS)
+        return gemm_allm.run(args.dtypes, args.json, shapes=args.shapes, row_counts=args.ms or gemm_allm.MS)
     import torch
     import triton
 

@@ -77,7 +77,7 @@ def _write(path, head, rows, summary):
         json.dump({**head, "rows": rows, "summary": summary}, f, indent=1)
 
 
-def run(dtypes, path=None, rounds=3, shapes=None, ms=MS):
+def run(dtypes, path=None, rounds=3, shapes=None, row_counts=MS):
     os.environ["AXE_CACHE_DIR"] = CACHE
     import torch
     import triton
@@ -107,7 +107,7 @@ def run(dtypes, path=None, rounds=3, shapes=None, ms=MS):
         tdt = getattr(torch, dtype)
         for n, k in shapes:
             w = torch.randn(n, k, device="cuda", dtype=tdt)
-            for m in ms:
+            for m in row_counts:
                 a = torch.randn(m, k, device="cuda", dtype=tdt)
                 ref = torch.matmul(a, w.t())
                 ct = torch.empty_like(ref)
@@ -134,7 +134,7 @@ def run(dtypes, path=None, rounds=3, shapes=None, ms=MS):
             _write(path, head, rows, {})            # what is measured so far survives a time limit
     summary = {}
     for dtype in dtypes:
-        for m in ms:
+        for m in row_counts:
             r = [x["cublas_ms"] / x["axe_ms"] for x in rows if x["dtype"] == dtype and x["M"] == m]
             summary[f"{dtype} M={m}"] = {"axe_vs_cublas_median": statistics.median(r), "axe_vs_cublas_min": min(r)}
         r = [x["cublas_ms"] / x["axe_ms"] for x in rows if x["dtype"] == dtype]
