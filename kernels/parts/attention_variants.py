@@ -43,13 +43,14 @@ HEAD_DIMS = {"simple": (64, 128), "ov": (64, 128), "ov176": (128,), "ov3": (64,)
 #: 64 three consumer warpgroups (192-row tiles halve the K/V traffic per FLOP against 128 and hide
 #: the exp2s, which cost as much as its GEMMs) — without a mask overlapped inside each warpgroup, with
 #: one ping-ponged so the diagonal's masking hides under the other's wgmma; head 128 FA3's
-#: ping-pong, 176-key tiles where no diagonal tile is masked and the key loop is long (8192 keys and
-#: more; at 2048–4096 the 128-key tiles measured as fast or faster).  The fastest measured per row of
+#: ping-pong, 176-key tiles once the key loop is long (without a mask from 8192 keys, at 2048–4096
+#: the 128-key tiles measured as fast or faster; causal from 4096, where the diagonal's masked
+#: tiles are few among the unmasked ones).  The fastest measured per row of
 #: ``benchmarks/attention.py`` (docs/attention.md has the figures)
 DEFAULTS = {(64, False): ((2048, "pp3_p"), (None, "ov3")),
             (64, True): ((1024, "pp_p"), (2048, "pp3_p"), (None, "pp3")),
             (128, False): ((1024, "pp_p"), (4096, "pp"), (None, "pp176")),
-            (128, True): ((512, "pp_p"), (None, "pp"))}
+            (128, True): ((512, "pp_p"), (2048, "pp"), (None, "pp176"))}
 
 
 def default(head_dim, causal, seq_kv=None):
