@@ -26,7 +26,8 @@ import pytest
 import torch
 
 from axe.torch import fast_ops, ops
-from test_torch_plans import RecordingDriver, _ptr, _Stand, cpu_launches, rows_launch  # noqa: F401 - a fixture
+from axe.runtime.plan import LaunchPlan
+from test_torch_plans import GEMM_SIZES, RecordingDriver, _kernel, _ptr, _Stand, cpu_launches, gemm_launch, rows_launch  # noqa: F401 - a fixture
 
 PATH = ops.launcher()
 #: the tests that launch through the library (the fallback's run anywhere)
@@ -35,6 +36,7 @@ built = pytest.mark.skipif(PATH["path"] != "compiled", reason=f"the compiled lau
 _T = {"kind": "tensor", "strides": None, "alignment": 16}
 _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p,
                            ctypes.c_void_p)
+_REPLACE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
 
 
 def _sig(name, args, params, grid=("M", 1, 1), block=(256, 1, 1), smem=0):
@@ -89,7 +91,7 @@ class Launches:
     """The recording drivers of the stand-ins, and the C++ launches (through the same drivers)."""
 
     def __init__(self, drivers):
-        self.drivers, self.by_func = drivers, {}
+        self.drivers, self.by_func, self.replaced = drivers, {}, []
 
     def __getitem__(self, name):
         return self.drivers[name].launches
@@ -98,6 +100,13 @@ class Launches:
         """``cuLaunchKernel`` as the library calls it: recorded by the driver of the kernel whose
         function ``f`` is (each stand-in driver hands out its own function handle)."""
         return self.by_func[f].cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, stream or 0, params, extra)[0]
+
+    def replace(self, tmap, ptr):
+        """``cuTensorMapReplaceAddress`` as the stand-in drivers do it (the address is the map's
+        first 8 bytes); recorded."""
+        self.replaced.append(ptr or 0)
+        ctypes.memmove(tmap, ctypes.byref(ctypes.c_uint64(ptr or 0)), 8)
+        return 0
 
 
 @pytest.fixture
@@ -111,8 +120,8 @@ def stands(cpu_launches, monkeypatch):
         d.cuModuleGetFunction = lambda module, name, f=100 + i: (0, f)
         launches.by_func[100 + i] = d
         monkeypatch.setitem(ops.KERNELS, name, _Stand(make, ref, spec, d))
-    cb = _LAUNCH(launches.launch)
-    ops._LAUNCHER.set_launch(ctypes.cast(cb, ctypes.c_void_p).value)
+    cb, replace = _LAUNCH(launches.launch), _REPLACE(launches.replace)
+    ops._LAUNCHER.set_launch(ctypes.cast(cb, ctypes.c_void_p).value, ctypes.cast(replace, ctypes.c_void_p).value)
     try:
         yield launches
     finally:
@@ -353,3 +362,157 @@ def test_the_library_is_built_for_this_torch():
     so = ops._LAUNCHER.path
     assert so.is_file() and so.name == "fast_ops.so" and len(so.parent.name) == 16
     assert fast_ops.build(so.parent.parent) == so              # found, not rebuilt
+
+
+# --- gemm: tensor maps and scratch ------------------------------------------------------------
+
+class GemmDriver(RecordingDriver):
+    """The recording driver of both GEMM stand-ins: the decode kernel (three tensor maps, two
+    scratch pointers) and the persistent one (three tensor maps)."""
+
+    FUNCS = {b"gemm_dyn_kernel": (200, GEMM_SIZES), b"gemm_pers_kernel": (201, GEMM_SIZES[:3])}
+
+    def __init__(self):
+        super().__init__(GEMM_SIZES)
+
+    def cuModuleGetFunction(self, module, name):
+        return 0, self.FUNCS[name][0]
+
+    def cuLaunchKernel(self, f, *rest):
+        self.sizes = {f: sizes for f, sizes in self.FUNCS.values()}[f]
+        return super().cuLaunchKernel(f, *rest)
+
+
+def gemm_stand_launch(N, K, dtype="float16", max_rows=None, **_):
+    """A decode bucket's signature (``max_rows``: scratch for its split of K) or the persistent
+    tile's (a run-time M: the maps alone)."""
+    if max_rows is not None:
+        return gemm_launch(N, K, dtype, max_rows)
+    launch = gemm_launch(N, K, dtype, 1 << 20)
+    del launch["symbols"]["M"]["max"]
+    launch.update(name="gemm_pers", kernel="gemm_pers_kernel", args=launch["args"][:3], params=launch["params"][:3])
+    return launch
+
+
+@pytest.fixture
+def gemm_stand(stands, monkeypatch):
+    """``ops.KERNELS["gemm_nt"]`` a stand-in of both GEMM signatures over one recording driver."""
+    d = stands.drivers["gemm_nt"] = GemmDriver()
+    stands.by_func.update({200: d, 201: d})
+    monkeypatch.setitem(ops.KERNELS, "gemm_nt", _Stand(gemm_stand_launch, "kernels.gemm:make_dynamic",
+                                                       ops.spec_gemm("col"), d))
+    return stands
+
+
+def _fresh_maps(a, b, c):
+    """A_map, B_map, C_map as a fresh driver encodes them for these tensors."""
+    fresh = GemmDriver()
+    launch = gemm_stand_launch(**ops.spec_gemm("col")(a, b, c))
+    _kernel(launch, fresh)(a, b, c, stream=0)
+    return fresh.launches[0][5][:3]
+
+
+@built
+@pytest.mark.parametrize("M", [3, 300], ids=["decode-split-scratch", "persistent-maps"])
+def test_gemm_launches_from_cpp_as_its_python_plan(gemm_stand, M):
+    """The GEMM's second call launches from C++ what its Python plan launches (maps, scratch);
+    when the activation and the output move, their maps are pointed at the new addresses (equal
+    to fresh encodes there) and the weight's is left alone."""
+    a, b = torch.randn(M, 128, dtype=torch.float16), torch.randn(256, 128, dtype=torch.float16)
+    first, second, c = _calls("gemm", (a, b, True))
+    assert second["launched"] == first["launched"] + 1 and second["checked"] == first["checked"]
+    assert c.shape == (M, 256) and c.dtype == torch.float16
+    key = (ops._sig(a), ops._sig(b), True)
+    plan = ops.PLANS["gemm"][key][0]
+    got = gemm_stand["gemm_nt"][-1]
+    assert got[0] == (200 if M == 3 else 201) and got[5][:3] == _fresh_maps(a, b, c)
+    if M == 3:                             # F__ptr, W__ptr: the plan's stream's scratch set
+        w, f = plan.kernel._scratch[(0, 0)]
+        assert got[5][3:] == (_ptr(f), _ptr(w))
+    assert got == _python_plan_launch(gemm_stand, "gemm_nt", "gemm", key, (a.data_ptr(), b.data_ptr(), c.data_ptr()))
+    a2 = a.clone()
+    replaced, c0 = len(gemm_stand.replaced), counts()
+    c2 = torch.ops.axe.gemm(a2, b, True)
+    assert counts()["launched"] == c0["launched"] + 1
+    got = gemm_stand["gemm_nt"][-1]
+    assert got[5][:3] == _fresh_maps(a2, b, c2) and got[5][1] == _fresh_maps(a, b, c)[1]
+    assert set(gemm_stand.replaced[replaced:]) == {a2.data_ptr(), c2.data_ptr()}     # A and C moved; B did not
+    assert got == _python_plan_launch(gemm_stand, "gemm_nt", "gemm", key, (a2.data_ptr(), b.data_ptr(), c2.data_ptr()))
+
+
+@built
+def test_gemm_on_another_stream_is_refused_and_launched_by_python(gemm_stand, monkeypatch):
+    """A plan whose scratch set belongs to stream 7 (made there) is refused on stream 0 (counted,
+    with the reason) and the Python plan launches with stream 0's own set; a plan without
+    scratch launches on any stream."""
+    fields = LaunchPlan.fields
+    monkeypatch.setattr(LaunchPlan, "fields", lambda self, stream=None: fields(self, 7))
+    a, b = torch.randn(3, 128, dtype=torch.float16), torch.randn(256, 128, dtype=torch.float16)
+    torch.ops.axe.gemm(a, b, True)
+    plan = ops.PLANS["gemm"][(ops._sig(a), ops._sig(b), True)][0]
+    c0 = counts()
+    c = torch.ops.axe.gemm(a, b, True)
+    got = counts()
+    assert got["refused"] == c0["refused"] + 1 and got["launched"] == c0["launched"]
+    assert got["refusal"] == "the plan's scratch belongs to another stream"
+    w, f = plan.kernel._scratch[(0, 0)]
+    last = gemm_stand["gemm_nt"][-1]
+    assert last[4] == 0 and last[5][3:] == (_ptr(f), _ptr(w)) and last[5][2][:8] == _ptr(c)
+    assert _ptr(plan.kernel._scratch[(0, 7)][1]) != last[5][3]
+    a = torch.randn(300, 128, dtype=torch.float16)                       # the persistent tile: no scratch
+    torch.ops.axe.gemm(a, b, True)
+    c0 = counts()
+    torch.ops.axe.gemm(a, b, True)
+    assert counts()["launched"] == c0["launched"] + 1 and counts()["refused"] == c0["refused"]
+
+
+@built
+def test_gemm_checked_path_fast_path_switch_and_clear_plans(gemm_stand):
+    """A misaligned activation takes the checked path (copied); ``FAST_PATH = False`` launches
+    nothing from C++ and keeps nothing; ``clear_plans()`` forgets the plans and the scratch sets
+    kept for them."""
+    a, b = torch.randn(3, 128, dtype=torch.float16), torch.randn(256, 128, dtype=torch.float16)
+    torch.ops.axe.gemm(a, b, True)
+    assert ops._LAUNCHER._kept and counts()["plans"] == 1
+    base = torch.randn(3 * 128 + 8, dtype=torch.float16)
+    odd = base[8:].view(3, 128)                                          # the signature, 16 bytes off
+    c0 = counts()
+    torch.ops.axe.gemm(odd, b, True)
+    assert counts()["checked"] == c0["checked"] + 1 and gemm_stand["gemm_nt"][-1][5][0][:8] != _ptr(odd)
+    ops.FAST_PATH = False
+    try:
+        torch.ops.axe.gemm(a, b, True)
+        torch.ops.axe.gemm(torch.randn(5, 128, dtype=torch.float16), b, True)
+        assert counts()["launched"] == c0["launched"] and counts()["plans"] == 1
+    finally:
+        ops.FAST_PATH = True
+    torch.ops.axe.gemm(a, b, True)
+    assert counts()["launched"] == c0["launched"] + 1
+    ops.clear_plans()
+    assert counts()["plans"] == 0 and not ops._LAUNCHER._kept and not ops.PLANS["gemm"]
+    c0 = counts()
+    torch.ops.axe.gemm(a, b, True)
+    assert counts()["checked"] == c0["checked"] + 1 and counts()["plans"] == 1
+
+
+@built
+def test_gemm_threads_move_maps_without_mixing(gemm_stand):
+    """Threads calling one planned GEMM signature with their own activations: each launch's A and
+    C maps hold that call's own tensors (a map is rewritten and launched under the plan's lock)."""
+    b = torch.randn(256, 128, dtype=torch.float16)
+    xs = [torch.randn(3, 128, dtype=torch.float16) for _ in range(4)]
+    torch.ops.axe.gemm(xs[0], b, True)
+    n, c0 = len(gemm_stand["gemm_nt"]), counts()
+    outs = [[] for _ in xs]
+
+    def work(i):
+        for _ in range(25):
+            outs[i].append(torch.ops.axe.gemm(xs[i], b, True))
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert counts()["launched"] == c0["launched"] + 100
+    seen = [(v[5][0][:8], v[5][2][:8]) for v in gemm_stand["gemm_nt"][n:]]
+    assert sorted(seen) == sorted((_ptr(x), _ptr(c)) for x, cs in zip(xs, outs) for c in cs)

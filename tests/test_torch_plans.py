@@ -25,7 +25,7 @@ from axe.runtime import launcher
 from axe.runtime.launcher import Kernel, LaunchError
 from axe.torch import ops
 from axe.torch.jit import JitKernel
-from test_build import FakeDriver
+from test_build import FakeDriver, LaunchDriver, _Struct
 
 _SIZES = {"float32": 4, "int32": 4, "int64": 8}
 
@@ -242,21 +242,61 @@ def test_gemm_plan_moves_its_tensor_maps(stand_ins):
     assert v1[2][:8] == _ptr(c1) and v2[2][:8] == _ptr(c2) and v1[0][8:] == v2[0][8:]
 
 
+def rebuilt(fields, ptrs):
+    """The parameter bytes :meth:`LaunchPlan.fields` says a launch passes for the tensors at
+    ``ptrs`` (scratch left out): scalars where it says, each tensor slot's pointer (the scratch
+    slots' from ``scratch``), each tensor map's bytes as exported."""
+    ptrs = (*ptrs, *fields.scratch)
+    n, sizes = len(ptrs), {}
+    for i, p in enumerate(fields.params):                 # a scalar's size: up to the next one's offset
+        if p >= 0:
+            sizes[i] = min([q for q in fields.params if q > p] + [len(fields.scalars)]) - p
+    return tuple(fields.scalars[p:p + sizes[i]] if p >= 0 else ptrs[-p - 1].to_bytes(8, "little") if p >= -n
+                 else fields.maps[-p - n - 1][1] for i, p in enumerate(fields.params))
+
+
 def test_plan_fields_state_what_the_plan_launches(cpu_launches):
     """:meth:`LaunchPlan.fields` (what a compiled launcher copies): its function, grid, block and
-    shared memory are the plan's launch, and writing the pointers and scalars where it says gives
-    the parameter bytes the plan passes; a plan with tensor maps and scratch has none."""
+    shared memory are the plan's launch, and writing the pointers, scalars and tensor maps where
+    it says gives the parameter bytes the plan passes — for the GEMM too, whose maps hold their
+    tensors' addresses (equal to fresh encodes) and whose scratch is the stream's set; a plan with
+    a launch configuration (clusters) has none."""
     d = RecordingDriver([8, 8, 8, 4, 4])
     k = _kernel(rows_launch(), d)
     x, w, y = torch.randn(3, 64, dtype=torch.float16), torch.randn(1, 64, dtype=torch.float16), torch.empty(3, 64, dtype=torch.float16)
     plan = k.plan(x, w, y, 0.25)
-    func, grid, block, smem, params, scalars = plan.fields()
+    f = plan.fields()
     ptrs = (x.data_ptr(), w.data_ptr(), y.data_ptr())
     plan(ptrs)
-    (f, g, b, s, _, values), = d.launches
-    assert (func, grid, block, smem) == (f, g, b, s)
-    rebuilt = tuple(ptrs[-p - 1].to_bytes(8, "little") if p < 0 else scalars[p:p + len(values[i])]
-                    for i, p in enumerate(params))
-    assert rebuilt == values and len(scalars) == 8                 # M (int32) and eps (float32)
+    (func, grid, block, smem, _, values), = d.launches
+    assert (f.func, f.grid, f.block, f.smem) == (func, grid, block, smem) and not f.maps and not f.scratch
+    assert rebuilt(f, ptrs) == values and len(f.scalars) == 8                 # M (int32) and eps (float32)
+    d = RecordingDriver(GEMM_SIZES)
+    k = _kernel(gemm_launch(), d)
     a, bt, c = torch.randn(5, 128, dtype=torch.float16), torch.randn(256, 128, dtype=torch.float16), torch.empty(5, 256, dtype=torch.float16)
-    assert _kernel(gemm_launch(), RecordingDriver(GEMM_SIZES)).plan(a, bt, c, stream=7).fields() is None
+    plan = k.plan(a, bt, c, stream=7)
+    a2 = a.clone()
+    ptrs = (a2.data_ptr(), bt.data_ptr(), c.data_ptr())
+    plan(ptrs, 7)                                                     # A's map moved
+    f = plan.fields(7)
+    assert (f.func, f.grid, f.block, f.smem, f.stream) == d.launches[-1][:5]
+    assert rebuilt(f, ptrs) == d.launches[-1][5]
+    assert f.scratch == [t.data_ptr() for t in k._scratch[(0, 7)]] and f.keep == tuple(k._scratch[(0, 7)])
+    fresh = RecordingDriver(GEMM_SIZES)
+    _kernel(gemm_launch(), fresh)(a2, bt, c, stream=7)
+    assert [m[1] for m in f.maps] == [bytes(v) for v in fresh.launches[0][5][:3]]        # A_map, B_map, C_map
+    assert [(slot, ptr) for slot, _, ptr in f.maps] == [(0, a2.data_ptr()), (1, bt.data_ptr()), (2, c.data_ptr())]
+    assert plan.fields(9).scratch == [t.data_ptr() for t in k._scratch[(0, 9)]] != f.scratch   # another stream's set
+    pair = _kernel(dict(gemm_launch(), cluster=[2, 1, 1]), ClusterDriver(GEMM_SIZES))
+    assert pair.plan(a, bt, c, stream=7).fields() is None
+
+
+class ClusterDriver(RecordingDriver):
+    """A recording driver that also builds ``cuLaunchKernelEx`` configurations."""
+
+    CUlaunchConfig = CUlaunchAttribute = _Struct
+    CUlaunchAttributeID = LaunchDriver.CUlaunchAttributeID
+    CUstream = staticmethod(LaunchDriver.CUstream)
+
+    def cuLaunchKernelEx(self, cfg, f, params, extra):
+        return (0,)

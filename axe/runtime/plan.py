@@ -27,6 +27,7 @@ checked path again.
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import functools
 import operator
@@ -34,7 +35,10 @@ import threading
 
 from .driver import LaunchError, check_result
 
-__all__ = ["LaunchPlan"]
+__all__ = ["LaunchPlan", "Fields"]
+
+#: what :meth:`LaunchPlan.fields` exports (see there)
+Fields = collections.namedtuple("Fields", "func grid block smem params scalars maps scratch stream keep")
 
 
 class _Map:
@@ -87,8 +91,9 @@ class LaunchPlan:
                 pack.array[i] = base + 8 * position[p["arg"]]
         self._device = None
         self._stream = current_stream
-        #: a launch that needs more per call than pointers and one cuLaunchKernel (see :meth:`fields`)
-        self.plain = cfg is None and not self.scratch
+        #: the launch configuration (clusters, programmatic serialization), which :meth:`fields` refuses
+        self.cfg = cfg
+        self.maps = []
         if self.empty:          # nothing to launch: no function to load, no map of zero rows to encode
             return
         self.maps = [_Map(position[spec["tensor"]], i, spec, bound.tensors[spec["tensor"]], d)
@@ -106,30 +111,50 @@ class LaunchPlan:
             import torch
             self._device = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
 
-    def fields(self):
-        """What a compiled launcher needs to launch this plan itself — ``(func, grid, block, smem,
-        params, scalars)``: the ``CUfunction`` as an integer (0 for an empty grid, which launches
-        nothing), and per kernel parameter either the byte offset of its value in ``scalars``
-        (the scalar parameters' bytes, as this plan passes them) or ``-(slot + 1)``: the data
-        pointer of tensor argument ``slot`` (:attr:`slots` order).  Writing those pointers and
-        those bytes into a parameter array and launching ``func`` with this grid, block and shared
-        memory is exactly what :meth:`__call__` launches.  None for a plan that needs more per
-        call: tensor maps (which follow their tensors), the kernel's scratch, a launch
-        configuration (clusters, programmatic serialization) or a cooperative launch."""
+    def fields(self, stream: int | None = None):
+        """What a compiled launcher needs to launch this plan itself on the raw ``CUstream``
+        ``stream`` (None: the current one), as :class:`Fields`: the ``CUfunction`` as an integer
+        (0 for an empty grid, which launches nothing), grid, block, shared memory, and per kernel
+        parameter one of: the byte offset of its value in ``scalars`` (the scalar parameters'
+        bytes, as this plan passes them), ``-(slot + 1)`` (the data pointer of tensor argument
+        ``slot``, :attr:`slots` order) or ``-(len(slots) + 1 + j)`` (tensor map ``j`` of
+        ``maps``: ``(slot it follows, its 128 bytes, the address they hold)``); ``scratch``: the
+        data pointers of the last ``len(scratch)`` slots, the kernel's scratch set for ``stream``,
+        which no launch on another stream may use (``keep``: those tensors).  Writing those pointers, those
+        bytes and those maps (each with the address of its slot's tensor:
+        ``cuTensorMapReplaceAddress``) into a parameter array and launching ``func`` with this
+        grid, block and shared memory on ``stream`` is exactly what :meth:`__call__` launches
+        there.  None for a plan that needs more: a launch configuration (clusters, programmatic
+        serialization) or a cooperative launch."""
         launch = self.kernel.launch
-        if not self.plain or launch.get("cooperative") or any(p["kind"] == "tensormap" for p in launch["params"]):
+        if self.cfg is not None or launch.get("cooperative"):
             return None
-        position = {n: i for i, (n, _) in enumerate(self.slots)}
-        params, scalars = [], b""
+        if stream is None:
+            stream = self._stream(self.index)
+        if self.empty:          # launches nothing: no parameter to write
+            return Fields(0, tuple(self.grid), tuple(self.block), int(self.smem), [], b"", [], [], int(stream), ())
+        n = len(self.slots)
+        position = {name: i for i, (name, _) in enumerate(self.slots)}
+        maps = {m.index: j for j, m in enumerate(self.maps)}
+        params, scalars, keep = [], b"", iter(self.pack._keep)
         for i, p in enumerate(launch["params"]):
+            if p["kind"] == "tensormap":
+                params.append(-(n + 1 + maps[i]))
+                continue
+            value = next(keep)          # the pack keeps one value per parameter that is not a map
             if p["kind"] == "tensor":
                 params.append(-(position[p["arg"]] + 1))
-            else:       # the pack keeps one value per parameter, in order, where none is a tensor map
-                value = self.pack._keep[i]
+            else:
                 params.append(len(scalars))
                 scalars += ctypes.string_at(self.pack.array[i], ctypes.sizeof(value))
-        func = 0 if self.empty else int(self.func)
-        return func, tuple(self.grid), tuple(self.block), int(self.smem), params, scalars
+        scratch, tensors = [], ()
+        if self.scratch:        # the scratch arguments are the signature's last
+            scratch = list(self.kernel._scratch_ptrs(self.index, stream, self.device_type))
+            tensors = tuple(self.kernel._scratch[(self.index, int(stream))])
+        with self.lock:         # __call__ rewrites a map under it
+            exported = [(m.position, ctypes.string_at(int(m.tmap.getPtr()), 128), m.ptr) for m in self.maps]
+        return Fields(int(self.func), tuple(self.grid), tuple(self.block), int(self.smem), params, scalars, exported, scratch,
+                      int(stream), tensors)
 
     def _launcher(self, d, cfg):
         """``launch(stream, array, 0) -> result``: the driver call with everything but the stream

@@ -3,8 +3,9 @@ built on first use on each machine against the torch that imports it, loaded thr
 
 The library registers one boxed C++ kernel as an op's CPU and CUDA kernel.  A call whose
 signature (every tensor's dtype, shape, strides and device; the scalars) it has a plan for, and
-whose data pointers are aligned as the plan demands, allocates the outputs and calls
-``cuLaunchKernel`` on torch's current stream without entering Python; any other call runs the
+whose data pointers are aligned as the plan demands, allocates the outputs, points the plan's
+tensor maps at their tensors and calls ``cuLaunchKernel`` on torch's current stream without
+entering Python (a plan with scratch only on the stream whose scratch set it holds); any other call runs the
 op's checked Python implementation (registered as ``axe_checked::<op>``, same schema), which hands
 its plan over (:meth:`Launcher.submit`) after checking.  ``axe.torch.ops`` decides which ops go
 through it and reports the path in force (:func:`axe.torch.ops.launcher`).
@@ -29,7 +30,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-__all__ = ["ENV", "ENV_DIR", "SOURCE", "Launcher", "BuildError", "build", "load", "record"]
+__all__ = ["ENV", "ENV_DIR", "SOURCE", "FIXED", "Launcher", "BuildError", "build", "load", "record"]
 
 ENV, ENV_DIR = "AXE_FAST_OPS", "AXE_FAST_OPS_DIR"
 SOURCE = Path(__file__).resolve().parent / "csrc" / "fast_ops.cpp"
@@ -110,9 +111,12 @@ class Launcher:
         lib.axe_fast_submit.argtypes = [ctypes.c_char_p, ctypes.POINTER(_I64), _I64, ctypes.c_char_p, _I64]
         lib.axe_fast_enable.argtypes = [ctypes.c_int]
         lib.axe_fast_set_limit.argtypes = [_I64]
-        lib.axe_fast_set_launch.argtypes = [ctypes.c_void_p]
+        lib.axe_fast_set_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         lib.axe_fast_counts.argtypes = [ctypes.POINTER(_I64)]
         self._pending = ctypes.c_int.in_dll(lib, "axe_fast_pending_calls")
+        #: the scratch sets of the plans handed over (by id), alive while the table may hold their
+        #: pointers (a Kernel's release_scratch, or the Kernel itself gone, must not free them)
+        self._kept = {}
 
     def pending(self) -> bool:
         """Whether some thread's call runs its checked implementation now (else :meth:`submit`
@@ -125,14 +129,17 @@ class Launcher:
         if self._lib.axe_fast_register(name.encode(), checked_ns.encode()) < 0:
             raise BuildError(f"registering axe::{name}: {self._lib.axe_fast_error().decode()}")
 
-    def submit(self, name: str, words, scalars: bytes) -> bool:
-        """Hand the plan of :func:`record` (``words``, ``scalars``) to the call of ``axe::<name>``
-        being checked on this thread; False where none is (a direct call of the Python
-        implementation: nothing to key the plan by)."""
+    def submit(self, name: str, words, scalars: bytes, keep=()) -> bool:
+        """Hand the plan of :func:`record` (``words``, ``scalars``; ``keep``: the tensors whose
+        pointers it holds besides the call's) to the call of ``axe::<name>`` being checked on this
+        thread; False where none is (a direct call of the Python implementation: nothing to key
+        the plan by)."""
         arr = (_I64 * len(words))(*words)
         r = self._lib.axe_fast_submit(name.encode(), arr, len(words), scalars, len(scalars))
         if r < 0:
             raise ValueError(self._lib.axe_fast_error().decode())
+        if r and keep:
+            self._kept[id(keep[0])] = keep
         return bool(r)
 
     def enable(self, on: bool):
@@ -144,18 +151,21 @@ class Launcher:
         self._lib.axe_fast_set_limit(int(limit))
 
     def clear(self):
-        """Forget every plan."""
+        """Forget every plan (and the scratch sets kept for them)."""
         self._lib.axe_fast_clear()
+        self._kept.clear()
 
-    def set_launch(self, address: int | None):
+    def set_launch(self, address: int | None, replace: int | None = None):
         """Launch through the function at ``address`` (``cuLaunchKernel``'s C signature: a test's
-        stand-in) instead of libcuda's; None: libcuda's again."""
-        self._lib.axe_fast_set_launch(address)
+        stand-in) and move tensor maps through the one at ``replace``
+        (``cuTensorMapReplaceAddress``'s) instead of libcuda's; None: libcuda's again."""
+        self._lib.axe_fast_set_launch(address, replace)
 
     def counts(self) -> dict:
         """``{"launched": calls launched by the library, "checked": calls sent to the checked
         path (no plan, a misaligned pointer, or refused), "plans": plans kept, "refused": planned
-        calls the library could not launch (no driver, no stream handle, the driver's error),
+        calls the library could not launch (no driver, no stream handle, the driver's error, a
+        plan with scratch called on another stream or on a capturing one),
         "refusal": why the last one was refused}``."""
         out = (_I64 * 4)()
         self._lib.axe_fast_counts(out)
@@ -163,21 +173,28 @@ class Launcher:
                 "refusal": self._lib.axe_fast_refusal().decode()}
 
 
-def record(plan, sources, outputs=(), distinct=()) -> tuple[list, bytes] | None:
-    """The words and bytes :meth:`Launcher.submit` takes for the
-    :class:`~axe.runtime.plan.LaunchPlan` ``plan`` of an op's call (None where the plan needs more
-    per call than the library does: :meth:`~axe.runtime.plan.LaunchPlan.fields`).  ``sources``:
-    per slot of the plan, ``(the op argument's position, or -(k + 1) for output k; the op's
-    alignment in bytes)`` (a slot's alignment is the larger of the op's and the kernel's);
-    ``outputs``: per output, ``(position of the argument whose dtype and device it takes,
-    shape)``; ``distinct``: pairs of argument positions whose data pointers must differ."""
-    fields = plan.fields()
-    if fields is None:
+#: a slot's source in a record that is none of the call's tensors: the plan's scratch
+FIXED = -(1 << 40)
+
+
+def record(plan, sources, outputs=(), distinct=()) -> tuple[list, bytes, tuple] | None:
+    """The words, bytes and kept tensors :meth:`Launcher.submit` takes for the
+    :class:`~axe.runtime.plan.LaunchPlan` ``plan`` of an op's call made on torch's current stream
+    (None where the plan needs more per call than the library does:
+    :meth:`~axe.runtime.plan.LaunchPlan.fields`).  ``sources``: per slot of the plan but its
+    scratch, ``(the op argument's position, or -(k + 1) for output k; the op's alignment in
+    bytes)`` (a slot's alignment is the larger of the op's and the kernel's); ``outputs``: per
+    output, ``(position of the argument whose dtype and device it takes, shape)``; ``distinct``:
+    pairs of argument positions whose data pointers must differ.  The scratch slots hold the
+    scratch set of the current stream (the library refuses a call on another)."""
+    f = plan.fields()
+    if f is None:
         return None
-    func, grid, block, smem, params, scalars = fields
-    if len(sources) != len(plan.slots):
-        raise ValueError(f"{plan.name}: {len(sources)} sources for the kernel's {len(plan.slots)} tensor arguments")
-    words = [func, *grid, *block, smem, len(params), len(sources), *params]
+    if len(sources) + len(f.scratch) != len(plan.slots):
+        raise ValueError(f"{plan.name}: {len(sources)} sources and {len(f.scratch)} scratch for the kernel's "
+                         f"{len(plan.slots)} tensor arguments")
+    sources = [*sources, *((FIXED, 1) for _ in f.scratch)]
+    words = [f.func, *f.grid, *f.block, f.smem, len(f.params), len(sources), *f.params]
     for (src, align), (_, kernel_align) in zip(sources, plan.slots):
         words += [src, max(align, kernel_align)]
     words.append(len(outputs))
@@ -186,7 +203,10 @@ def record(plan, sources, outputs=(), distinct=()) -> tuple[list, bytes] | None:
     words.append(len(distinct))
     for a, b in distinct:
         words += [a, b]
-    return words, scalars
+    words += [f.stream, len(f.scratch), *f.scratch, len(f.maps)]
+    for slot, tmap, ptr in f.maps:
+        words += [slot, ptr, *(int.from_bytes(tmap[i:i + 8], "little", signed=True) for i in range(0, 128, 8))]
+    return words, f.scalars, f.keep
 
 
 def load(root=None) -> Launcher:

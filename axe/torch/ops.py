@@ -637,7 +637,7 @@ def _gemm(a, b, transpose_b=False):
         ap, bp = a.data_ptr(), b.data_ptr()
         if not (ap | bp) & 63:
             c = torch.empty(hit[1], dtype=a.dtype, device=a.device)
-            hit[0]((ap, bp, c.data_ptr()))
+            _planned("gemm", hit)((ap, bp, c.data_ptr()))
             return c
     M, N = _gemm_shape(a, b, transpose_b)
     c = a.new_empty((M, N))
@@ -646,8 +646,8 @@ def _gemm(a, b, transpose_b=False):
     # the GEMM's tensor maps want 64-byte aligned operands (its launch.json says so)
     ar, br = _ready(a, 64), _ready(b, 64)
     jk = KERNELS["gemm_nt" if transpose_b else "gemm"]
-    if ar is a and br is b:
-        _remember("gemm", key, jk.plan(ar, br, c), (M, N))
+    if ar is a and br is b:            # kernel (A_, B_, C_[, scratch]) = (a, b, the output)
+        _remember("gemm", key, jk.plan(ar, br, c), (M, N), compiled=(((0, 64), (1, 64), (-1, 64)), ((0, (M, N)),)))
     jk(ar, br, c)
     return c
 
@@ -657,4 +657,4 @@ def _gemm_fake(a, b, transpose_b=False):
     return a.new_empty((M, N))
 
 
-gemm = _define("gemm(Tensor a, Tensor b, bool transpose_b=False) -> Tensor", _gemm, _gemm_fake)
+gemm = _define("gemm(Tensor a, Tensor b, bool transpose_b=False) -> Tensor", _gemm, _gemm_fake, compiled=True)

@@ -6,7 +6,11 @@
 //
 // - hit, every data pointer aligned as the plan demands (and the plan's distinct tensors
 //   distinct): allocate the outputs, write the pointers into a parameter array on the stack,
-//   one cuLaunchKernel on torch's current stream of the tensors' device; the GIL is never taken;
+//   point the plan's tensor maps at their tensors (cuTensorMapReplaceAddress, where one moved),
+//   one cuLaunchKernel on torch's current stream of the tensors' device; the GIL is never taken.
+//   A plan with scratch (split-K partials, stream-K flags) holds the scratch set of the stream it
+//   was made on: a call on another stream, or while that stream captures a graph (the Python
+//   path keeps a captured set for the process), is refused;
 // - otherwise (a new signature, a misaligned view, no driver, a launch the driver refused): the
 //   op's checked Python implementation, registered as axe_checked::<op>, through the dispatcher
 //   (which takes the GIL).  It runs every check and launches; where it planned the signature it
@@ -15,11 +19,12 @@
 //
 // Law (axe/runtime/plan.py's): a hit launches exactly what the Python LaunchPlan of that
 // signature launches for the same tensors - function, grid, block, shared memory and parameter
-// bytes - because the plan's fields are copied from it.
+// bytes, tensor maps included - because the plan's fields are copied from it.
 //
 // Python reaches the table through the extern "C" functions at the end (ctypes): no pybind11,
 // no libpython, no libtorch_python, no libcuda or libc10_cuda at link time (the driver's
-// cuLaunchKernel is dlsym'd at first use; the stream comes through c10's device guard interface).
+// cuLaunchKernel, cuTensorMapReplaceAddress and cuStreamIsCapturing are dlsym'd at first use; the
+// stream comes through c10's device guard interface).
 
 #include <dlfcn.h>
 
@@ -31,8 +36,10 @@
 
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
@@ -42,6 +49,8 @@ namespace {
 
 using LaunchFn = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
                          void**);
+using ReplaceFn = int (*)(void* map, void* address);           // cuTensorMapReplaceAddress
+using CapturingFn = int (*)(void* stream, int* status);        // cuStreamIsCapturing
 
 // A call signature, flattened: per argument a tag, then what the op's checks depend on.
 using Key = std::vector<int64_t>;
@@ -59,13 +68,33 @@ struct Output {
   std::vector<int64_t> shape;   // fixed by the signature
 };
 
+// A CUtensorMap: 128 bytes, 64-byte aligned (the driver and the kernel's parameter demand it).
+struct alignas(64) TensorMap {
+  char bytes[128];
+};
+
+// A slot's source that is none of the call's tensors: the plan's scratch (a fixed pointer).
+constexpr int kFixed = std::numeric_limits<int>::min();
+constexpr int64_t kFixedWord = -(int64_t{1} << 40);  // how a record says so
+
 // What one checked signature launches (copied from its Python LaunchPlan, see axe_fast_submit).
 struct Plan {
   void* func = nullptr;
   unsigned grid[3] = {0, 0, 0}, block[3] = {0, 0, 0}, smem = 0;
   std::vector<char> scalars;     // the scalar parameters' bytes
-  std::vector<int64_t> params;   // per kernel parameter: >= 0 its offset in scalars; < 0: -(slot + 1)
-  std::vector<int> sources;      // per slot: an argument's position (>= 0) or -(output + 1)
+  // per kernel parameter: >= 0 its offset in scalars; -(slot + 1) for slot < S; -(S + 1 + j): map j
+  std::vector<int64_t> params;
+  std::vector<int> sources;      // per slot: an argument's position (>= 0), -(output + 1), or kFixed
+  std::vector<uint64_t> fixed;   // per slot: its pointer where its source is kFixed
+  void* stream = nullptr;        // the stream the fixed pointers (scratch) belong to
+  bool has_fixed = false;
+  std::vector<int> map_slots;    // per tensor map: the slot whose tensor it describes
+  // the maps and the addresses they hold: rewritten per call under map_lock (a const Plan is
+  // shared by every thread; the driver copies the parameters at launch, so a map may be
+  // rewritten as soon as the launch that read it returned)
+  mutable std::unique_ptr<TensorMap[]> maps;
+  mutable std::vector<uint64_t> map_ptrs;
+  mutable std::mutex map_lock;
   std::vector<uint64_t> masks;   // per slot: alignment - 1
   std::vector<Output> outputs;
   std::vector<std::pair<int, int>> distinct;  // argument positions whose data pointers must differ
@@ -86,6 +115,7 @@ std::vector<std::unique_ptr<Op>> ops;    // by op id; only appended to (ids stay
 std::atomic<bool> enabled{true};
 std::atomic<int64_t> plan_limit{1024};
 std::atomic<LaunchFn> launch_override{nullptr};
+std::atomic<ReplaceFn> replace_override{nullptr};
 std::atomic<int64_t> hits{0}, misses{0}, refused{0};
 thread_local std::string last_error;
 std::mutex refusal_mutex;
@@ -116,14 +146,31 @@ extern "C" std::atomic<int> axe_fast_pending_calls{0};
 
 namespace {
 
+// libcuda's function `name`, or nullptr where the library or the function is absent.
+void* driver_symbol(const char* name) {
+  static void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
+  return lib ? dlsym(lib, name) : nullptr;
+}
+
 LaunchFn driver_launch() {
   LaunchFn fn = launch_override.load(std::memory_order_acquire);
   if (fn) return fn;
-  static LaunchFn found = [] {
-    void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_GLOBAL);
-    return lib ? reinterpret_cast<LaunchFn>(dlsym(lib, "cuLaunchKernel")) : nullptr;
-  }();
+  static LaunchFn found = reinterpret_cast<LaunchFn>(driver_symbol("cuLaunchKernel"));
   return found;
+}
+
+ReplaceFn driver_replace() {
+  ReplaceFn fn = replace_override.load(std::memory_order_acquire);
+  if (fn) return fn;
+  static ReplaceFn found = reinterpret_cast<ReplaceFn>(driver_symbol("cuTensorMapReplaceAddress"));
+  return found;
+}
+
+// Whether `stream` captures a graph now (true where the driver cannot say: the caller refuses).
+bool capturing(void* stream) {
+  static CapturingFn fn = reinterpret_cast<CapturingFn>(driver_symbol("cuStreamIsCapturing"));
+  int status = 0;
+  return !fn || fn(stream, &status) != 0 || status != 0;  // 0: CU_STREAM_CAPTURE_STATUS_NONE
 }
 
 enum Tag : int64_t { kTensor = 1, kNone, kDouble, kInt, kBool };
@@ -194,6 +241,10 @@ bool launch(const Plan& p, torch::jit::Stack* stack, size_t n) {
   const at::Tensor* first = nullptr;
   for (size_t s = 0; s < slots; ++s) {
     int src = p.sources[s];
+    if (src == kFixed) {
+      ptrs[s] = p.fixed[s];
+      continue;
+    }
     if (src < 0) continue;
     const at::Tensor& t = args[src].toTensor();
     ptrs[s] = reinterpret_cast<uint64_t>(t.data_ptr());
@@ -205,40 +256,56 @@ bool launch(const Plan& p, torch::jit::Stack* stack, size_t n) {
   if (!first) return false;
   const c10::Device device = first->device();
   LaunchFn fn = nullptr;
+  void* stream = nullptr;  // a CPU tensor (a test's stand-in driver): stream 0
+  std::optional<DeviceSwitch> on;
   if (!p.empty()) {
     fn = driver_launch();
     if (!fn) return refuse("libcuda.so.1 or its cuLaunchKernel is not found");
-  }
-  c10::SmallVector<at::Tensor, 2> outs;
-  for (const Output& o : p.outputs) outs.push_back(at::empty(o.shape, args[o.like].toTensor().options()));
-  for (size_t s = 0; s < slots; ++s) {
-    int src = p.sources[s];
-    if (src >= 0) continue;
-    ptrs[s] = reinterpret_cast<uint64_t>(outs[-src - 1].data_ptr());
-    if (ptrs[s] & p.masks[s]) return false;
-  }
-  if (!p.empty()) {
-    void* params[kMaxParams];
-    for (size_t i = 0; i < p.params.size(); ++i) {
-      int64_t at = p.params[i];
-      params[i] = at >= 0 ? const_cast<char*>(p.scalars.data() + at) : static_cast<void*>(&ptrs[-at - 1]);
-    }
-    void* stream = nullptr;  // a CPU tensor (a test's stand-in driver): stream 0
-    int result;
     if (device.is_cuda()) {
       const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
-      DeviceSwitch on(impl, device);  // the function belongs to that device's context
+      on.emplace(impl, device);  // the function belongs to that device's context
       try {  // a torch whose CUDA guard has no native stream handle throws here
         stream = impl->getStream(device).native_handle();
       } catch (const std::exception& e) {
         return refuse(std::string("torch's current stream has no native handle: ") + e.what());
       }
-      result = fn(p.func, p.grid[0], p.grid[1], p.grid[2], p.block[0], p.block[1], p.block[2], p.smem, stream,
-                  params, nullptr);
-    } else {
-      result = fn(p.func, p.grid[0], p.grid[1], p.grid[2], p.block[0], p.block[1], p.block[2], p.smem, stream,
-                  params, nullptr);
     }
+    if (p.has_fixed) {  // the scratch set belongs to one stream, and is kept for a graph by Python
+      if (stream != p.stream) return refuse("the plan's scratch belongs to another stream");
+      if (device.is_cuda() && capturing(stream)) return refuse("the stream captures a graph (or cannot say)");
+    }
+  }
+  c10::SmallVector<at::Tensor, 2> outs;
+  for (const Output& o : p.outputs) outs.push_back(at::empty(o.shape, args[o.like].toTensor().options()));
+  for (size_t s = 0; s < slots; ++s) {
+    int src = p.sources[s];
+    if (src >= 0 || src == kFixed) continue;
+    ptrs[s] = reinterpret_cast<uint64_t>(outs[-src - 1].data_ptr());
+    if (ptrs[s] & p.masks[s]) return false;
+  }
+  if (!p.empty()) {
+    const int64_t nslots = static_cast<int64_t>(slots);
+    void* params[kMaxParams];
+    for (size_t i = 0; i < p.params.size(); ++i) {
+      int64_t at = p.params[i];
+      params[i] = at >= 0        ? const_cast<char*>(p.scalars.data() + at)
+                  : at >= -nslots ? static_cast<void*>(&ptrs[-at - 1])
+                                  : static_cast<void*>(p.maps[-at - nslots - 1].bytes);
+    }
+    std::unique_lock<std::mutex> maps;
+    if (!p.map_slots.empty()) maps = std::unique_lock<std::mutex>(p.map_lock);
+    for (size_t j = 0; j < p.map_slots.size(); ++j) {
+      const uint64_t ptr = ptrs[p.map_slots[j]];
+      if (ptr == p.map_ptrs[j]) continue;
+      if (ptr & 15) return false;  // a map needs 16-byte alignment: the checked path says so
+      ReplaceFn replace = driver_replace();
+      if (!replace) return refuse("libcuda.so.1 or its cuTensorMapReplaceAddress is not found");
+      int r = replace(p.maps[j].bytes, reinterpret_cast<void*>(ptr));
+      if (r != 0) return refuse("cuTensorMapReplaceAddress returned " + std::to_string(r));
+      p.map_ptrs[j] = ptr;
+    }
+    int result = fn(p.func, p.grid[0], p.grid[1], p.grid[2], p.block[0], p.block[1], p.block[2], p.smem, stream,
+                    params, nullptr);
     // refused (no context on this thread, an earlier kernel's fault...): nothing was launched,
     // and the checked path launches again and reports the error in words
     if (result != 0) return refuse("cuLaunchKernel returned " + std::to_string(result));
@@ -318,17 +385,25 @@ std::shared_ptr<Plan> parse(const int64_t* rec, int64_t n, const char* bytes, in
   if (!next(v)) return nullptr;  // the slot count, read first so that parameters can be checked against it
   const int64_t slots = v;
   if (slots < 0 || static_cast<size_t>(slots) > kMaxSlots) return nullptr;
+  int64_t map_params = 0;  // the most maps a parameter names (checked against the maps' count)
   for (int64_t k = 0; k < count; ++k) {
-    if (!next(v) || v >= nbytes || v < -slots) return nullptr;
+    if (!next(v) || v >= nbytes || v < -slots - static_cast<int64_t>(kMaxParams)) return nullptr;
+    if (v < -slots) map_params = std::max(map_params, -v - slots);
     p->params.push_back(v);
   }
-  int outputs = 0;
+  int outputs = 0, fixed = 0;
   for (int64_t s = 0; s < slots; ++s) {
     int64_t src, align;
     if (!next(src) || !next(align) || align <= 0 || (align & (align - 1))) return nullptr;
-    if (src >= static_cast<int64_t>(nargs)) return nullptr;
-    if (src < 0) outputs = std::max<int>(outputs, static_cast<int>(-src));
-    p->sources.push_back(static_cast<int>(src));
+    if (src >= static_cast<int64_t>(nargs) || (src < -static_cast<int64_t>(kMaxSlots) && src != kFixedWord))
+      return nullptr;
+    if (src == kFixedWord) {
+      ++fixed;
+      p->sources.push_back(kFixed);
+    } else {
+      if (src < 0) outputs = std::max<int>(outputs, static_cast<int>(-src));
+      p->sources.push_back(static_cast<int>(src));
+    }
     p->masks.push_back(static_cast<uint64_t>(align - 1));
   }
   if (!next(count) || count != outputs) return nullptr;
@@ -349,6 +424,29 @@ std::shared_ptr<Plan> parse(const int64_t* rec, int64_t n, const char* bytes, in
     if (!next(a) || !next(b) || a < 0 || b < 0 || a >= static_cast<int64_t>(nargs) || b >= static_cast<int64_t>(nargs))
       return nullptr;
     p->distinct.emplace_back(static_cast<int>(a), static_cast<int>(b));
+  }
+  if (!next(v)) return nullptr;
+  p->stream = reinterpret_cast<void*>(static_cast<uintptr_t>(v));
+  if (!next(count) || count != fixed) return nullptr;
+  p->fixed.assign(slots, 0);
+  p->has_fixed = fixed > 0;
+  for (int64_t s = 0; s < slots; ++s) {
+    if (p->sources[s] != kFixed) continue;
+    if (!next(v)) return nullptr;
+    p->fixed[s] = static_cast<uint64_t>(v);
+  }
+  if (!next(count) || count < map_params || count > static_cast<int64_t>(kMaxParams)) return nullptr;
+  p->maps.reset(new TensorMap[count]);
+  for (int64_t j = 0; j < count; ++j) {
+    int64_t slot;
+    if (!next(slot) || slot < 0 || slot >= slots || !next(v)) return nullptr;
+    p->map_slots.push_back(static_cast<int>(slot));
+    p->map_ptrs.push_back(static_cast<uint64_t>(v));
+    for (int w = 0; w < 16; ++w) {
+      int64_t word;
+      if (!next(word)) return nullptr;
+      std::memcpy(p->maps[j].bytes + 8 * w, &word, 8);
+    }
   }
   if (i != n) return nullptr;
   p->scalars.assign(bytes, bytes + nbytes);
@@ -392,11 +490,18 @@ int axe_fast_register(const char* name, const char* checked_ns) {
 // Hands the checked implementation's plan of the call now checked on this thread (op `name`) to
 // the table.  The record `rec` (int64 words):
 //   func, grid x y z, block x y z, dynamic shared memory,
-//   P, S, then P words: per kernel parameter its offset in `bytes` (>= 0) or -(slot + 1),
+//   P, S, then
+//   P words: per kernel parameter its offset in `bytes` (>= 0), -(slot + 1), or -(S + 1 + j) for
+//     tensor map j,
 //   S pairs: per slot (the kernel's tensor arguments, in its signature's order) its source - an
-//     argument's position, or -(k + 1) for output k - and its alignment in bytes,
+//     argument's position, -(k + 1) for output k, or -2^40 for a fixed pointer (the scratch) -
+//     and its alignment in bytes,
 //   O, per output: the argument whose dtype and device it takes, its rank, its sizes,
-//   D, D pairs of argument positions whose data pointers must differ.
+//   D, D pairs of argument positions whose data pointers must differ,
+//   the stream the fixed pointers belong to (a call on another stream is refused),
+//   F (the number of fixed slots), F words: their pointers, in slot order,
+//   T, per tensor map: the slot whose tensor it describes, the address it holds, 16 words (its
+//     128 bytes: the address is replaced by cuTensorMapReplaceAddress when that tensor moved).
 // Returns 1 (kept, once the call returns), 0 (no such call is being checked on this thread:
 // nothing to key it by), -1 (a malformed record).
 int axe_fast_submit(const char* name, const int64_t* rec, int64_t n, const char* bytes, int64_t nbytes) {
@@ -437,11 +542,16 @@ const char* axe_fast_refusal() {
   return copy.c_str();
 }
 
-// Launch through `fn` (cuLaunchKernel's signature) instead of libcuda's; nullptr: libcuda's again.
-void axe_fast_set_launch(void* fn) { launch_override.store(reinterpret_cast<LaunchFn>(fn)); }
+// Launch through `fn` (cuLaunchKernel's signature) and move tensor maps through `replace`
+// (cuTensorMapReplaceAddress's) instead of libcuda's; nullptr: libcuda's again.
+void axe_fast_set_launch(void* fn, void* replace) {
+  launch_override.store(reinterpret_cast<LaunchFn>(fn));
+  replace_override.store(reinterpret_cast<ReplaceFn>(replace));
+}
 
 // out[0..4): calls launched here, calls sent to the checked path, plans kept (all ops), hits
-// refused (no driver, no stream handle, the driver's error: see axe_fast_refusal).
+// refused (no driver, no stream handle, the driver's error, scratch of another stream or a
+// capturing one: see axe_fast_refusal).
 void axe_fast_counts(int64_t* out) {
   out[0] = hits.load();
   out[1] = misses.load();
