@@ -51,17 +51,16 @@ sees, whatever the tiling.
 import math
 
 from tvm.script import tirx as T
-from tvm.script.ir_builder import IRBuilder, tirx as IRB
+from tvm.script.ir_builder import tirx as IRB
 
 import axe.lang as Ax
 from axe.layout import R, S, tx
 from kernels.parts import attention_variants
+from kernels.parts.attention_tiles import (LOG2E, ROWS, SMS, Tiles, box, flat3, mat, real_maps,  # noqa: F401
+                                          section_heads, tile_order)
 from kernels.parts.fragments import coords, registers_of
 from kernels.parts.online_softmax import OnlineSoftmax
-from kernels.parts.tiles import swizzled
 
-ROWS = 64                  # query rows per consumer warpgroup (one wgmma M)
-LOG2E = 1.4426950408889634
 DTYPES = ("bfloat16", "float16")
 HEAD_DIMS = (64, 128)
 #: a per-row value over wgmma's D fragment: lane l of warp w holds rows 16w + l//4 and + 8, and the
@@ -179,69 +178,6 @@ class Hopper:
         return T.min(self.kv_tiles, ((qt + 1) * self.bm + self.bn - 1) // self.bn)
 
 
-#: bytes of K and V that one section of heads may keep in L2 (an H100's or H200's L2 is 50 MB, in two
-#: partitions; FA3's scheduler budgets 32 MB the same way)
-L2_KV_BYTES = 32 << 20
-#: SMs of an H100 / H200 SXM: a section of causal tiles holds at least 4 CTAs' worth per SM of its
-#: longest tile, so that the section's last long tiles do not run alone at the end
-SMS = 132
-
-
-def section_heads(p, q_tiles):
-    """How many (batch, query head) pairs one section of :func:`tile_order` holds: 1 without a mask
-    (all query tiles of a head run side by side and read its K and V from L2); causal, the smallest
-    divisor of ``batch · q_heads`` that gives the section ``4 · SMS / q_tiles`` CTAs' worth of long
-    tiles, unless K and V of that many heads exceed :data:`L2_KV_BYTES` (then the largest divisor
-    within it).  A divisor: every section is full."""
-    n = p.q_heads * p.batch
-    if not p.causal:
-        return 1
-    kv_head = p.seq_kv * p.head_dim * 2 * 2
-    cap = max(1, L2_KV_BYTES // kv_head) * p.group
-    want = min(-(-4 * SMS // q_tiles), cap)
-    divisors = [d for d in range(1, n + 1) if n % d == 0]
-    fits = [d for d in divisors if d >= want and d <= cap]
-    return fits[0] if fits else max(d for d in divisors if d <= max(cap, 1))
-
-
-def tile_order(bx, q_tiles, section):
-    """CTA ``bx``'s ``(query tile, batch · q_heads + head)``: the CTAs go section by section of
-    ``section`` heads, and within a section by query tile from the last (the longest when causal)
-    to the first, the section's heads side by side.  Law: a bijection of ``0 .. q_tiles · heads − 1``
-    onto (query tile, head) pairs when ``section`` divides the heads; ints or TIR expressions."""
-    per = section * q_tiles
-    r = bx % per
-    return q_tiles - 1 - r // section, bx // per * section + r % section
-
-
-def _tile(pool, at, rows, cols):
-    """A swizzled (rows, cols) tile of the pool as a box of the 3-d (batch, seq, heads·dim) view."""
-    return Ax.view(pool, swizzled(rows, cols, lead=(1,)), (1, rows, cols), base=at)
-
-
-def _mat(pool, at, rows, cols):
-    return Ax.view(pool, swizzled(rows, cols), (rows, cols), base=at)
-
-
-def _flat3(buf, rows):
-    """``buf`` (batch, seq, heads, dim) seen as (batch, seq, heads·dim): the TMA box of one head's rows
-    is then (1, rows, dim) and the map clips at the sequence's end, not the batch's.  A sequence
-    shorter than a tile is declared ``rows`` long (axe slices static shapes); :func:`_real_maps`
-    gives the tensor maps the real extents, so TMA zero-fills and clips past the real end."""
-    b, s, h, d = (int(x) for x in buf.shape)
-    return IRBuilder.name(buf.name, T.decl_buffer((b, max(s, rows), h * d), buf.dtype, data=buf.data))
-
-
-def _real_maps(specs, tensors):
-    """Set the tensor maps of ``tensors`` (``{map param: (batch, seq, heads, dim), elem bytes}``) to the
-    tensors' real 3-d extents and strides (innermost first, as the specs hold them)."""
-    for spec in specs:
-        if spec["param"] in tensors:
-            (b, s, h, d), eb = tensors[spec["param"]]
-            spec["shape"] = [h * d, s, b]
-            spec["strides_bytes"] = [h * d * eb, s * h * d * eb]
-
-
 def _mask(s_acc, width, row0, col0, seq_kv, causal, tid):
     """Scores of keys past ``seq_kv`` (and, causal, after the row's own position) set to −∞; each
     register's (row, key) read off the accumulator's layout (:func:`kernels.parts.fragments.coords`)."""
@@ -253,35 +189,6 @@ def _mask(s_acc, width, row0, col0, seq_kv, causal, tid):
         if causal:
             ok = T.And(ok, key <= row0 + row)
         IRB.buffer_store(flat, T.if_then_else(ok, flat[r], T.float32(-math.inf)), [r])
-
-
-class _Tiles:
-    """Where one CTA's tiles are: its query tile, head and batch, the kv head, the key tiles it reads,
-    and the (batch, seq, heads·dim) regions of each tensor."""
-
-    _is_meta_class = True       # a parse-time value in the kernel body, not a TIR one
-
-    def __init__(self, p, h, bx):
-        qt, hb = tile_order(bx, h.q_tiles, h.section)
-        self.qt = Ax.computed_once(qt)
-        hb = Ax.computed_once(hb)
-        self.b, self.hq = hb // p.q_heads, hb % p.q_heads
-        self.hk = self.hq // p.group
-        self.n_kv = Ax.computed_once(h.kv_count(self.qt))
-        self.D, self.bm, self.bn = p.head_dim, h.bm, h.bn
-
-    def rows(self, X, r0, n, head):
-        """Rows ``[r0, r0 + n)`` of head ``head`` of the (batch, seq, heads·dim) tensor X."""
-        D = self.D
-        return X[self.b:self.b + 1, r0:r0 + n, head * D:(head + 1) * D]
-
-    def q_rows(self, X, w):
-        """Consumer w's 64 query rows (of Q or O)."""
-        return self.rows(X, self.qt * self.bm + w * ROWS, ROWS, self.hq)
-
-    def kv(self, X, j):
-        """Key tile j (of K or V)."""
-        return self.rows(X, j * self.bn, self.bn, self.hk)
 
 
 class _QSlots:
@@ -334,19 +241,19 @@ def _produce(h, bx, pool, Q, K, V, qfull, qempty, kpipe, vpipe):
     kv = _Count(h.persistent)
 
     def tile(i, cta_tile):
-        t = _Tiles(h.p, h, cta_tile)
+        t = Tiles(h.p, h, cta_tile)
         base = kv.start()
         for w in range(h.consumers):
             if h.persistent:
                 Ax.cuda.mbarrier_wait(qempty, 1 - i % 2, stage=w)   # fresh barriers: parity 1 passes at once
-            Ax.copy(_tile(pool, h.q_at + w * ROWS * D, ROWS, D), t.q_rows(Q, w), barrier=qfull, stage=w)
+            Ax.copy(box(pool, h.q_at + w * ROWS * D, ROWS, D), t.q_rows(Q, w), barrier=qfull, stage=w)
         with T.serial(0, t.n_kv) as j:
             g = base + j
             s = kpipe.slot(g)
             kpipe.acquire(g)
-            Ax.copy(_tile(pool, h.k_at + s * (bn * D), bn, D), t.kv(K, j), barrier=kpipe.full, stage=s)
+            Ax.copy(box(pool, h.k_at + s * (bn * D), bn, D), t.kv(K, j), barrier=kpipe.full, stage=s)
             vpipe.acquire(g)
-            Ax.copy(_tile(pool, h.v_at + s * (bn * D), bn, D), t.kv(V, j), barrier=vpipe.full, stage=s)
+            Ax.copy(box(pool, h.v_at + s * (bn * D), bn, D), t.kv(V, j), barrier=vpipe.full, stage=s)
         kv.advance(t.n_kv)
     _each_tile(h, bx, tile)
 
@@ -369,7 +276,7 @@ class _Consumer:
         self.p = Ax.registers((ROWS, bn), p.dtype, Ax.cuda.wgmma_fragment(bn, "tx"), name="p_reg")
         self.o = Ax.registers((ROWS, D), "float32", Ax.cuda.wgmma_fragment(D, "tx"), name="o_acc")
         self.sm = OnlineSoftmax(ROWS, ROW_VALUES, p.scale * LOG2E)
-        self.q = _mat(pool, h.q_at + self.wg * (ROWS * D), ROWS, D)
+        self.q = mat(pool, h.q_at + self.wg * (ROWS * D), ROWS, D)
 
     def start(self, t, base):
         """A new query tile ``t`` whose key tiles are the rings' iterations ``base …``."""
@@ -389,7 +296,7 @@ class _Consumer:
     def qk(self, j, wait=0):
         h, D, g = self.h, self.h.p.head_dim, self.base + j
         self.kpipe.wait(g)
-        k = _mat(self.pool, h.k_at + self.kpipe.slot(g) * (h.bn * D), h.bn, D)
+        k = mat(self.pool, h.k_at + self.kpipe.slot(g) * (h.bn * D), h.bn, D)
         Ax.gemm(self.s, self.q, Ax.permute(k, (1, 0)), accumulate=False, wait=wait)
 
     def done_k(self, j):
@@ -412,7 +319,7 @@ class _Consumer:
     def pv(self, j, wait=0):
         h, D, g = self.h, self.h.p.head_dim, self.base + j
         self.vpipe.wait(g)
-        Ax.gemm(self.o, self.p, _mat(self.pool, h.v_at + self.vpipe.slot(g) * (h.bn * D), h.bn, D), accumulate=True,
+        Ax.gemm(self.o, self.p, mat(self.pool, h.v_at + self.vpipe.slot(g) * (h.bn * D), h.bn, D), accumulate=True,
                 wait=wait)
 
     def done_v(self, j):
@@ -566,7 +473,7 @@ def _consume(h, bx, pool, O, LSE_, qfull, qempty, kpipe, vpipe, tx_):
     o_out = Ax.registers((ROWS, D), p.dtype, Ax.cuda.wgmma_fragment(D, "tx"), name="o_out")
 
     def tile(i, cta_tile):
-        t = _Tiles(p, h, cta_tile)
+        t = Tiles(p, h, cta_tile)
         c.round = i
         c.start(t, kv.start())
         Ax.cuda.mbarrier_wait(qfull, i % 2, stage=c.wg)
@@ -577,7 +484,7 @@ def _consume(h, bx, pool, O, LSE_, qfull, qempty, kpipe, vpipe, tx_):
         # out through this warpgroup's O slot (not persistent: its Q slot, whose last Q·Kᵀ has
         # completed; persistent: the store's wait for the previous tile's read comes first); TMA clips
         # rows past seq_q
-        Ax.cuda.staged_store(o_out, D, lambda j: _tile(pool, h.o_at + c.wg * (ROWS * D), ROWS, D),
+        Ax.cuda.staged_store(o_out, D, lambda j: box(pool, h.o_at + c.wg * (ROWS * D), ROWS, D),
                              lambda j, buf: Ax.copy(t.q_rows(O, c.wg), buf, fence=False, wait=False), 1 + c.wg,
                              c.leader)
         kv.advance(t.n_kv)
@@ -598,10 +505,10 @@ def _hopper(p: Problem, h: Hopper):
                   O_map: T.handle("tensormap")):
         Ax.cuda.min_blocks_per_sm(1)
         bx, tx_ = Ax.launch(h.grid, h.threads)
-        Q = Ax.param(_flat3(Q_, h.bm), tensormap=Q_map)
-        K = Ax.param(_flat3(K_, h.bn), tensormap=K_map)
-        V = Ax.param(_flat3(V_, h.bn), tensormap=V_map)
-        O = Ax.param(_flat3(O_, h.bm), tensormap=O_map)
+        Q = Ax.param(flat3(Q_, h.bm), tensormap=Q_map)
+        K = Ax.param(flat3(K_, h.bn), tensormap=K_map)
+        V = Ax.param(flat3(V_, h.bn), tensormap=V_map)
+        O = Ax.param(flat3(O_, h.bm), tensormap=O_map)
         pool = Ax.cuda.dynamic_shared(h.smem, dtype)
         qb = _QSlots(h)
         kpipe = Ax.cuda.pipeline(h.stages, producers=1, consumers=h.consumers, name="k")
@@ -611,7 +518,7 @@ def _hopper(p: Problem, h: Hopper):
                 _produce(h, bx, pool, Q, K, V, qb.full, qb.empty, kpipe, vpipe)
         with Ax.cuda.role(1, 1 + h.consumers, regs=h.consumer_regs, each=True):
             _consume(h, bx, pool, O, LSE_, qb.full, qb.empty, kpipe, vpipe, tx_)
-    _real_maps(Ax.current_build().tensormaps, {f"{n}_map": (shape, 2) for n, shape in p.shapes().items() if n != "LSE"})
+    real_maps(Ax.current_build().tensormaps, {f"{n}_map": (shape, 2) for n, shape in p.shapes().items() if n != "LSE"})
     return attention
 
 

@@ -48,7 +48,7 @@ from tvm.script.ir_builder import tirx as IRB
 
 import axe.lang as Ax
 from axe.layout import R, S, tx
-from kernels.attention import LOG2E, _Tiles, _flat3, _mat, _real_maps, _tile, section_heads
+from kernels.parts.attention_tiles import LOG2E, Tiles, box, flat3, mat, real_maps, section_heads
 from kernels.parts.fragments import coords, registers_of
 from kernels.parts.online_softmax import OnlineSoftmax
 
@@ -167,13 +167,13 @@ class _Sync:
 def _produce(b, t, pool, Q, K, V, sync):
     """Warp 0: the tile's Q rows, then K and V tile by tile into their rings."""
     D, bn = b.p.head_dim, b.bn
-    Ax.copy(_tile(pool, b.q_at, ROWS, D), t.rows(Q, t.qt * ROWS, ROWS, t.hq), barrier=sync.q, stage=0)
+    Ax.copy(box(pool, b.q_at, ROWS, D), t.rows(Q, t.qt * ROWS, ROWS, t.hq), barrier=sync.q, stage=0)
     with T.serial(0, t.n_kv) as j:
         s = sync.k.slot(j)
         sync.k.acquire(j)
-        Ax.copy(_tile(pool, b.k_at + s * (bn * D), bn, D), t.kv(K, j), barrier=sync.k.full, stage=s)
+        Ax.copy(box(pool, b.k_at + s * (bn * D), bn, D), t.kv(K, j), barrier=sync.k.full, stage=s)
         sync.v.acquire(j)
-        Ax.copy(_tile(pool, b.v_at + s * (bn * D), bn, D), t.kv(V, j), barrier=sync.v.full, stage=s)
+        Ax.copy(box(pool, b.v_at + s * (bn * D), bn, D), t.kv(V, j), barrier=sync.v.full, stage=s)
 
 
 def _issue(b, t, pool, s_t, o_t, p_t, sync):
@@ -181,12 +181,12 @@ def _issue(b, t, pool, s_t, o_t, p_t, sync):
     O += P_j·V_j (the first P·V overwrites O), each by one elected thread and committed to its
     barriers."""
     D, bn = b.p.head_dim, b.bn
-    q = _mat(pool, b.q_at, ROWS, D)
+    q = mat(pool, b.q_at, ROWS, D)
 
     def qk(j):
         s = sync.k.slot(j)
         sync.k.wait(j)
-        k = Ax.permute(_mat(pool, b.k_at + s * (bn * D), bn, D), (1, 0))
+        k = Ax.permute(mat(pool, b.k_at + s * (bn * D), bn, D), (1, 0))
 
         def mma(buf):
             with Ax.cuda.elect_one():
@@ -199,7 +199,7 @@ def _issue(b, t, pool, s_t, o_t, p_t, sync):
         _when(j + S_BUFFERS < t.n_kv, lambda: qk(j + S_BUFFERS))
         s = sync.v.slot(j)
         sync.v.wait(j)
-        v = _mat(pool, b.v_at + s * (bn * D), bn, D)
+        v = mat(pool, b.v_at + s * (bn * D), bn, D)
         with Ax.cuda.elect_one():
             Ax.gemm(o_t, p_t, v, accumulate=not first, barrier=(sync.o, sync.v.empty[s]))
 
@@ -286,7 +286,7 @@ def _softmax(b, t, pool, s_t, o_t, p_words, O, LSE_, sync, tid):
     def store(j, buf):
         Ax.copy(O[t.b:t.b + 1, row0:row0 + ROWS, t.hq * D + j * STORE:t.hq * D + (j + 1) * STORE], buf,
                 fence=False, wait=False)
-    Ax.cuda.staged_store(out, STORE, lambda j: _tile(pool, b.q_at + j * (ROWS * STORE), ROWS, STORE), store, 1,
+    Ax.cuda.staged_store(out, STORE, lambda j: box(pool, b.q_at + j * (ROWS * STORE), ROWS, STORE), store, 1,
                          leader, bufs=D // STORE)
     Ax.cuda.tma_store_wait(0, pred=leader)
 
@@ -322,15 +322,15 @@ def body(p, cfg):
                   O_map: T.handle("tensormap")):
         Ax.cuda.min_blocks_per_sm(1)
         bx, tx_ = Ax.launch(b.grid, THREADS)
-        Q = Ax.param(_flat3(Q_, ROWS), tensormap=Q_map)
-        K = Ax.param(_flat3(K_, b.bn), tensormap=K_map)
-        V = Ax.param(_flat3(V_, b.bn), tensormap=V_map)
-        O = Ax.param(_flat3(O_, ROWS), tensormap=O_map)
+        Q = Ax.param(flat3(Q_, ROWS), tensormap=Q_map)
+        K = Ax.param(flat3(K_, b.bn), tensormap=K_map)
+        V = Ax.param(flat3(V_, b.bn), tensormap=V_map)
+        O = Ax.param(flat3(O_, ROWS), tensormap=O_map)
         pool = Ax.cuda.dynamic_shared(b.smem, dtype)
         sync = _Sync(b)
         tm = Ax.cuda.tmem((ROWS, b.tmem_columns), "float32", name="tmem")
         s_t, o_t, p_t, p_words = _tmem_tiles(tm, b)
-        t = _Tiles(p, b, bx)
+        t = Tiles(p, b, bx)
         with Ax.cuda.role(0, 1):
             with Ax.warps(0, 1):
                 _produce(b, t, pool, Q, K, V, sync)
@@ -339,7 +339,7 @@ def body(p, cfg):
         with Ax.cuda.role(1, 2, each=True):
             _softmax(b, t, pool, s_t, o_t, p_words, O, LSE_, sync, tx_ % 128)
         Ax.cuda.tmem_free(tm)
-    _real_maps(Ax.current_build().tensormaps, {f"{n}_map": (shape, 2) for n, shape in p.shapes().items() if n != "LSE"})
+    real_maps(Ax.current_build().tensormaps, {f"{n}_map": (shape, 2) for n, shape in p.shapes().items() if n != "LSE"})
     return attention
 
 
