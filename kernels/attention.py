@@ -89,7 +89,7 @@ def _sm100_body(p, cfg):
 #: the NKI body and what it cannot take — and, for a target this source cannot serve, why
 TARGETS = {
     "sm_90a": dict(form="wgmma", bn={64: 128, 128: 128}, stages=2, consumers=2, producer_regs=40, schedule="simple",
-                   persistent=False, default=attention_variants.default),
+                   persistent=False, section=None, default=attention_variants.default),
     "trn1": dict(form="nki", limits=_trn1_limits, body=_trn1_body),
     "trn2": dict(form="nki", limits=_trn1_limits, body=_trn1_body),      # the same body, respelled for nki.*
     "sm_100a": dict(form="tcgen05", bn={64: 128, 128: 128}, stages=2, body=_sm100_body),
@@ -154,7 +154,11 @@ class Hopper:
         self.q_tiles = -(-p.seq_q // self.bm)
         self.kv_tiles = -(-p.seq_kv // self.bn)
         self.ctas = self.q_tiles * p.q_heads * p.batch
-        self.section = section_heads(p, self.q_tiles)
+        heads = p.q_heads * p.batch
+        self.section = cfg.get("section") or section_heads(p, self.q_tiles)
+        if not (isinstance(self.section, int) and self.section >= 1 and heads % self.section == 0):
+            raise ValueError(f"attention: section={self.section!r} (heads per section of the CTA order) must be a "
+                             f"positive divisor of batch · q_heads = {heads}")
         # persistent: min(tiles, SMS) CTAs, each taking tiles i·grid + (bx, or grid − 1 − bx on odd
         # rounds i: long and short causal tiles pair up) in turn
         self.grid = min(self.ctas, SMS) if self.persistent else self.ctas

@@ -294,3 +294,11 @@ def test_persistent_pingpong_builds_chained_turns():
     art = A.build(2, 512, 512, 4, 4, 64, "bfloat16", True, name="attention_test_pp3_p", variant="pp3_p")
     ptx = art.ptx
     assert ptx.count("bar.arrive") >= 3 and art.launch["resources"]["spill_stores"] == 0
+
+
+def test_section_is_a_configuration_that_must_divide_the_heads():
+    """``section`` replaces :func:`section_heads`' choice (the ``*_p1`` variants: a head at a time when
+    causal); a value that does not divide batch · q_heads would break tile_order's bijection: refused."""
+    assert A.make(2, 512, 512, 4, 4, 64, causal=True, variant="pp_p1").meta["variant"] == "pp_p1"
+    with pytest.raises(ValueError, match=r"section=3 .* positive divisor of batch · q_heads = 8"):
+        A.make(2, 512, 512, 4, 4, 64, causal=True, section=3)

@@ -16,7 +16,10 @@ the producer at 40 registers):
   warpgroups (head size 64);
 - ``pp_p``, ``pp3_p``, ``ov3_p``: persistent forms (one CTA per SM walking its query tiles: the next
   tile's Q, K and V load under the current one's end, O leaves through slots of its own), for
-  short sequences where a CTA's start and end cost as much as a few key tiles.
+  short sequences where a CTA's start and end cost as much as a few key tiles;
+- ``pp_p1``, ``pp3_p1``: the persistent ping-pongs with the CTA order a head at a time also when
+  causal (``section=1``: a head's query tiles run side by side, so its K and V are read from DRAM
+  once while they are in L2, rather than once per query tile a section apart).
 """
 
 VARIANTS = {
@@ -30,11 +33,13 @@ VARIANTS = {
     "pp_p": dict(schedule="pingpong", persistent=True),
     "pp3_p": dict(schedule="pingpong", consumers=3, producer_regs=24, persistent=True),
     "ov3_p": dict(schedule="overlap", consumers=3, producer_regs=24, persistent=True),
+    "pp_p1": dict(schedule="pingpong", persistent=True, section=1),
+    "pp3_p1": dict(schedule="pingpong", consumers=3, producer_regs=24, persistent=True, section=1),
 }
 
 #: the head sizes each variant is built for (where it fits the registers without spilling)
 HEAD_DIMS = {"simple": (64, 128), "ov": (64, 128), "ov176": (128,), "ov3": (64,), "pp": (64, 128), "pp176": (128,),
-             "pp3": (64,), "pp_p": (64, 128), "pp3_p": (64,), "ov3_p": (64,)}
+             "pp3": (64,), "pp_p": (64, 128), "pp3_p": (64,), "ov3_p": (64,), "pp_p1": (64, 128), "pp3_p1": (64,)}
 
 #: the default variant per (head size, causal), by the longest key sequence it serves: ``((bound,
 #: variant), ..., (None, variant))``, the first whose bound is >= seq_kv.  Short sequences take the

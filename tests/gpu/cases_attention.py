@@ -58,6 +58,9 @@ CASES = dict(
     + [_case(2061, 2061, 128, c, q_heads=32, kv_heads=8, variant="pp_p") for c in (False, True)]
     + [_case(2061, 2061, 64, c, q_heads=32, kv_heads=32, variant="pp3_p") for c in (False, True)]
     + [_case(1000, 1000, 64, True, q_heads=32, kv_heads=4, variant="ov3_p"), _case(77, 1000, 128, True, variant="pp_p")]
+    # persistent with the CTA order a head at a time (section=1) when causal
+    + [_case(2061, 2061, 128, True, q_heads=32, kv_heads=8, variant="pp_p1"),
+       _case(2061, 2061, 64, True, q_heads=32, kv_heads=32, variant="pp3_p1")]
     # the benchmark's first causal shape (b=32 h=32 seq=512 d=64), where it hung (2026-11-27: the
     # persistent ping-pong's turns were not chained across a CTA's tiles); the default and the
     # persistent ping-pongs, 3072 / 4096 tiles: 24 / 32 rounds of 132 CTAs
