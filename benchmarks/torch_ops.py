@@ -388,6 +388,10 @@ class NoopDriver:
     def cuLaunchKernel(*args):
         return (0,)
 
+    @staticmethod
+    def cuModuleGetGlobal(module, name):
+        return 500, None, None          # CUDA_ERROR_NOT_FOUND: no bounded-wait report (nothing runs)
+
     class _Names:
         def __getattr__(self, name):
             return name
@@ -477,6 +481,9 @@ def cpu(args) -> int:
     result = {"benchmark": "torch_ops_cpu", "date": __import__("datetime").date.today().isoformat(),
               "device": "cpu (no-op driver)", "torch": torch.__version__, "axe_launch_path": path,
               "calls": args.calls, "rounds": args.rounds, "rows": rows}
+    if ops._LAUNCHER is not None:      # did the library launch, or why not
+        result["axe_launch_counts"] = ops._LAUNCHER.counts()
+        print("compiled launcher:", result["axe_launch_counts"])
     if args.json:
         write(result, args.json)
     return 0

@@ -443,12 +443,14 @@ def test_gemm_launches_from_cpp_as_its_python_plan(gemm_stand, M):
 @built
 def test_gemm_on_another_stream_is_refused_and_launched_by_python(gemm_stand, monkeypatch):
     """A plan whose scratch set belongs to stream 7 (made there) is refused on stream 0 (counted,
-    with the reason) and the Python plan launches with stream 0's own set; a plan without
-    scratch launches on any stream."""
-    fields = LaunchPlan.fields
-    monkeypatch.setattr(LaunchPlan, "fields", lambda self, stream=None: fields(self, 7))
+    with the reason) and the Python plan launches with stream 0's own set; the refused call hands
+    the table the plan with stream 0's set, which the next call launches from C++.  A plan
+    without scratch launches on any stream."""
+    fields, made_on = LaunchPlan.fields, [7]
+    monkeypatch.setattr(LaunchPlan, "fields", lambda self, stream=None: fields(self, made_on[0]))
     a, b = torch.randn(3, 128, dtype=torch.float16), torch.randn(256, 128, dtype=torch.float16)
     torch.ops.axe.gemm(a, b, True)
+    made_on[0] = None                                                   # from now on: the current stream, 0
     plan = ops.PLANS["gemm"][(ops._sig(a), ops._sig(b), True)][0]
     c0 = counts()
     c = torch.ops.axe.gemm(a, b, True)
@@ -459,6 +461,11 @@ def test_gemm_on_another_stream_is_refused_and_launched_by_python(gemm_stand, mo
     last = gemm_stand["gemm_nt"][-1]
     assert last[4] == 0 and last[5][3:] == (_ptr(f), _ptr(w)) and last[5][2][:8] == _ptr(c)
     assert _ptr(plan.kernel._scratch[(0, 7)][1]) != last[5][3]
+    c = torch.ops.axe.gemm(a, b, True)
+    assert counts()["launched"] == got["launched"] + 1 and counts()["refused"] == got["refused"]
+    last = gemm_stand["gemm_nt"][-1]
+    assert last[5][2][:8] == _ptr(c) and last[5][3:] == (_ptr(f), _ptr(w))
+    made_on[0] = 7
     a = torch.randn(300, 128, dtype=torch.float16)                       # the persistent tile: no scratch
     torch.ops.axe.gemm(a, b, True)
     c0 = counts()

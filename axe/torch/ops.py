@@ -47,12 +47,14 @@ checked in full).  ``FAST_PATH = False`` sends every call down the checked path 
 the plans: ``benchmarks/torch_ops.py --checked``).
 
 **The compiled launcher.**  Where :mod:`axe.torch.fast_ops` builds and loads (a C++ compiler and
-torch's headers; on the first import of this module on a machine, 10-30 s), ``rmsnorm``,
-``fused_add_rmsnorm``, ``softmax``, ``silu_and_mul`` and ``rotary_embedding`` get its C++ kernel
-for CPU and CUDA tensors: a call of a planned signature is looked up, launched and answered in
-C++, without entering Python; any other call runs the Python implementation above, registered as
-``axe_checked::<op>``, which checks everything as before and hands its plan over.  ``gemm`` keeps
-the Python plans (its tensor maps follow their tensors; it meets the host-cost goal without).
+torch's headers; on the first import of this module on a machine, 10-30 s), every op gets its
+C++ kernel for CPU and CUDA tensors: a call of a planned signature is looked up, launched and
+answered in C++, without entering Python; any other call runs the Python implementation above,
+registered as ``axe_checked::<op>``, which checks everything as before and hands its plan over.
+``gemm``'s tensor maps follow their tensors there too (``cuTensorMapReplaceAddress``); a plan
+with scratch (split-K) launches there only on the stream it was made on (another stream, or one
+capturing a graph, takes the Python plan), and a configuration with clusters stays on the Python
+plan.
 :func:`launcher` says which path is in force and why; ``AXE_FAST_OPS=0`` keeps the Python one.
 ``FAST_PATH`` and :func:`clear_plans` govern both tables.
 """
@@ -83,7 +85,7 @@ FAST_PATH = True
 #: call signatures remembered per op (then forgotten all at once: a server's shapes repeat)
 PLAN_LIMIT = 1024
 #: op name -> {call signature: (LaunchPlan, what the op's fast path needs besides, the compiled
-#: launcher's record of the plan or None)}
+#: launcher's record of the plan or None, what the record is made of)}
 PLANS: dict = {}
 
 
@@ -104,7 +106,7 @@ def _remember(op: str, key, plan, extra=None, compiled=()):
     if len(plans) >= PLAN_LIMIT:
         plans.clear()
     rec = fast_ops.record(plan, *compiled) if op in _COMPILED else None
-    plans[key] = (plan, extra, rec)
+    plans[key] = (plan, extra, rec, compiled)
     if rec is not None:
         _LAUNCHER.submit(op, *rec)
 
@@ -112,9 +114,14 @@ def _remember(op: str, key, plan, extra=None, compiled=()):
 def _planned(op: str, hit):
     """The Python plan of ``hit`` (a :data:`PLANS` entry), handed to the compiled launcher first
     where it takes ``op``: a call that reaches a Python plan then is one whose plan the library
-    lacks (made by a direct call of ``torch.ops.axe_checked``), or one it could not launch."""
-    if hit[2] is not None and _LAUNCHER.pending():
-        _LAUNCHER.submit(op, *hit[2])
+    lacks (made by a direct call of ``torch.ops.axe_checked``), or one it could not launch — a
+    plan with scratch, on another stream than its record's: recorded again for this stream, so
+    the table follows the stream the op is called on rather than the one of its first call."""
+    rec = hit[2]
+    if rec is not None and _LAUNCHER.pending():
+        if rec[2]:          # the record holds a scratch set: the current stream's
+            rec = fast_ops.record(hit[0], *hit[3])
+        _LAUNCHER.submit(op, *rec)
     return hit[0]
 
 
