@@ -33,8 +33,9 @@ it), timed in the same run.
 
 ``cpu`` times the same ops on CPU tensors at M = 1 through a driver that returns at once (the
 artifacts' real ``launch.json`` from ``--cache``, read as a machine without TVM reads them; a
-compiled no-op ``cuLaunchKernel`` for the compiled launcher, a Python one returning success for
-the Python plans): the host cost of each path alone, on any machine with a C++ compiler.
+compiled no-op ``cuLaunchKernel`` and ``cuTensorMapReplaceAddress`` for the compiled launcher, a
+Python driver returning success, tensor maps encoded as 128 bytes holding the address, for the
+Python plans): the host cost of each path alone, on any machine with a C++ compiler.
 
 ``run --launchers`` also times one launch of the rmsnorm kernel (M = 1) by each candidate
 mechanism: the whole op through the compiled launcher and through the Python plan (with

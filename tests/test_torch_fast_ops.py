@@ -10,6 +10,9 @@ The laws:
   :class:`~axe.runtime.plan.LaunchPlan` launches for the same tensors: function, grid, block,
   shared memory, stream and parameter bytes — and those bytes hold the tensors' pointers, the row
   count and the scalars where the kernel's signature puts them;
+- the GEMM's tensor maps follow their tensors in C++ (equal to fresh encodes at the new
+  addresses, under the plan's lock across threads); its scratch is the set of the plan's stream,
+  and a call on another stream is refused, launched by the Python plan, and re-recorded;
 - a new signature, a misaligned view, a wrong dtype, ``x is residual`` take the checked path with
   today's errors; ``FAST_PATH = False`` and ``clear_plans()`` govern the compiled table;
 - ``AXE_FAST_OPS=0`` or a failed build leave the Python path, and :func:`launcher` says why.
