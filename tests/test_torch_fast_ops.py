@@ -370,10 +370,11 @@ def test_the_library_is_built_for_this_torch():
 # --- gemm: tensor maps and scratch ------------------------------------------------------------
 
 class GemmDriver(RecordingDriver):
-    """The recording driver of both GEMM stand-ins: the decode kernel (three tensor maps, two
-    scratch pointers) and the persistent one (three tensor maps)."""
+    """The recording driver of the GEMM stand-ins: the decode kernel split in K (three tensor maps,
+    two scratch pointers), unsplit (the maps), and the persistent one (the maps)."""
 
-    FUNCS = {b"gemm_dyn_kernel": (200, GEMM_SIZES), b"gemm_pers_kernel": (201, GEMM_SIZES[:3])}
+    FUNCS = {b"gemm_dyn_kernel": (200, GEMM_SIZES), b"gemm_pers_kernel": (201, GEMM_SIZES[:3]),
+             b"gemm_whole_kernel": (202, GEMM_SIZES[:3])}
 
     def __init__(self):
         super().__init__(GEMM_SIZES)
@@ -387,10 +388,14 @@ class GemmDriver(RecordingDriver):
 
 
 def gemm_stand_launch(N, K, dtype="float16", max_rows=None, **_):
-    """A decode bucket's signature (``max_rows``: scratch for its split of K) or the persistent
-    tile's (a run-time M: the maps alone)."""
+    """A decode bucket's signature (``max_rows``) — split in K, reading its scratch, where N is
+    256; whole where N is 128: its signature lists the scratch, which no parameter reads (as a
+    real unsplit build's does) — or the persistent tile's (a run-time M: the maps alone)."""
     if max_rows is not None:
-        return gemm_launch(N, K, dtype, max_rows)
+        launch = gemm_launch(N, K, dtype, max_rows)
+        if N == 128:
+            launch.update(name="gemm_whole", kernel="gemm_whole_kernel", params=launch["params"][:3])
+        return launch
     launch = gemm_launch(N, K, dtype, 1 << 20)
     del launch["symbols"]["M"]["max"]
     launch.update(name="gemm_pers", kernel="gemm_pers_kernel", args=launch["args"][:3], params=launch["params"][:3])
@@ -401,7 +406,7 @@ def gemm_stand_launch(N, K, dtype="float16", max_rows=None, **_):
 def gemm_stand(stands, monkeypatch):
     """``ops.KERNELS["gemm_nt"]`` a stand-in of both GEMM signatures over one recording driver."""
     d = stands.drivers["gemm_nt"] = GemmDriver()
-    stands.by_func.update({200: d, 201: d})
+    stands.by_func.update({200: d, 201: d, 202: d})
     monkeypatch.setitem(ops.KERNELS, "gemm_nt", _Stand(gemm_stand_launch, "kernels.gemm:make_dynamic",
                                                        ops.spec_gemm("col"), d))
     return stands
@@ -448,7 +453,7 @@ def test_gemm_on_another_stream_is_refused_and_launched_by_python(gemm_stand, mo
     """A plan whose scratch set belongs to stream 7 (made there) is refused on stream 0 (counted,
     with the reason) and the Python plan launches with stream 0's own set; the refused call hands
     the table the plan with stream 0's set, which the next call launches from C++.  A plan
-    without scratch launches on any stream."""
+    without scratch, or whose kernel reads none, launches on any stream."""
     fields, made_on = LaunchPlan.fields, [7]
     monkeypatch.setattr(LaunchPlan, "fields", lambda self, stream=None: fields(self, made_on[0]))
     a, b = torch.randn(3, 128, dtype=torch.float16), torch.randn(256, 128, dtype=torch.float16)
@@ -469,11 +474,13 @@ def test_gemm_on_another_stream_is_refused_and_launched_by_python(gemm_stand, mo
     last = gemm_stand["gemm_nt"][-1]
     assert last[5][2][:8] == _ptr(c) and last[5][3:] == (_ptr(f), _ptr(w))
     made_on[0] = 7
-    a = torch.randn(300, 128, dtype=torch.float16)                       # the persistent tile: no scratch
-    torch.ops.axe.gemm(a, b, True)
-    c0 = counts()
-    torch.ops.axe.gemm(a, b, True)
-    assert counts()["launched"] == c0["launched"] + 1 and counts()["refused"] == c0["refused"]
+    for a, b in ((torch.randn(300, 128, dtype=torch.float16), b),                          # persistent: no scratch
+                 (torch.randn(3, 128, dtype=torch.float16), torch.randn(128, 128, dtype=torch.float16))):  # scratch unread
+        torch.ops.axe.gemm(a, b, True)
+        c0 = counts()
+        torch.ops.axe.gemm(a, b, True)
+        assert counts()["launched"] == c0["launched"] + 1 and counts()["refused"] == c0["refused"]
+        assert gemm_stand["gemm_nt"][-1][0] == (201 if len(a) == 300 else 202)
 
 
 @built

@@ -287,6 +287,9 @@ def test_plan_fields_state_what_the_plan_launches(cpu_launches):
     assert [m[1] for m in f.maps] == [bytes(v) for v in fresh.launches[0][5][:3]]        # A_map, B_map, C_map
     assert [(slot, ptr) for slot, _, ptr in f.maps] == [(0, a2.data_ptr()), (1, bt.data_ptr()), (2, c.data_ptr())]
     assert plan.fields(9).scratch == [t.data_ptr() for t in k._scratch[(0, 9)]] != f.scratch   # another stream's set
+    unread = _kernel(dict(gemm_launch(), params=gemm_launch()["params"][:3]), RecordingDriver(GEMM_SIZES[:3]))
+    f = unread.plan(a, bt, c, stream=7).fields(7)         # scratch in the signature, read by no parameter
+    assert f.scratch == [0, 0] and f.keep == () and len(f.params) == 3
     pair = _kernel(dict(gemm_launch(), cluster=[2, 1, 1]), ClusterDriver(GEMM_SIZES))
     assert pair.plan(a, bt, c, stream=7).fields() is None
 

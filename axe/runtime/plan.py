@@ -120,7 +120,9 @@ class LaunchPlan:
         ``slot``, :attr:`slots` order) or ``-(len(slots) + 1 + j)`` (tensor map ``j`` of
         ``maps``: ``(slot it follows, its 128 bytes, the address they hold)``); ``scratch``: the
         data pointers of the last ``len(scratch)`` slots, the kernel's scratch set for ``stream``,
-        which no launch on another stream may use (``keep``: those tensors).  Writing those pointers, those
+        which no launch on another stream may use (``keep``: those tensors) — or 0 for each where
+        no parameter reads them (a kernel whose signature lists scratch it does not use in this
+        configuration: the launch then depends on no stream, and ``keep`` is empty).  Writing those pointers, those
         bytes and those maps (each with the address of its slot's tensor:
         ``cuTensorMapReplaceAddress``) into a parameter array and launching ``func`` with this
         grid, block and shared memory on ``stream`` is exactly what :meth:`__call__` launches
@@ -147,8 +149,8 @@ class LaunchPlan:
             else:
                 params.append(len(scalars))
                 scalars += ctypes.string_at(self.pack.array[i], ctypes.sizeof(value))
-        scratch, tensors = [], ()
-        if self.scratch:        # the scratch arguments are the signature's last
+        scratch, tensors = [0] * sum(1 for a in launch["args"] if a.get("scratch")), ()
+        if any(-p - 1 >= n - len(scratch) for p in params if -n <= p < 0):   # the scratch arguments are the last
             scratch = list(self.kernel._scratch_ptrs(self.index, stream, self.device_type))
             tensors = tuple(self.kernel._scratch[(self.index, int(stream))])
         with self.lock:         # __call__ rewrites a map under it

@@ -87,7 +87,7 @@ struct Plan {
   std::vector<int> sources;      // per slot: an argument's position (>= 0), -(output + 1), or kFixed
   std::vector<uint64_t> fixed;   // per slot: its pointer where its source is kFixed
   void* stream = nullptr;        // the stream the fixed pointers (scratch) belong to
-  bool has_fixed = false;
+  bool has_fixed = false;        // some fixed pointer is read (not 0): the plan fits that stream alone
   std::vector<int> map_slots;    // per tensor map: the slot whose tensor it describes
   // the maps and the addresses they hold: rewritten per call under map_lock (a const Plan is
   // shared by every thread; the driver copies the parameters at launch, so a map may be
@@ -429,11 +429,11 @@ std::shared_ptr<Plan> parse(const int64_t* rec, int64_t n, const char* bytes, in
   p->stream = reinterpret_cast<void*>(static_cast<uintptr_t>(v));
   if (!next(count) || count != fixed) return nullptr;
   p->fixed.assign(slots, 0);
-  p->has_fixed = fixed > 0;
   for (int64_t s = 0; s < slots; ++s) {
     if (p->sources[s] != kFixed) continue;
     if (!next(v)) return nullptr;
     p->fixed[s] = static_cast<uint64_t>(v);
+    p->has_fixed = p->has_fixed || v != 0;
   }
   if (!next(count) || count < map_params || count > static_cast<int64_t>(kMaxParams)) return nullptr;
   p->maps.reset(new TensorMap[count]);
@@ -499,7 +499,8 @@ int axe_fast_register(const char* name, const char* checked_ns) {
 //   O, per output: the argument whose dtype and device it takes, its rank, its sizes,
 //   D, D pairs of argument positions whose data pointers must differ,
 //   the stream the fixed pointers belong to (a call on another stream is refused),
-//   F (the number of fixed slots), F words: their pointers, in slot order,
+//   F (the number of fixed slots), F words: their pointers, in slot order (0: a slot no parameter
+//     reads - scratch this configuration does not use; a plan whose are all 0 fits every stream),
 //   T, per tensor map: the slot whose tensor it describes, the address it holds, 16 words (its
 //     128 bytes: the address is replaced by cuTensorMapReplaceAddress when that tensor moved).
 // Returns 1 (kept, once the call returns), 0 (no such call is being checked on this thread:
