@@ -44,7 +44,8 @@ HEAD_DIMS = {"simple": (64, 128), "ov": (64, 128), "ov176": (128,), "ov3": (64,)
 #: the default variant per (head size, causal), by the longest key sequence it serves: ``((bound,
 #: variant), ..., (None, variant))``, the first whose bound is >= seq_kv.  Short sequences take the
 #: persistent forms (a CTA walks a few key tiles per query tile, so starting and ending one costs as
-#: much as several tiles: the next tile's loads hide under the current one's end); longer ones head
+#: much as several tiles: the next tile's loads hide under the current one's end) — causal, in the
+#: order a head at a time (``*_p1``: its query tiles side by side read its K and V once from DRAM); longer ones head
 #: 64 three consumer warpgroups (192-row tiles halve the K/V traffic per FLOP against 128 and hide
 #: the exp2s, which cost as much as its GEMMs) — without a mask overlapped inside each warpgroup, with
 #: one ping-ponged so the diagonal's masking hides under the other's wgmma; head 128 FA3's
@@ -53,9 +54,9 @@ HEAD_DIMS = {"simple": (64, 128), "ov": (64, 128), "ov176": (128,), "ov3": (64,)
 #: tiles are few among the unmasked ones).  The fastest measured per row of
 #: ``benchmarks/attention.py`` (docs/attention.md has the figures)
 DEFAULTS = {(64, False): ((2048, "pp3_p"), (None, "ov3")),
-            (64, True): ((1024, "pp_p"), (2048, "pp3_p"), (None, "pp3")),
+            (64, True): ((1024, "pp_p1"), (2048, "pp3_p"), (None, "pp3")),
             (128, False): ((1024, "pp_p"), (4096, "pp"), (None, "pp176")),
-            (128, True): ((512, "pp_p"), (2048, "pp"), (None, "pp176"))}
+            (128, True): ((2048, "pp_p1"), (None, "pp176"))}
 
 
 def default(head_dim, causal, seq_kv=None):
