@@ -155,3 +155,19 @@ def test_split_k_and_run_time_m_refusals_name_the_condition():
     with pytest.raises(ValueError, match="max_rows bounds a run-time M"):
         G.make_dynamic(2112, 4096, max_rows=2048)
     G.make_dynamic(2112, 4096, bn=256, cluster=2, max_rows=512)         # pairs on a bounded grid compose
+
+
+@pytest.mark.parametrize("N", [400, 576, 2112, 4096, 7168])
+def test_each_columns_sb_block_for_the_tile_widths_read_from_global(N):
+    """bn 64, 128, 256: every column j < N of every tile's half h is scaled by SB row ``j // 128``
+    (the definition) — the row ``sb_block`` gives; a 64-wide tile read as a 128-wide one's would not
+    be (the oracle can fail)."""
+    for bn in (64, 128, 256):
+        main = G.parts(1024, N, 1024, bn, G.STAGES[bn], G.SMS, G.GROUP, 1, False)[1]
+        assert not main.staged
+        for n_blk in range(-(-N // bn)):
+            for h in range(main.halves):
+                cols = [n_blk * bn + h * main.part_n + c for c in range(main.part_n)]
+                assert {j // 128 for j in cols if j < N} <= {main.sb_block(n_blk, h)}, (bn, n_blk, h)
+    wrong = G.parts(1024, N, 1024, 64, G.STAGES[64], G.SMS, G.GROUP, 1, False)[1]
+    assert any(n_blk * wrong.halves != (n_blk * 64) // 128 for n_blk in range(2))

@@ -153,6 +153,11 @@ class BlockScaled(Cooperative):
         Ax.cuda.named_barrier(1 + wg, 128)
         return self.sbg[row:row + 1, :]
 
+    def sb_block(self, n_blk, h):
+        """SB's row for half h of tile n_blk (not ``staged``): a tile narrower than a block lies inside
+        one, a wider one has a block per 128-column half."""
+        return n_blk * self.bn // PART if self.bn < PART else n_blk * self.halves + h
+
     def sb_k(self, kb):
         """SB's column for k-block kb: kb, or past K (a split-K slice's zero-filled k-blocks) the last."""
         return T.min(kb, self.k_iters - 1) if self.past_k else kb
@@ -167,7 +172,7 @@ class BlockScaled(Cooperative):
         sa_rows = Ax.permute(self.sa[s:s + 1, wg * HALF:(wg + 1) * HALF], (1, 0))
         part_n = self.part_n
         for h in range(self.halves):
-            nb = n_blk * self.bn // PART if self.bn < PART else n_blk * self.halves + h    # SB's row
+            nb = self.sb_block(n_blk, h)
 
             def half():
                 b = self.tile(pool, self.b_at + s * (self.bn * BK) + h * (part_n * BK), (part_n, BK))
