@@ -20,8 +20,9 @@ The cost model is the 16-bit GEMM's (:func:`kernels.gemm_select.cost`: waves of 
 streaming its slice of K through tiles ``bn`` wide, plus a hand-over charge per extra slice), fed
 with the FP8 k-block count: a 128-deep e4m3 k-block moves the same bytes per row of A and B as a
 64-deep 16-bit one (128 bytes) and takes the tensor cores the same time (four ``wgmma`` of k32
-against four of k16), so the 16-bit model's unit is the FP8 k-block.  It was fitted on the 16-bit
-decode sweeps, not on FP8 ones: the sweep (``benchmarks/gemm_fp8_allm.py``) measures it.
+against four of k16), so the 16-bit model's unit is the FP8 k-block.  Its constants are the 16-bit
+fit's except in the decode buckets, where they are fitted to the FP8 sweep's candidates
+(:data:`DECODE_K_BLOCK`).
 """
 
 from kernels.gemm_config import MAX_BOUND, SMS
@@ -55,9 +56,24 @@ def splits(K, counts=DECODE_SPLITS):
     return splits16(_k16(K), counts)
 
 
-def cost(N, K, bn, split_k, sms=SMS, block_rows=1):
+#: the decode buckets' constants of the model (a k-block of a tile ``bn`` wide costs
+#: ``max(bn, DECODE_FLOOR) + DECODE_K_BLOCK``, an extra slice ``DECODE_SPLIT``), fitted to every
+#: candidate measured at M = 1, 16, 64 and 128 on the 16 MLP shapes (H200,
+#: benchmarks/results/gemm_fp8-allm-2026-11-27-h200.json): the pick is within 0.7% of the fastest
+#: candidate on average and 13% at worst (fitted leaving each shape out in turn: 1.9% and 21% on the
+#: shape left out), where the 16-bit constants gave 5.7% and 29%.  The floor says a 64-wide tile's
+#: k-block costs nearly a 96-wide one's (TMA issue and barrier latency, not bytes, bound it), so
+#: wider tiles cut in more slices win at the same CTA count
+DECODE_FLOOR, DECODE_K_BLOCK, DECODE_SPLIT = 96, 160, 2560
+
+
+def cost(N, K, bn, split_k, sms=SMS, block_rows=1, decode=False):
     """The modelled time of (bn, split_k) over ``block_rows`` block-rows: the 16-bit model's
-    (:func:`kernels.gemm_select.cost`) with FP8 k-blocks as its unit."""
+    (:func:`kernels.gemm_select.cost`) with FP8 k-blocks as its unit, and for a decode bucket
+    (``decode``) the constants fitted to the FP8 decode sweep (:data:`DECODE_K_BLOCK`)."""
+    if decode:
+        return cost16(N, _k16(K), bn, split_k, sms, block_rows, k_block=DECODE_K_BLOCK, split=DECODE_SPLIT,
+                      floor=DECODE_FLOOR)
     return cost16(N, _k16(K), bn, split_k, sms, block_rows)
 
 
@@ -106,12 +122,13 @@ def candidates(bound, N, K):
 def heuristic(M, N, K, sms=SMS):
     """A configuration for M×N×K without measuring: over the candidates of M's bucket that are not
     CTA pairs (the model has no term for them), the one of least :func:`cost` over the bound's
-    block-rows (an unbounded bucket counted as 8192 rows); ties go to fewer slices, then the wider
-    tile.  ``max_rows`` is added where :func:`scheduled_rows` says."""
+    block-rows (an unbounded bucket counted as 8192 rows; a decode bucket with its fitted
+    constants); ties go to fewer slices, then the wider tile.  ``max_rows`` is added where :func:`scheduled_rows` says."""
     bound = bucket(M)
-    rows = -(-(bound or 8192) // BM)
+    rows, decode = -(-(bound or 8192) // BM), bound is not None and bound <= BM
     cands = [c for c in candidates(bound, N, K) if c.get("cluster", 1) == 1]
-    best = min(cands, key=lambda c: (cost(N, K, c["bn"], c.get("split_k", 1), sms, rows), c.get("split_k", 1), -c["bn"]))
+    best = min(cands, key=lambda c: (cost(N, K, c["bn"], c.get("split_k", 1), sms, rows, decode), c.get("split_k", 1),
+                                     -c["bn"]))
     return with_bound(bound, best)
 
 

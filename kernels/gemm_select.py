@@ -97,13 +97,15 @@ def candidates(bound, N, K):
 K_BLOCK, SPLIT = 64, 4096
 
 
-def cost(N, K, tile_n, split_k, sms=SMS, block_rows=1):
+def cost(N, K, tile_n, split_k, sms=SMS, block_rows=1, k_block=K_BLOCK, split=SPLIT, floor=0):
     """The modelled time of (tile_n, split_k) over ``block_rows`` block-rows of 128: waves of work
-    units, each streaming its slice of K through tiles ``tile_n`` wide."""
+    units, each streaming its slice of K through tiles ``tile_n`` wide — a k-block costs
+    ``max(tile_n, floor) + k_block``, an extra slice ``split`` (the defaults: the 16-bit fit above;
+    the FP8 GEMM's decode buckets pass their own, :mod:`kernels.gemm_fp8_select`)."""
     units = -(-N // tile_n) * split_k * block_rows
     waves = -(-units // sms)
     slice_iters = -(-(-(-K // BK)) // split_k)          # ceil(ceil(K / BK) / split_k) k-blocks
-    return waves * (slice_iters * (tile_n + K_BLOCK) + (split_k - 1) * SPLIT)
+    return waves * (slice_iters * (max(tile_n, floor) + k_block) + (split_k - 1) * split)
 
 
 #: the transposed decode tile's model: the weights stream at the DRAM's rate once :data:`SATURATE`
