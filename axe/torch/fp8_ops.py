@@ -18,10 +18,10 @@ accumulation:
 - ``C`` (M, N) bf16.
 
 One artifact per (N, K, bucket of M) serves every M of the bucket: the kernel takes M at run time
-(``kernels.gemm_fp8.make_dynamic``), its configuration the bucket's pick of
-:func:`kernels.gemm_fp8_select.heuristic` (tile width, split-K, and for a bucket of at most 1024 rows
-the bound it is scheduled for), memoized per (N, K, bucket): a call costs one bisect and a dict
-lookup.  ``a`` and ``C`` are used as they are (no padding to a bucket); ``a_scale`` in DeepGEMM's
+(``kernels.gemm_fp8.make_dynamic``), its configuration the bucket's pick measured by ``axe tune
+gemm_fp8`` on this GPU (:mod:`axe.torch.tune`), else :func:`kernels.gemm_fp8_select.heuristic`'s (tile
+width, split-K, and for a bucket of at most 1024 rows the bound it is scheduled for), memoized per
+(device, N, K, bucket): a call costs one bisect and a dict lookup.  ``a`` and ``C`` are used as they are (no padding to a bucket); ``a_scale`` in DeepGEMM's
 layout is passed as it is stored (the ``(ceil(K/128), round_up(M, 4))`` array its strides describe),
 any other layout is copied into one.
 
@@ -39,7 +39,8 @@ import sys
 import torch
 
 from .jit import JitKernel
-from .ops import ROOT, _define, _ready
+from . import tune
+from .ops import ROOT, _define, _device_name, _ready
 
 __all__ = ["gemm_fp8", "KERNEL", "spec", "bucket", "check"]
 
@@ -48,9 +49,10 @@ FP8 = torch.float8_e4m3fn
 ALIGN = 64              # bytes: the tensor arguments' alignment in the artifacts' launch.json
 
 #: the jit kernel behind the op (its ``loader``, ``cache`` and ``target`` may be replaced)
-KERNEL = JitKernel("kernels.gemm_fp8:make_dynamic", lambda A, B, SA, SB, C: spec(int(C.shape[0]), int(C.shape[1]),
-                                                                         int(A.shape[1])), path=ROOT)
-_PICKS: dict = {}
+KERNEL = JitKernel(tune.GEMM_FP8.kernel, lambda A, B, SA, SB, C: spec(int(C.shape[0]), int(C.shape[1]),
+                                                                int(A.shape[1]), _device_name(A.device)), path=ROOT)
+#: the specs chosen per (device, N, K, bucket), emptied by :func:`axe.torch.tune.reload`
+_PICKS: dict = tune.memo()
 if str(ROOT) not in sys.path:           # the kernels package beside axe (pure Python: no TVM needed to pick)
     sys.path.insert(0, str(ROOT))
 SELECT = importlib.import_module("kernels.gemm_fp8_select")
@@ -61,13 +63,16 @@ def bucket(M: int):
     return SELECT.bucket(M)
 
 
-def spec(M: int, N: int, K: int) -> dict:
+def spec(M: int, N: int, K: int, device: str | None = None) -> dict:
     """``kernels.gemm_fp8.make_dynamic``'s keyword arguments (a run-time M) for a call with M rows:
-    N, K and the configuration of M's bucket, memoized per (N, K, bucket)."""
-    key = (N, K, SELECT.bucket(M))
+    N, K and the configuration of M's bucket — ``axe tune gemm_fp8``'s measured pick for ``device``
+    (the GPU's name; None: no table is read), else the heuristic's — memoized per (device, N, K,
+    bucket): a call costs one bisect and a dict lookup.  A new pick takes effect after
+    :func:`axe.torch.tune.reload` (the op keeps no plan)."""
+    key = (device, N, K, SELECT.bucket(M))
     s = _PICKS.get(key)
     if s is None:
-        s = _PICKS[key] = {"N": N, "K": K, **SELECT.heuristic(M, N, K)}
+        s = _PICKS[key] = tune.choose(tune.GEMM_FP8, device, N, K, str(FP8)[6:], None, M)
     return s
 
 
@@ -123,7 +128,7 @@ def _gemm_fp8(a, b, a_scale, b_scale):
         return torch.empty((0, N), dtype=torch.bfloat16, device=a.device)
     c = torch.empty((M, N), dtype=torch.bfloat16, device=a.device)
     SA = _stored_scale(a_scale, M, a_scale.shape[1])
-    KERNEL.load(a.device, spec(M, N, K))(_ready(a), _ready(b), SA, _ready(b_scale), c)
+    KERNEL.load(a.device, spec(M, N, K, _device_name(a.device)))(_ready(a), _ready(b), SA, _ready(b_scale), c)
     return c
 
 
