@@ -80,7 +80,10 @@ class Proposal:
     """Layouts that ``schedules`` (of ``op`` on target ``family``) would serve: ``propose(call,
     key, shape, elem_bytes, mem)`` lists candidate layouts, best first, for the whole open tile
     (of ``shape``, in its own coordinates) that operand ``key`` stands for; ``label(plan, key)``
-    names the instruction a chosen plan gives that operand (for ``explain``)."""
+    names the instruction a chosen plan gives that operand (for ``explain``).  ``every_call``: a
+    proposal is accepted only where every other recorded call touching a proposed tile, whose
+    tiles are then all known, still dispatches (Trainium tiles, whose partition dim every engine
+    reads)."""
 
     op: str
     family: str
@@ -88,14 +91,16 @@ class Proposal:
     propose: Callable
     label: Callable
     priority: int = 0
+    every_call: bool = False
 
 
 _PROPOSALS: list = []
 
 
-def add_proposal(op: str, family: str, schedules, propose: Callable, label: Callable, priority: int = 0) -> Proposal:
+def add_proposal(op: str, family: str, schedules, propose: Callable, label: Callable, priority: int = 0,
+                 every_call: bool = False) -> Proposal:
     """Register what ``schedules`` propose to inference (a backend does, beside its schedules)."""
-    p = Proposal(op, family, tuple(schedules), propose, label, priority)
+    p = Proposal(op, family, tuple(schedules), propose, label, priority, every_call)
     _PROPOSALS[:] = [q for q in _PROPOSALS if (q.op, q.family, q.schedules) != (op, family, p.schedules)] + [p]
     return p
 
@@ -260,7 +265,28 @@ class _Solver:
             o = self.with_layouts(other, assign)
             if o is None or choose(o, self.ctx)[1] is None:
                 return None
+        if p.every_call and not self.others_dispatch(call, assign):
+            return None
         return plan
+
+    def others_dispatch(self, call, assign) -> bool:
+        """Whether every recorded call but ``call`` that has a whole tile of ``assign`` as an
+        operand, and no operand whose layout is still open, dispatches under ``assign``."""
+        from axe.schedules.dispatch import choose
+        for other in self.state.calls:
+            if other is call:
+                continue
+            views = [self.view(t)[0] for t in other.operands.values()]
+            if not any(v is not None and v.index in assign for v in views):
+                continue
+            if any(self.state.tiles.get(t.buffer.__chandle__()) is not None and (v is None or (
+                    v.index not in assign and v.index not in self.fixed))
+                    for t, v in zip(other.operands.values(), views) if t.buffer is not None):
+                continue
+            o = self.with_layouts(other, assign)
+            if o is not None and choose(o, self.ctx)[1] is None:
+                return False
+        return True
 
     def instructions(self) -> bool:
         """Rule 3: fix the open tiles of the first call (by proposal priority, then program order)

@@ -16,3 +16,6 @@ HOOKS = {
     "build_kernel": "axe.backends.neuron.build:build_kernel",     # compile_kernel for trn1 and trn2
     "user_errors": ("axe.backends.neuron.emit:TargetError",),
 }
+
+# what the neuron schedules propose to layout inference (Ax.neuron.sbuf/psum with layout=Ax.INFER)
+from . import proposals  # noqa: E402,F401

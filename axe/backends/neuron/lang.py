@@ -61,8 +61,17 @@ def _ax(name):
 
 def _alloc(kind, shape, dtype, layout, name, init):
     import tvm
+    from axe.lang.tensors import INFER, _open_tile, _registered
     shape = tuple(shape)
-    L = tile_layout(shape) if layout is None else (parse(layout) if isinstance(layout, str) else layout)
+    record = None
+    if isinstance(layout, str) and layout == INFER:
+        # inferred from the operators that touch the tile (axe.backends.neuron.proposals)
+        L, record = _open_tile(shape, dtype, kind, name)
+        if record is not None:       # the recording parse: a provisional tile, nothing to emit
+            buf = tvm.tirx.decl_buffer((prod(shape),), dtype, name, scope=f"trn.{kind}")
+            return _registered(Tensor(buf, L, shape, dtype, kind, name=name), record)
+    else:
+        L = tile_layout(shape) if layout is None else (parse(layout) if isinstance(layout, str) else layout)
     if prod(shape) != L.size:
         raise ValueError(f"{kind} {name}: shape {shape} has {prod(shape)} elements, layout {L} has {L.size}")
     pspan, fspan = L.span("P"), L.span("F")
@@ -78,12 +87,15 @@ def _alloc(kind, shape, dtype, layout, name, init):
 
 def sbuf(shape, dtype, layout=None, name="sb", zero=True) -> Tensor:
     """An SBUF tile (``nl.zeros`` where written: allocate it inside a loop for a fresh tile each
-    iteration, which masked loads of ragged edges rely on); ``zero=False``: ``nl.ndarray``."""
+    iteration, which masked loads of ragged edges rely on); ``zero=False``: ``nl.ndarray``.
+    ``layout=None`` is :func:`tile_layout` (the first dim on the partitions); ``layout=Ax.INFER``
+    (``"infer"``) takes the layout the operators touching the tile dispatch under
+    (:mod:`axe.schedules.infer`, :mod:`.proposals`)."""
     return _alloc("sbuf", shape, dtype, layout, name, 0 if zero else None)
 
 
 def psum(shape, dtype="float32", layout=None, name="ps", zero=True) -> Tensor:
-    """A PSUM tile (float32 accumulators; a bank holds 512 per partition)."""
+    """A PSUM tile (float32 accumulators; a bank holds 512 per partition); ``layout`` as in :func:`sbuf`."""
     return _alloc("psum", shape, dtype, layout, name, 0 if zero else None)
 
 
