@@ -16,18 +16,10 @@ pytest.importorskip("torch")
 from axe.torch import fp8_ops, tune  # noqa: E402
 from axe.torch.cache import parse_spec  # noqa: E402
 from kernels import gemm_fp8_select as S  # noqa: E402
+from test_tune import cache  # noqa: E402,F401 - a fixture: a fresh cache folder, the tables forgotten
 
 DEV, FP8 = "NVIDIA H200", "float8_e4m3fn"
 SHAPE = (4096, 14336)
-
-
-@pytest.fixture
-def cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("AXE_CACHE_DIR", str(tmp_path))
-    monkeypatch.setenv("AXE_SHIPPED_DIRS", "")
-    tune.reload()
-    yield tmp_path
-    tune.reload()
 
 
 def test_plan_lists_exactly_the_candidates_specs():
