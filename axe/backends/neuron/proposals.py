@@ -12,9 +12,10 @@ still dispatches (``every_call``).  By priority:
   on the free axis; the first candidate that dispatches is K on P for A (its second dim).
 - **DMA** (``copy`` between HBM and an on-chip tile, and on-chip copies): rows on the partitions
   first, 128 to a block (a tile gemm fixed earlier keeps its layout: the DMA transposes).
-- **engines** (``elementwise``, ``reduce``): the layout under which the call dispatches beside
-  its fixed operands (the same dim on the partitions; a ``(1, N)`` source broadcast from one
-  partition; a free-axis reduction's source with the reduced dim on F).
+- **engines** (``reduce``, then ``elementwise``): the layout under which the call dispatches
+  beside its fixed operands (a free-axis reduction's source with the reduced dim on F, its result
+  one value a partition; the same dim on the partitions as the fixed operand; a ``(1, N)`` source
+  on one partition, broadcast).
 """
 
 from __future__ import annotations
@@ -76,5 +77,5 @@ add_proposal("gemm", "neuron", ("nc_matmul",), _gemm, _label, priority=40, every
 add_proposal("copy", "neuron", ("dma_load", "dma_store", "engine_copy", "tensore_transpose"), _rows_first,
              _label, priority=30, every_call=True)
 add_proposal("elementwise", "neuron", ("engine",), _rows_first, _label, priority=20, every_call=True)
-add_proposal("reduce", "neuron", ("free_axis", "partitions_tensore"), _rows_first, _label, priority=20,
+add_proposal("reduce", "neuron", ("free_axis", "partitions_tensore"), _rows_first, _label, priority=25,
              every_call=True)
