@@ -22,19 +22,27 @@ BUCKETS = [16, 64, 128, None]
 ROWS = (1, 16, 17, 77, 128, 129, 2000)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def fresh_table(argv, doc):
+    """The command line (``--out``, ``--rounds``), with the carried cache made the cache and its
+    tuning table removed and forgotten (a run tunes from nothing)."""
+    ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args(argv)
     os.environ["AXE_CACHE_DIR"] = CACHE
-    import torch
-
-    from axe.torch import ops, tune
+    from axe.torch import tune
     table = os.path.join(CACHE, str(tune.TABLE))
     if os.path.exists(table):
         os.remove(table)
     tune.reload()
+    return args
+
+
+def main(argv=None):
+    args = fresh_table(argv, __doc__)
+    import torch
+
+    from axe.torch import ops, tune
     rows = tune.run([SHAPE], DTYPE, LAYOUT, BUCKETS, args.rounds)
     picks = tune.table()
     device = torch.cuda.get_device_name()
@@ -51,11 +59,22 @@ def main(argv=None):
         bound = tune.select().bucket(m)
         pick = picks.get(tune.key(device, DTYPE, LAYOUT, N, K, bound))       # an untuned bucket: the heuristic
         want = tune.spec(N, K, DTYPE, LAYOUT, bound, pick["config"] if pick else tune.select().heuristic(m, N, K))
-        loaded = [dict(k[1:]) for k in ops.KERNELS["gemm_nt"]._memo]
-        assert want in loaded, f"M={m}: the op loaded {loaded}, not the pick {want}"
-    assert ops.KERNELS["gemm_nt"].builds == 0
-    print(f"ok: picks {json.dumps(picks)}; the op ran them at M in {ROWS}, worst rel err {worst:.1e}")
-    with open(os.path.join(args.out, "tune.json"), "w") as f:
+        loaded_pick(ops.KERNELS["gemm_nt"], want, m)
+    return report(ops.KERNELS["gemm_nt"], os.path.join(args.out, "tune.json"), device, picks, rows, worst, ROWS)
+
+
+def loaded_pick(kernel, want, m):
+    """Assert that the jit ``kernel`` has loaded the specialization ``want`` (a call with m rows)."""
+    loaded = [dict(k[1:]) for k in kernel._memo]
+    assert want in loaded, f"M={m}: the op loaded {loaded}, not the pick {want}"
+
+
+def report(kernel, path, device, picks, rows, worst, ms):
+    """Assert that the op built nothing (the carried cache held every pick), print the picks (the op
+    checked at ``ms`` rows) and write them with every timing to ``path``; returns 0."""
+    assert kernel.builds == 0, f"the op built {kernel.builds} artifacts: the carried cache lacks a pick"
+    print(f"ok: picks {json.dumps(picks)}; the op ran them at M in {ms}, worst rel err {worst:.1e}")
+    with open(path, "w") as f:
         json.dump({"device": device, "picks": picks, "rows": rows, "op_rel_err": worst}, f, indent=1)
     return 0
 
