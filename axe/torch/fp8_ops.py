@@ -21,9 +21,9 @@ One artifact per (N, K, bucket of M) serves every M of the bucket: the kernel ta
 (``kernels.gemm_fp8.make_dynamic``), its configuration the bucket's pick measured by ``axe tune
 gemm_fp8`` on this GPU (:mod:`axe.torch.tune`), else :func:`kernels.gemm_fp8_select.heuristic`'s (tile
 width, split-K, and for a bucket of at most 1024 rows the bound it is scheduled for), memoized per
-(device, N, K, bucket): a call costs one bisect and a dict lookup.  ``a`` and ``C`` are used as they are (no padding to a bucket); ``a_scale`` in DeepGEMM's
-layout is passed as it is stored (the ``(ceil(K/128), round_up(M, 4))`` array its strides describe),
-any other layout is copied into one.
+(device, N, K, bucket): a call costs one bisect and a dict lookup.  ``a`` and ``C`` are used as they
+are (no padding to a bucket); ``a_scale`` in DeepGEMM's layout is passed as it is stored (the
+``(ceil(K/128), round_up(M, 4))`` array its strides describe), any other layout is copied into one.
 
 Refused (naming the argument and the condition): dtypes other than e4m3 / fp32, K below 128 or not
 a multiple of 16, N below 128 or not a multiple of 8 (TMA's 16-byte row pitch; a tile no larger
