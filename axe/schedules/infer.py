@@ -137,6 +137,7 @@ class _Solver:
         self.state = state
         self.ctx = ctx
         self.fixed: dict[int, Fix] = {}
+        self.blocked: dict[int, str] = {}     # why a proposal for a tile was refused (every_call)
 
     def tile(self, t):
         """The open tile a whole-tile operand stands for, else None (a slice of an open tile is no
@@ -271,7 +272,8 @@ class _Solver:
 
     def others_dispatch(self, call, assign) -> bool:
         """Whether every recorded call but ``call`` that has a whole tile of ``assign`` as an
-        operand, and no operand whose layout is still open, dispatches under ``assign``."""
+        operand, and no operand whose layout is still open, dispatches under ``assign``.  When
+        one does not, :attr:`blocked` keeps why for each assigned tile (the error if none is fixed)."""
         from axe.schedules.dispatch import choose
         for other in self.state.calls:
             if other is call:
@@ -285,6 +287,12 @@ class _Solver:
                 continue
             o = self.with_layouts(other, assign)
             if o is not None and choose(o, self.ctx)[1] is None:
+                fixes = "; ".join(f"{t.name} {f.layout} fixed by {f.op} at {f.where}" for t, v in
+                                  zip(other.operands.values(), views) if v is not None and v.index not in assign
+                                  for f in [self.fixed[v.index]])
+                for i, L in assign.items():
+                    self.blocked.setdefault(i, f"{call.op} at {call.where} dispatches with it {L}, but then "
+                                               f"{other.op} at {other.where} does not" + (f" ({fixes})" if fixes else ""))
                 return False
         return True
 
@@ -462,7 +470,11 @@ def solve(state: InferState, ctx=None) -> dict:
             break
     s.swizzle()
     for v in state.tiles.values():
-        if v.index not in s.fixed:
-            raise InferenceError(f"tile {v.name}{list(v.shape)} ({v.mem}): no operator fixes its layout "
-                                 "(declare one, or copy it to or from memory or another register tile)")
+        if v.index in s.fixed:
+            continue
+        if v.index in s.blocked:
+            raise InferenceError(f"tile {v.name}{list(v.shape)} ({v.mem}): no operator fixes its layout: "
+                                 f"{s.blocked[v.index]}")
+        raise InferenceError(f"tile {v.name}{list(v.shape)} ({v.mem}): no operator fixes its layout "
+                             "(declare one, or copy it to or from memory or another register tile)")
     return s.fixed

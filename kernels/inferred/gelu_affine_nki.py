@@ -8,20 +8,20 @@ import axe.lang as Ax
 from examples.gelu_affine import N, TRN_M, fused, inputs, reference
 
 
-@Ax.kernel(outputs=("Y",), reference=reference, inputs=inputs, targets=("trn1", "trn2"))
+@Ax.kernel(reference=reference, inputs=inputs, outputs=("Y",), targets=("trn1", "trn2"))
 def gelu_affine_nki():
     @T.prim_func
-    def gelu_affine(X_: T.Buffer((TRN_M, N), "bfloat16"), G_: T.Buffer((1, N), "bfloat16"),
+    def gelu_affine_nki(X_: T.Buffer((TRN_M, N), "bfloat16"), G_: T.Buffer((1, N), "bfloat16"),
                     B_: T.Buffer((1, N), "bfloat16"), Y_: T.Buffer((TRN_M, N), "bfloat16")):
         Ax.neuron.core()
         X, G, B, Y = Ax.param(X_), Ax.param(G_), Ax.param(B_), Ax.param(Y_)
-        for m in T.parallel(TRN_M // 128):
+        for r in T.parallel(TRN_M // 128):
             x = Ax.neuron.sbuf((128, N), "bfloat16", Ax.INFER, name="x")
             g = Ax.neuron.sbuf((1, N), "bfloat16", Ax.INFER, name="g")
             b = Ax.neuron.sbuf((1, N), "bfloat16", Ax.INFER, name="b")
-            Ax.copy(x, X[m * 128:(m + 1) * 128, :])
+            Ax.copy(x, X[r * 128:(r + 1) * 128, :])
             Ax.copy(g, G)
             Ax.copy(b, B)
             Ax.elementwise(x, fused, x, g, b)
-            Ax.copy(Y[m * 128:(m + 1) * 128, :], x)
-    return gelu_affine
+            Ax.copy(Y[r * 128:(r + 1) * 128, :], x)
+    return gelu_affine_nki

@@ -45,7 +45,7 @@ def _rows_on_p(shape, d):
     """Dim ``d`` of ``shape`` on P (blocks of PMAX rows outermost on F), the other dim on F."""
     r, c = shape[d], shape[1 - d]
     if r <= hw.PMAX:
-        return S[(r, c):(1 @ P, 1 @ F)] if d == 0 else S[(r, c):(1 @ F, 1 @ P)]
+        return S[(r, c):(1 @ P, 1 @ F)] if d == 0 else S[(c, r):(1 @ F, 1 @ P)]
     if r % hw.PMAX:
         return None          # ragged blocks are not one layout: declare it
     if d == 0:
