@@ -18,7 +18,8 @@ The rules, strongest first (each fix names the operator and rule that made it):
    *dispatches* to one of those schedules, and under which every copy between a proposed shared
    tile and global memory still dispatches (one with ``barrier=`` to TMA or a bulk copy).
    Proposals are tried by priority (wgmma before ldmatrix: a fragment has one schedule), calls in
-   program order.  A call whose tiles an earlier proposal fixed, and which does not dispatch to
+   program order.  An ``every_call`` proposal (Trainium's SBUF/PSUM tiles) is also refused where
+   another call touching a proposed tile, its tiles then all known, would not dispatch.  A call whose tiles an earlier proposal fixed, and which does not dispatch to
    its own proposal's schedules under them but would under its own proposal, is a conflict.
 4. *vector* (only when 1–3 fix nothing more): an open register tile copied to or from memory
    takes :func:`~axe.layout.infer.vector_layout` over the scope's threads (16-byte runs).
