@@ -53,11 +53,18 @@ def memo() -> dict:
 _SPECS = memo()
 
 
+_MODULES: dict = {}
+
+
 def _module(name: str):
-    """``kernels.<name>`` (pure Python: no TVM), with the kernels' folder on ``sys.path``."""
-    if str(ROOT) not in sys.path:
-        sys.path.insert(0, str(ROOT))
-    return importlib.import_module(f"kernels.{name}")
+    """``kernels.<name>`` (pure Python: no TVM), imported once with the kernels' folder on
+    ``sys.path`` (kept here: a per-call lookup costs a dict get, not an import)."""
+    m = _MODULES.get(name)
+    if m is None:
+        if str(ROOT) not in sys.path:
+            sys.path.insert(0, str(ROOT))
+        m = _MODULES[name] = importlib.import_module(f"kernels.{name}")
+    return m
 
 
 @dataclass(frozen=True)
@@ -76,7 +83,7 @@ class Tunable:
     operands: Callable      # (torch, M, N, K, dtype, layout) -> (inputs..., output)
 
     def select(self):
-        """The selection module, imported once (``importlib`` keeps it)."""
+        """The selection module, imported once."""
         return _module(self.selector)
 
 
