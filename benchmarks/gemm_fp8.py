@@ -38,7 +38,7 @@ Peers, as found in the sources:
   torch-version mismatch would show as an undefined symbol instead).
 - Triton: :func:`triton_block_fp8` below, autotuned over 6 configurations.
 
-``--allm [...]`` runs the every-M sweep instead (``benchmarks/gemm_fp8_allm.py``, its arguments).
+The every-M sweep is ``benchmarks/gemm_fp8_allm.py`` (it takes this file's peers and checks).
 
 Usage (GPU machine): ``python3 benchmarks/gemm_fp8.py [--artifacts DIR] [--wheels DIR (default .carry/gemm_fp8/wheels)] [--only mlp|deepseek]
 [--variants bn128 bn256 bn128_c2 bn256_c2 bn192 bn192_c2 bn256_sk] [--peers cublas deepgemm triton] [--budget SECONDS] [--json PATH]``.
@@ -421,9 +421,6 @@ def table(rows):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if "--allm" in argv:            # the every-M sweep (benchmarks/gemm_fp8_allm.py), as benchmarks/gemm.py --allm
-        from gemm_fp8_allm import main as allm
-        return allm([a for a in argv if a != "--allm"])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--artifacts", default=os.path.join(ROOT, ".carry", "gemm_fp8"))
     ap.add_argument("--wheels", default=os.path.join(ROOT, ".carry", "gemm_fp8", "wheels"))

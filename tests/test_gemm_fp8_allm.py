@@ -161,11 +161,3 @@ def test_run_shape_checks_every_side_and_times_only_the_correct_ones(monkeypatch
         assert r["artifact"] == A.artifact_name(576, 256, r["config"])
     assert loaded == [rows[0]["artifact"], rows[1]["artifact"]]
     assert "dram_limit_ms" in rows[0] and "dram_limit_ms" not in rows[1]
-
-
-def test_the_fp8_benchmark_hands_allm_to_the_sweep(monkeypatch):
-    import gemm_fp8
-    seen = []
-    monkeypatch.setattr(A, "main", lambda argv: seen.append(argv) or 0)
-    assert gemm_fp8.main(["--allm", "--only", "mlp", "--budget", "60"]) == 0
-    assert seen == [["--only", "mlp", "--budget", "60"]]
