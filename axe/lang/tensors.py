@@ -7,35 +7,9 @@ from math import prod
 from axe.layout import Layout, S, SwizzledLayout, parse
 from axe.ops.tensor import Tensor, register_tensor
 from axe.schedules.context import current_context
+from axe.schedules.infer import INFER, NeedsInference, open_tile, register_open
 
 __all__ = ["param", "shared", "registers", "view", "as_layout", "INFER", "NeedsInference"]
-
-#: ``layout=INFER`` (or ``"infer"``): the tile's layout is inferred from the operators that touch
-#: it (:mod:`axe.schedules.infer`); a register tile with ``layout=None`` is inferred too
-INFER = "infer"
-
-
-class NeedsInference(Exception):
-    """Raised by the first tile declared without a layout in a build that has not inferred yet;
-    :func:`axe.lang.build_func` catches it and parses the kernel twice (record, then build)."""
-
-
-def _open_tile(shape, dtype, mem, name):
-    """``(layout, record)`` for a tile whose layout is inferred: in the recording parse a
-    provisional row-major layout and the record to file under its buffer; in the final parse the
-    inferred layout and None."""
-    from axe.schedules.infer import OpenTile
-    ctx = current_context(f"{name}: a tile with an inferred layout")
-    st = ctx.infer
-    if st is None:
-        raise NeedsInference(name)
-    index = st.next_index()
-    if st.recording:
-        return S[tuple(shape)], OpenTile(index, name, tuple(shape), dtype, mem)
-    if index not in st.fixed:
-        raise NeedsInference(name)
-    return st.fixed[index].layout, None
-
 
 def _infers(layout, mem) -> bool:
     return (isinstance(layout, str) and layout == INFER) or (layout is None and mem == "local")
@@ -91,18 +65,12 @@ def shared(shape, dtype, layout=None, name="smem") -> Tensor:
     shape = tuple(shape)
     record = None
     if _infers(layout, "shared"):
-        L, record = _open_tile(shape, dtype, "shared", name)
+        L, record = open_tile(shape, dtype, "shared", name)
     else:
         L = as_layout(layout, shape)
     align = 1024 if isinstance(L, SwizzledLayout) else 128
     buf = T.alloc_buffer((_storage(L),), dtype, scope="shared", align=align)
-    return _registered(Tensor(buf, L, shape, dtype, "shared", name=name), record)
-
-
-def _registered(t: Tensor, record) -> Tensor:
-    if record is not None:
-        current_context().infer.tiles[t.buffer.__chandle__()] = record
-    return register_tensor(t)
+    return register_open(Tensor(buf, L, shape, dtype, "shared", name=name), record)
 
 
 def registers(shape, dtype, layout=None, name="reg") -> Tensor:
@@ -114,13 +82,13 @@ def registers(shape, dtype, layout=None, name="reg") -> Tensor:
     shape = tuple(shape)
     record = None
     if _infers(layout, "local"):
-        L, record = _open_tile(shape, dtype, "local", name)
+        L, record = open_tile(shape, dtype, "local", name)
     else:
         L = as_layout(layout, shape)
     if prod(shape) != _inner(L).size:
         raise ValueError(f"registers {name}: shape {shape} does not match layout {L}")
     buf = T.alloc_buffer((_storage(L),), dtype, scope="local")
-    return _registered(Tensor(buf, L, shape, dtype, "local", name=name), record)
+    return register_open(Tensor(buf, L, shape, dtype, "local", name=name), record)
 
 
 def view(t: Tensor, layout, shape=None, base=0) -> Tensor:

@@ -41,8 +41,46 @@ from axe.layout import Layout, LayoutError, S, SwizzledLayout, group
 from axe.layout.iters import Iter
 from axe.layout.broadcast import aligned_shape
 from axe.layout.infer import replicated_for, vector_layout
+from axe.ops.tensor import register_tensor
 
-__all__ = ["InferenceError", "InferState", "OpenTile", "Fix", "Proposal", "add_proposal", "solve"]
+from .context import current_context
+
+__all__ = ["InferenceError", "InferState", "OpenTile", "Fix", "Proposal", "add_proposal", "solve", "INFER",
+           "NeedsInference", "open_tile", "register_open"]
+
+
+#: ``layout=INFER`` (or ``"infer"``): the tile's layout is inferred from the operators that touch
+#: it; a register tile with ``layout=None`` is inferred too (:mod:`axe.lang.tensors`)
+INFER = "infer"
+
+
+class NeedsInference(Exception):
+    """Raised by the first tile declared without a layout in a build that has not inferred yet;
+    :func:`axe.lang.build_func` catches it and parses the kernel twice (record, then build)."""
+
+
+def open_tile(shape, dtype, mem, name):
+    """``(layout, record)`` for a tile whose layout is inferred, declared in any target's language:
+    in the recording parse a provisional row-major layout and the :class:`OpenTile` to file under its
+    buffer (:func:`register_open`); in the final parse the inferred layout and None."""
+    ctx = current_context(f"{name}: a tile with an inferred layout")
+    st = ctx.infer
+    if st is None:
+        raise NeedsInference(name)
+    index = st.next_index()
+    if st.recording:
+        return S[tuple(shape)], OpenTile(index, name, tuple(shape), dtype, mem)
+    if index not in st.fixed:
+        raise NeedsInference(name)
+    return st.fixed[index].layout, None
+
+
+def register_open(t, record):
+    """Register tensor ``t``; in the recording parse (``record`` not None) file its open tile's
+    record under its buffer first, so the recorded calls name it."""
+    if record is not None:
+        current_context().infer.tiles[t.buffer.__chandle__()] = record
+    return register_tensor(t)
 
 
 class InferenceError(ValueError):

@@ -61,15 +61,15 @@ def _ax(name):
 
 def _alloc(kind, shape, dtype, layout, name, init):
     import tvm
-    from axe.lang.tensors import INFER, _open_tile, _registered
+    from axe.schedules.infer import INFER, open_tile, register_open
     shape = tuple(shape)
     record = None
     if isinstance(layout, str) and layout == INFER:
         # inferred from the operators that touch the tile (axe.backends.neuron.proposals)
-        L, record = _open_tile(shape, dtype, kind, name)
+        L, record = open_tile(shape, dtype, kind, name)
         if record is not None:       # the recording parse: a provisional tile, nothing to emit
             buf = tvm.tirx.decl_buffer((prod(shape),), dtype, name, scope=f"trn.{kind}")
-            return _registered(Tensor(buf, L, shape, dtype, kind, name=name), record)
+            return register_open(Tensor(buf, L, shape, dtype, kind, name=name), record)
     else:
         L = tile_layout(shape) if layout is None else (parse(layout) if isinstance(layout, str) else layout)
     if prod(shape) != L.size:
