@@ -45,7 +45,7 @@ GEMM_TRN1 = "kernels/parts/mainloops/neuron.py"
 def _kernels():
     sys.path.insert(0, str(ROOT))
     from kernels.gemm import make
-    from kernels.nki_attention import nki_attention
+    from kernels.attention import nki_attention
     return make, nki_attention
 
 

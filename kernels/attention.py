@@ -642,3 +642,14 @@ def _tcgen05(row, p, variant, config):
 def build(*args, target="sm_90a", **kw):
     """Build :func:`make`'s kernel into an artifact."""
     return Ax.compile_kernel(make(*args, **kw), target)
+
+
+def nki_attention(heads=2, seq=1024, dtype="bfloat16"):
+    """Multi-head attention of ``heads`` heads over ``seq`` tokens, head size 128, no mask (the Axe
+    paper's Figure 13 kernel, on Trainium the body of :mod:`kernels.nki_attention`): :func:`make`
+    with ``Q, K, V`` of shape ``(1, seq, heads, 128)``."""
+    return make(1, seq, seq, heads, heads, 128, dtype, name="nki_attention")
+
+
+#: the paper's MHA at 1024 tokens (``axe build kernels/attention.py::attention_1024 --target trn1``)
+attention_1024 = nki_attention()

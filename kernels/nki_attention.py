@@ -152,14 +152,3 @@ def body(p):
                         IRBuilder.name("qi", qi)
                         body_.query_tile(b, hk * G + g, hk, (first + qi) * BQ, blocks, diagonal)
     return ib.get()
-
-
-def nki_attention(heads=2, seq=1024, dtype="bfloat16"):
-    """Multi-head attention of ``heads`` heads over ``seq`` tokens, head size 128, no mask (the
-    paper's Figure 13 kernel): :func:`kernels.attention.make` with ``Q, K, V`` of shape
-    ``(1, seq, heads, 128)``."""
-    from kernels import attention
-    return attention.make(1, seq, seq, heads, heads, 128, dtype, name="nki_attention")
-
-
-attention_1024 = nki_attention()

@@ -16,7 +16,7 @@ from axe.backends.neuron import hardware as hw
 from axe.layout import F, P, S
 from axe.lang import KernelError, compile_kernel, explain
 from axe.schedules.registry import candidates
-from kernels.nki_attention import nki_attention
+from kernels.attention import nki_attention
 from kernels import gemm
 from kernels.nki_reductions import nki_reductions
 

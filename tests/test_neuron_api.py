@@ -12,7 +12,7 @@ from axe.backends.neuron import nki_api
 from axe.backends.neuron.sim import Machine
 from axe.lang import compile_kernel
 from kernels import attention
-from kernels.nki_attention import nki_attention
+from kernels.attention import nki_attention
 from kernels import rmsnorm, softmax
 from kernels import gemm
 from kernels.nki_reductions import nki_reductions

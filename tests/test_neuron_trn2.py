@@ -12,7 +12,7 @@ from axe.backends.neuron.nki2 import respell
 from axe.backends.neuron.model import HardwareError, run
 from axe.lang import compile_kernel
 from kernels import gemm, rmsnorm, softmax
-from kernels.nki_attention import nki_attention
+from kernels.attention import nki_attention
 from kernels.nki_reductions import nki_reductions
 
 BF16 = ml_dtypes.bfloat16
