@@ -1,4 +1,9 @@
 """Kernels written once more with inferred layouts (issue 27 item 4): every tile the hand-written
 kernel lays out by hand is declared here with ``layout=None`` (registers) or ``Ax.INFER``
-(shared) and gets its layout from :mod:`axe.schedules.infer`.  ``benchmarks/inferred.py`` times
-each beside its hand-written twin; ``tests/gpu/cases_inferred.py`` checks them on the GPU."""
+(shared; SBUF and PSUM on Trainium) and gets its layout from :mod:`axe.schedules.infer`.
+
+CUDA: ``transpose``, ``rmsnorm``, ``softmax``, ``rotary``, ``gemm`` and ``gemm_rs`` (``hand_gemm``
+is the GEMM's hand-written twin); ``benchmarks/inferred.py`` times each beside its twin and
+``tests/gpu/cases_inferred.py`` checks them on the GPU.  Trainium: ``softmax_nki``,
+``rmsnorm_nki``, ``gelu_affine_nki``, run on the NKI models beside their hand-written bodies by
+``tests/test_infer_neuron.py``."""
