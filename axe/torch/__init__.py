@@ -4,7 +4,10 @@
 - :mod:`axe.torch.jit` — :class:`JitKernel`: a kernel factory called on tensors, built on first
   call per specialization, cached, launched through :mod:`axe.runtime`;
 - :mod:`axe.torch.ops` — ``torch.library`` custom ops ``axe::rmsnorm``, ``axe::softmax``,
-  ``axe::gemm`` (with fake implementations for ``torch.compile`` and CUDA graphs);
+  ``axe::gemm``, ... (with fake implementations for ``torch.compile`` and CUDA graphs), launched
+  through :mod:`axe.torch.fast_ops` — the compiled launcher, built on first import against the torch
+  that imports it (``axe.torch.ops.launcher()`` says which path is in force);
+- :mod:`axe.torch.tune` — ``axe tune``: measured configurations per row-count bucket (GEMM, FP8 GEMM);
 - :mod:`axe.torch.distributed` — distributed kernels taking and returning DTensors;
 - :mod:`axe.torch.attention` — ``torch.ops.axe.attention`` (flash-attention forward, GQA), registered
   when the module is imported (``import axe.torch.attention``, or reading ``axe.torch.attention``);
