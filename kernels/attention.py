@@ -56,7 +56,7 @@ from tvm.script.ir_builder import tirx as IRB
 import axe.lang as Ax
 from axe.layout import R, S, tx
 from kernels.parts import attention_variants
-from kernels.parts.attention_tiles import (LOG2E, ROWS, SMS, Tiles, box, flat3, mat, real_maps,  # noqa: F401
+from kernels.parts.attention_tiles import (LOG2E, ROWS, SMS, Tiles, box, mat, params, real_maps,  # noqa: F401
                                           section_heads, tile_order)
 from kernels.parts.fragments import coords, registers_of
 from kernels.parts.online_softmax import OnlineSoftmax
@@ -509,10 +509,7 @@ def _hopper(p: Problem, h: Hopper):
                   O_map: T.handle("tensormap")):
         Ax.cuda.min_blocks_per_sm(1)
         bx, tx_ = Ax.launch(h.grid, h.threads)
-        Q = Ax.param(flat3(Q_, h.bm), tensormap=Q_map)
-        K = Ax.param(flat3(K_, h.bn), tensormap=K_map)
-        V = Ax.param(flat3(V_, h.bn), tensormap=V_map)
-        O = Ax.param(flat3(O_, h.bm), tensormap=O_map)
+        Q, K, V, O = params((Q_, K_, V_, O_), (Q_map, K_map, V_map, O_map), h.bm, h.bn)
         pool = Ax.cuda.dynamic_shared(h.smem, dtype)
         qb = _QSlots(h)
         kpipe = Ax.cuda.pipeline(h.stages, producers=1, consumers=h.consumers, name="k")

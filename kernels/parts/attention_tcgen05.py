@@ -48,7 +48,7 @@ from tvm.script.ir_builder import tirx as IRB
 
 import axe.lang as Ax
 from axe.layout import R, S, tx
-from kernels.parts.attention_tiles import LOG2E, Tiles, box, flat3, mat, real_maps, section_heads
+from kernels.parts.attention_tiles import LOG2E, Tiles, box, mat, params, real_maps, section_heads
 from kernels.parts.fragments import coords, registers_of
 from kernels.parts.online_softmax import OnlineSoftmax
 
@@ -322,10 +322,7 @@ def body(p, cfg):
                   O_map: T.handle("tensormap")):
         Ax.cuda.min_blocks_per_sm(1)
         bx, tx_ = Ax.launch(b.grid, THREADS)
-        Q = Ax.param(flat3(Q_, ROWS), tensormap=Q_map)
-        K = Ax.param(flat3(K_, b.bn), tensormap=K_map)
-        V = Ax.param(flat3(V_, b.bn), tensormap=V_map)
-        O = Ax.param(flat3(O_, ROWS), tensormap=O_map)
+        Q, K, V, O = params((Q_, K_, V_, O_), (Q_map, K_map, V_map, O_map), ROWS, b.bn)
         pool = Ax.cuda.dynamic_shared(b.smem, dtype)
         sync = _Sync(b)
         tm = Ax.cuda.tmem((ROWS, b.tmem_columns), "float32", name="tmem")

@@ -67,6 +67,14 @@ def flat3(buf, rows):
     return IRBuilder.name(buf.name, T.decl_buffer((b, max(s, rows), h * d), buf.dtype, data=buf.data))
 
 
+def params(buffers, maps, q_rows, kv_rows):
+    """The kernel's ``(Q, K, V, O)`` parameters from its ``[B, S, H, D]`` buffers and their tensor
+    maps: each seen as (batch, seq, heads·dim) (:func:`flat3`), Q and O at least ``q_rows`` long, K
+    and V ``kv_rows`` (the tiles' heights)."""
+    return tuple(Ax.param(flat3(buf, rows), tensormap=m)
+                 for buf, m, rows in zip(buffers, maps, (q_rows, kv_rows, kv_rows, q_rows)))
+
+
 def real_maps(specs, tensors):
     """Set the tensor maps of ``tensors`` (``{map param: (batch, seq, heads, dim), elem bytes}``) to the
     tensors' real 3-d extents and strides (innermost first, as the specs hold them)."""
