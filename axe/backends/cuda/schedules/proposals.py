@@ -6,6 +6,10 @@ call, with it, actually dispatches to one of them.
 - **wgmma** (``gemm``): the accumulator as ``C ⊗ d_fragment(n)`` (the widest n of the tile's
   width first), register A as ``C ⊗ a_fragment``, shared A and B as TMA writes them under its
   128-, 64- or 32-byte swizzle (the K-major or MN-major atom the descriptor reads).
+- **mma.sync** (``gemm`` in one warp, 16-bit): the accumulator as ``C ⊗ c_fragment``, register A
+  as ``C ⊗ a_fragment`` and register B (K × N) as ``C ⊗ b_fragment`` of m16n8k16, C on registers
+  (rows of fragments first: the one tiling :func:`~axe.layout.infer.atom_tilings` gives one warp),
+  lanes named ``tx`` (a one-warp CTA) or ``lane`` (a warp of a larger scope).
 - **ldmatrix / stmatrix** (``copy`` between shared memory and registers, 16-bit): registers as
   ``C ⊗ ldmatrix_atom`` over the scope's warps (row bands first), the shared tile as TMA writes it
   (widest swizzle first: each 8-row group's 16-byte rows fall in distinct banks, conflict-free).
@@ -16,6 +20,7 @@ from __future__ import annotations
 from axe.layout.infer import atom_tilings, tma_rows
 from axe.schedules.infer import add_proposal
 
+from . import mma
 from .ldmatrix import ROWS, atom
 from .wgmma import a_fragment, d_fragment
 
@@ -68,5 +73,20 @@ def _wgmma_label(plan, key):
     return f"{plan.instruction()} {what}"
 
 
+def _mma(call, key, shape, elem_bytes, mem):
+    """mma.sync m16n8k16: candidate layouts of the gemm operand ``key``'s register tile."""
+    if len(shape) != 2 or mem != "local" or call.scope.threads != 32:
+        return []
+    frag, fshape = {"C": (mma.c_fragment, (16, 8)), "A": (mma.a_fragment, (16, 16)), "B": (mma.b_fragment, (16, 8))}[key]
+    return [L for lane in ("tx", "lane") for L in atom_tilings(shape, frag(lane), fshape, 1)]
+
+
+def _mma_label(plan, key):
+    return f"{plan.instruction()} {'accumulator' if key == 'C' else key} fragment"
+
+
 add_proposal("gemm", "cuda", ("wgmma",), _wgmma, _wgmma_label, priority=40)
+# after wgmma (a warpgroup's gemm is wgmma's), before ldmatrix: a fragment has one schedule, and
+# the ldmatrix copies that fill it then follow it
+add_proposal("gemm", "cuda", ("mma_sync",), _mma, _mma_label, priority=35)
 add_proposal("copy", "cuda", ("ldmatrix", "stmatrix"), _matrix, _matrix_label, priority=25)
