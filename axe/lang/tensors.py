@@ -7,7 +7,7 @@ from math import prod
 from axe.layout import Layout, S, SwizzledLayout, parse
 from axe.ops.tensor import Tensor, register_tensor
 from axe.schedules.context import current_context
-from axe.schedules.infer import INFER, NeedsInference, open_tile, register_open
+from axe.schedules.infer import INFER, NeedsInference, open_tile, open_view, register_open
 
 __all__ = ["param", "shared", "registers", "view", "as_layout", "INFER", "NeedsInference"]
 
@@ -91,15 +91,26 @@ def registers(shape, dtype, layout=None, name="reg") -> Tensor:
     return register_open(Tensor(buf, L, shape, dtype, "local", name=name), record)
 
 
-def view(t: Tensor, layout, shape=None, base=0) -> Tensor:
+def view(t: Tensor, layout, shape=None, base=0, name=None) -> Tensor:
     """``t``'s storage through another layout plus a symbolic offset on memory.
 
     Example 7's per-thread form: ``view(A, "S[(2,4):(4,1)]", base=(tx//8)*128 + (tx%8)*8 + 2112)``.
+
+    ``layout=INFER`` (an *open view*, e.g. a pipeline stage's tile carved out of a shared pool):
+    the layout is inferred from the operators that touch it, and ``name`` (required) is its role:
+    all open views of ``t`` with one name share one inferred layout, whatever their bases
+    (:func:`axe.schedules.infer.open_view`).
     """
+    if isinstance(layout, str) and layout == INFER:
+        if shape is None or not name:
+            raise ValueError(f"Ax.view({t.name}, INFER): an open view needs its shape and name= (its role: "
+                             "the open views of one name share one inferred layout)")
+        L, buf = open_view(t, shape, name)
+        return Tensor(buf, L, tuple(shape), t.dtype, t.mem, base=base, root=None, tensormap=t.tensormap, name=name)
     L = as_layout(layout, shape or ())
     shape = tuple(shape) if shape is not None else _inner(L).shape
     return Tensor(t.buffer, L, shape, t.dtype, t.mem, base=base, root=None, tensormap=t.tensormap,
-                  name=f"{t.name}.view")
+                  name=name or f"{t.name}.view")
 
 
 def permute(t: Tensor, dims) -> Tensor:

@@ -46,7 +46,7 @@ from axe.ops.tensor import register_tensor
 from .context import current_context
 
 __all__ = ["InferenceError", "InferState", "OpenTile", "Fix", "Proposal", "add_proposal", "solve", "INFER",
-           "NeedsInference", "open_tile", "register_open"]
+           "NeedsInference", "open_tile", "open_view", "register_open"]
 
 
 #: ``layout=INFER`` (or ``"infer"``): the tile's layout is inferred from the operators that touch
@@ -73,6 +73,43 @@ def open_tile(shape, dtype, mem, name):
     if index not in st.fixed:
         raise NeedsInference(name)
     return st.fixed[index].layout, None
+
+
+def open_view(pool, shape, name):
+    """``(layout, buffer)`` of ``Ax.view(pool, INFER, shape, name=name)``: an *open view*, a tile
+    carved out of the memory tile ``pool`` whose layout is inferred.
+
+    Law of identity: every open view of one ``pool`` with one ``name`` (its role, e.g. the A
+    operand of every pipeline stage, at bases ``a_at + s · stage``) is one unknown, whose layout
+    each operator touching any of them constrains (the producer's TMA write into stage s and the
+    consumers' wgmma read of stage s constrain the same layout); the views differ only in their
+    bases.  In the recording parse the role stands in with a buffer of its own that aliases the
+    pool's storage (so the recorded calls name the role) and the provisional row-major layout; in
+    the final parse the view is the pool's buffer through the inferred layout, as a view declared
+    with that layout would be.  One role has one shape (a ValueError names both otherwise)."""
+    ctx = current_context(f"{name}: a view with an inferred layout")
+    st = ctx.infer
+    if st is None:
+        raise NeedsInference(name)
+    key, shape = (pool.name, name), tuple(shape)
+    if key not in st.views:
+        v = OpenTile(st.next_index(), name, shape, pool.dtype, pool.mem)
+        buf = None
+        if st.recording:
+            import tvm
+            b = pool.buffer
+            buf = tvm.tirx.decl_buffer(b.shape, b.dtype, name=f"{b.name}_{name}", data=b.data, scope=b.scope())
+            st.tiles[buf.__chandle__()] = v
+        st.views[key] = (v, buf)
+    v, buf = st.views[key]
+    if v.shape != shape:
+        raise ValueError(f"Ax.view({pool.name}, INFER, name={name!r}): shape {list(shape)}, but the role was "
+                         f"declared {list(v.shape)}; one role (one unknown layout) has one shape")
+    if st.recording:
+        return S[shape], buf
+    if v.index not in st.fixed:
+        raise NeedsInference(name)
+    return st.fixed[v.index].layout, pool.buffer
 
 
 def register_open(t, record):
@@ -153,13 +190,16 @@ def _proposals(family: str) -> list:
 @dataclass
 class InferState:
     """One kernel build's inference: ``recording`` (first parse) collects ``tiles`` (by buffer
-    handle) and ``calls``; the second parse reads ``fixed`` (by declaration index)."""
+    handle) and ``calls``; the second parse reads ``fixed`` (by declaration index).  ``views``:
+    the open views' roles, ``(pool name, role) → (OpenTile, stand-in buffer)``, each declared (and
+    given its index) where it first appears, in both parses alike."""
 
     recording: bool = False
     tiles: dict = field(default_factory=dict)
     calls: list = field(default_factory=list)
     fixed: dict = field(default_factory=dict)
     declared: int = 0
+    views: dict = field(default_factory=dict)
 
     def next_index(self) -> int:
         self.declared += 1
@@ -179,8 +219,8 @@ class _Solver:
         self.blocked: dict[int, str] = {}     # why a proposal for a tile was refused (every_call)
 
     def tile(self, t):
-        """The open tile a whole-tile operand stands for, else None (a slice of an open tile is no
-        constraint: its layout follows the tile's; nor is a permuted view, see :meth:`view`)."""
+        """The open tile a whole-tile operand stands for, else None (not for a box of one, see
+        :meth:`box`, nor a permuted view, see :meth:`view`)."""
         v, dims = self.view(t)
         return v if v is not None and dims == tuple(range(len(v.shape))) else None
 
@@ -200,6 +240,16 @@ class _Solver:
                     and _permuted(S[v.shape], v.shape, dims) == t.layout:
                 return v, dims
         return (v, ident) if tuple(t.shape) == v.shape else (None, None)
+
+    def box(self, t):
+        """``(open tile, lows)`` when operand ``t`` is a box of a whole open tile (``tile[a:b, c:d]``,
+        e.g. one consumer's rows of a stage's A tile), ``lows`` its corner in the tile's
+        coordinates; else ``(None, None)``.  A box constrains its tile: a proposal is for the whole
+        tile, and the call is tried with the box of each proposed layout (:meth:`with_layouts`)."""
+        if t.root is None or t.buffer is None:
+            return None, None
+        v = self.tile(t.root)
+        return (v, tuple(a - b for a, b in zip(t.starts, t.root.starts))) if v is not None else (None, None)
 
     def layout(self, t):
         """Operand t's layout when known: its own, or its open tile's once fixed; else None."""
@@ -254,27 +304,41 @@ class _Solver:
 
     def with_layouts(self, call, assign: dict):
         """``call`` with each operand that is a whole open tile (or its permuted view) seen
-        through its layout in ``assign`` (by declaration index) or its inferred one; None when an
-        assigned tile is also an operand as a slice (its layout there is not checked here)."""
+        through its layout in ``assign`` (by declaration index) or its inferred one, and each box
+        of such a tile as the same box of the tile seen so (its base moved by that layout, as the
+        final parse will slice it); None when such a box has no Axe layout, or when an assigned
+        tile is also an operand in another form (its layout there is not checked here)."""
         ops = {}
         for k, t in call.operands.items():
             v, dims = self.view(t)
             if v is None:
+                b, lows = self.box(t)
+                L = self.known(b, assign) if b is not None else None
+                if L is not None:
+                    try:
+                        ops[k] = replace(t.root, layout=L).region(lows, t.shape)
+                    except LayoutError:
+                        return None
+                    continue
                 tv = self.state.tiles.get(t.buffer.__chandle__()) if t.buffer is not None else None
                 if tv is not None and tv.index in assign:
                     return None
                 ops[k] = t
                 continue
-            L = assign.get(v.index) or (self.fixed[v.index].layout if v.index in self.fixed else None)
+            L = self.known(v, assign)
             ops[k] = t if L is None else replace(t, layout=_view_layout(L, v.shape, dims))
         return replace(call, operands=ops)
 
+    def known(self, v, assign):
+        """Open tile v's layout in ``assign``, else its inferred one, else None."""
+        return assign.get(v.index) or (self.fixed[v.index].layout if v.index in self.fixed else None)
+
     def open_operands(self, call, every: bool = False):
-        """``(key, tile)`` for each operand that is a whole open tile not fixed yet (``every``:
+        """``(key, tile)`` for each operand that is a whole open tile or a box of one, not fixed yet (``every``:
         fixed or not, but only those fixed by a proposal count), first appearance only."""
         out, seen = [], set()
         for k, t in call.operands.items():
-            v, _ = self.view(t)
+            v = self.view(t)[0] or self.box(t)[0]
             if v is None or v.index in seen:
                 continue
             f = self.fixed.get(v.index)
