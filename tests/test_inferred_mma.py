@@ -9,6 +9,7 @@ twin kernels/inferred/hand_mma_gemm.py (TIR and CUDA source), and the PTX."""
 import collections
 import os
 import re
+import sys
 from types import SimpleNamespace
 
 import numpy as np
@@ -25,6 +26,9 @@ import axe.lang as Ax  # noqa: E402
 import kernels.inferred.hand_mma_gemm as hand  # noqa: E402
 import kernels.inferred.mma_gemm as inferred  # noqa: E402
 from axe.backends.cuda.schedules.mma import a_fragment, b_fragment, c_fragment, mma_plan  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_inferred_instructions import _kernel  # noqa: E402
 
 SM90 = SimpleNamespace(arch=90, target="sm_90a")
 
@@ -179,25 +183,14 @@ def test_explain_names_mma_sync_and_ldmatrix():
 def test_the_proposal_is_refused_where_mma_sync_does_not_serve():
     """fp8 operands: mma.sync (f16/bf16 here) declines every fragment, so the gemm fixes nothing
     and the tiles are named as unfixed (nothing else touches them)."""
-    def body(A_, B_):
+    def body(A, B):
         a = Ax.registers((16, 16), "float8_e4m3fn", name="a")
         b = Ax.registers((16, 8), "float8_e4m3fn", name="b")
         c = Ax.registers((16, 8), "float32", name="c")
         Ax.gemm(c, a, b, accumulate=False)
 
     with pytest.raises(Ax.KernelError, match=r"tile \w\[16, (16|8)\] \(local\): no operator fixes its layout"):
-        Ax.build_func(_kernel("mma_fp32", body))
-
-
-def _kernel(name, body, threads=32):
-    @Ax.kernel(name=name)
-    def k():
-        @T.prim_func
-        def k(A_: T.Buffer((16, 16), "float16"), B_: T.Buffer((16, 16), "float16")):
-            _bx, _tx = Ax.launch(1, threads)
-            body(A_, B_)
-        return k
-    return k
+        Ax.build_func(_kernel("mma_fp8", body, (16, 16), threads=32))
 
 
 def test_two_gemms_that_want_one_tile_as_a_and_as_b_conflict():
@@ -206,8 +199,7 @@ def test_two_gemms_that_want_one_tile_as_a_and_as_b_conflict():
     a_tiling = tile(S[(1, 1)], (1, 1), a_fragment("tx"), (16, 16))
     b_tiling = tile(S[(1, 2)], (1, 2), b_fragment("tx"), (16, 8))
 
-    def body(A_, B_):
-        A = Ax.param(A_)
+    def body(A, B):
         r = Ax.registers((16, 16), "float16", name="r")
         b = Ax.registers((16, 16), "float16", b_tiling, name="b")
         a = Ax.registers((16, 16), "float16", a_tiling, name="a")
@@ -220,7 +212,7 @@ def test_two_gemms_that_want_one_tile_as_a_and_as_b_conflict():
         Ax.gemm(c2, a, r, accumulate=False)
 
     with pytest.raises(Ax.KernelError) as err:
-        Ax.build_func(_kernel("mma_clash", body))
+        Ax.build_func(_kernel("mma_clash", body, (16, 16), threads=32))
     msg = str(err.value)
     assert "tile r[16, 16]" in msg and msg.count("gemm at") == 2
     assert str(a_tiling) in msg and str(b_tiling) in msg
@@ -230,13 +222,13 @@ def test_two_gemms_that_want_one_tile_as_a_and_as_b_conflict():
 def test_a_four_warp_cta_gets_no_mma_fragment():
     """mma.sync is one warp's: in a 128-thread scope the gemm proposal offers nothing, and the
     build fails as the hand-written one would, naming the scope."""
-    def body(A_, B_):
+    def body(A, B):
         a = Ax.registers((16, 16), "float16", name="a")
         b = Ax.registers((16, 8), "float16", name="b")
         c = Ax.registers((16, 8), "float32", name="c")
         Ax.gemm(c, a, b, accumulate=False)
     with pytest.raises(Ax.KernelError, match="no operator fixes its layout"):
-        Ax.build_func(_kernel("mma_cta", body, threads=128))
+        Ax.build_func(_kernel("mma_cta", body, (16, 16)))
 
 
 def test_the_inferred_kernel_also_builds_for_sm100a_with_mma_sync():

@@ -90,3 +90,6 @@ add_proposal("gemm", "cuda", ("wgmma",), _wgmma, _wgmma_label, priority=40)
 # the ldmatrix copies that fill it then follow it
 add_proposal("gemm", "cuda", ("mma_sync",), _mma, _mma_label, priority=35)
 add_proposal("copy", "cuda", ("ldmatrix", "stmatrix"), _matrix, _matrix_label, priority=25)
+
+# the reduction's and tcgen05's proposals live beside this module; importing registers them
+from . import proposals_reduce  # noqa: E402,F401
