@@ -1,7 +1,9 @@
 """GPU cases for the kernels written with inferred layouts (issue 27 item 4, ``kernels/inferred/``):
 transpose, RMSNorm, softmax, a CTA-collective rotary embedding and a TMA + wgmma GEMM (with its
 hand-written twin ``kernels/inferred/hand_gemm.py``, checked here against torch) and a one-tile
-wgmma with register A (``gemm_rs``, checked as its twin ``wgmma_rs_bk``), each checked on fresh random
+wgmma with register A (``gemm_rs``, checked as its twin ``wgmma_rs_bk``), the production GEMM with
+its shared tiles inferred (``pipelined_gemm``, B row- and column-major, beside ``kernels/gemm.py``'s
+build of the same problem; ``cases_gemm.py``'s check), each checked on fresh random
 data with its outputs poisoned with NaN before every launch — by the checks of their hand-written
 twins (``cases_kernels.py``: transpose exact, RMSNorm and softmax against float64;
 ``cases_serving.py``: rotary against float64 at several token counts, guard values past the end).
@@ -28,10 +30,17 @@ def _sibling(name):
 
 
 _kernels, _serving, _gemm_ops = _sibling("cases_kernels"), _sibling("cases_serving"), _sibling("cases_gemm_ops")
+_gemm = _sibling("cases_gemm")
 
 #: the GEMM pair's size here, and what dispatch chooses: the first k-block peeled, then the loop
 GEMM = (512, 1024, 768)
 GEMM_SCHEDULES = ["tma", "tma", "wgmma", "tma", "tma", "wgmma", "vector"]
+
+#: the pipelined GEMM pair's problems (ragged: M, N and K not multiples of the 128×256×64 tile), and
+#: what dispatch chooses: the stage's A and B by TMA, wgmma (first, loop, last k-block), the cast,
+#: then stmatrix + TMA store per 128-column chunk
+PIPELINED = {"row": (1000, 1496, 776, "bfloat16", "row"), "col": (1000, 1496, 776, "bfloat16", "col")}
+PIPELINED_SCHEDULES = ["tma", "tma"] + ["wgmma"] * 3 + ["per_thread"] + ["stmatrix", "tma_store"] * 2
 
 #: artifact → (module, attribute, args of a factory or None, size constants, schedules dispatch must choose)
 CASES = {
@@ -46,6 +55,9 @@ CASES = {
     "inferred_gemm": ("kernels.inferred.gemm", "make", GEMM, {}, GEMM_SCHEDULES),
     "inferred_gemm_hand": ("kernels.inferred.hand_gemm", "make", GEMM, {}, GEMM_SCHEDULES),
     "inferred_gemm_rs": ("kernels.inferred.gemm_rs", "gemm_rs", None, {}, ["tma", "tma", "ldmatrix", "wgmma", "vector"]),
+    "inferred_pipelined_gemm": ("kernels.inferred.pipelined_gemm", "make", PIPELINED["row"], {}, PIPELINED_SCHEDULES),
+    "inferred_pipelined_gemm_col": ("kernels.inferred.pipelined_gemm", "make", PIPELINED["col"], {}, PIPELINED_SCHEDULES),
+    "inferred_pipelined_gemm_hand": ("kernels.gemm", "make", PIPELINED["row"], {}, PIPELINED_SCHEDULES),
 }
 
 
@@ -94,4 +106,7 @@ CHECKS = {
     "inferred_gemm": check_gemm,
     "inferred_gemm_hand": check_gemm,
     "inferred_gemm_rs": _gemm_ops.check_bk,      # its twin wgmma_rs_bk's check
+    "inferred_pipelined_gemm": _gemm._check,     # the production GEMM's check (B's layout from the name)
+    "inferred_pipelined_gemm_col": _gemm._check,
+    "inferred_pipelined_gemm_hand": _gemm._check,
 }

@@ -54,9 +54,6 @@ class Inferred(Cooperative):
 
     def load(self, pool, pipe, A, B, i, m_blk, n_blk, kb, rank, sched, mesh=None):
         """Producer: iteration i loads k-block kb of tile (m_blk, n_blk) into its slot."""
-        if sched.a_lead:
-            raise ValueError(f"gemm: the inferred mainloop loads a 2-D A tile, and the {sched.name} scheduler "
-                             f"reads A with leading dims {sched.a_lead}")
         s = pipe.slot(i)
         pipe.acquire(i)
         a_tile = self.a_slot(pool, s)
