@@ -8,8 +8,9 @@ weight W (N×K) by rows of N (W_r: N/w×K); rank r computes ``C_r = all_gather(A
 (torch.mm of the gathered problem, M×N/w: the ideal), ``nccl`` (``dist.all_gather_into_tensor`` +
 torch.mm), ``symm_mem`` (``torch.ops.symm_mem.fused_all_gather_matmul``), ``axe``
 (``kernels/ag_gemm.py`` through ``axe.runtime.distributed.DistKernel``; built where M/w is a
-multiple of 128), ``axe_nccl`` (the non-fused path: NCCL all-gather + axe's own GEMM, configured by
-``kernels.gemm_select.heuristic``), ``axe_gemm`` (axe's GEMM of the gathered problem alone),
+multiple of 128), ``axe_nccl`` (the non-fused path as :mod:`axe.torch.tp` runs it: NCCL all-gather +
+``torch.ops.axe.gemm``, its M bucket's pick through the compiled launcher), ``axe_gemm`` (that GEMM
+of the gathered problem alone),
 ``axe_ce`` (the fused kernel with ``push="copy_engine"``: the runtime stages the rows with
 ``cudaMemcpyAsync`` beside the kernel instead of the producer warps pushing them).
 
@@ -55,7 +56,9 @@ def build(args):
     """Build the fused kernel and axe's GEMM of the gathered problem for every shape (CPU machine),
     skipping existing ones; a shape the fused kernel refuses is reported and its side not run."""
     os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
-    from kernels import ag_gemm, gemm, gemm_select
+    from kernels import ag_gemm
+    failed = dist_bench.build_ops(args.out, [dist_bench.gemm_op(n // w, k, m) for w in args.world
+                                             for _, m, n, k in shapes(args.only, w, args.m)])
     for world in args.world:
         for model, m, n, k in shapes(args.only, world, args.m):
             name = artifact_name(world, m, n, k)
@@ -63,9 +66,7 @@ def build(args):
             t = time.time()
             todo = {"": lambda: ag_gemm.build(m, n, k, world, "bfloat16", "col", name=name),
                     "_ce": lambda: ag_gemm.build(m, n, k, world, "bfloat16", "col", name=name + "_ce",
-                                                 push="copy_engine"),
-                    "_gemm": lambda: gemm.build(m, n // world, k, "bfloat16", "col", name=name + "_gemm",
-                                                **gemm_select.heuristic(m, n // world, k))}
+                                                 push="copy_engine")}
             for suffix, make in todo.items():
                 if os.path.exists(os.path.join(path + suffix, "launch.json")):
                     continue
@@ -75,14 +76,13 @@ def build(args):
                 except ValueError as e:
                     print(f"refused {name + suffix}: {e}", flush=True)
     print(f"artifacts in {args.out}")
-    return 0
+    return 1 if failed else 0
 
 
 def make_sides(sel, a, w, rank, world, M, n, heap, artifact, group_name, setup_err):
     """``{side: (fn, output to poison or None, sync)}``, ``{side: error}``, unbuilt sides."""
     import torch
     import torch.distributed as dist
-    from axe.runtime import load
     from axe.runtime.distributed import DistKernel
     k_ = a.shape[1]
     wt = w.t()
@@ -99,8 +99,10 @@ def make_sides(sel, a, w, rank, world, M, n, heap, artifact, group_name, setup_e
     sides["bare"] = (lambda: torch.mm(bare_a, wt, out=c), c, sync)
     sides["nccl"] = (nccl, c, sync)
     sides["symm_mem"] = (lambda: torch.ops.symm_mem.fused_all_gather_matmul(a, [wt], 0, group_name)[1][0], None, sync)
-    suffix = {"axe": "", "axe_ce": "_ce", "axe_nccl": "_gemm", "axe_gemm": "_gemm"}
-    unbuilt = {s for s, x in suffix.items() if s in sel and not os.path.exists(os.path.join(artifact + x, "launch.json"))}
+    suffix = {"axe": "", "axe_ce": "_ce", "axe_nccl": None, "axe_gemm": None}     # None: torch.ops.axe.gemm
+    unbuilt = {s for s, x in suffix.items()
+               if s in sel and x is not None and not os.path.exists(os.path.join(artifact + x, "launch.json"))}
+    ops = dist_bench.axe_ops(os.path.dirname(artifact))
     for s in suffix:
         if s not in sel or s in unbuilt:
             continue
@@ -112,18 +114,15 @@ def make_sides(sel, a, w, rank, world, M, n, heap, artifact, group_name, setup_e
                 ca = torch.empty_like(c)
                 sides[s] = (lambda kf=kf, ca=ca: (kf(a, w, ca), ca)[1], ca, kf.synchronize)
                 continue
-            kg = load(artifact + "_gemm")
-            cg = torch.empty_like(c)
             if s == "axe_gemm":
-                sides[s] = (lambda kg=kg, cg=cg: (kg(bare_a, w, cg), cg)[1], cg, sync)
+                sides[s] = (lambda: ops.gemm(bare_a, w, True), None, sync)
             else:
                 fa = torch.empty_like(full)
 
-                def axe_nccl(kg=kg, cg=cg, fa=fa):
+                def axe_nccl(fa=fa):
                     dist.all_gather_into_tensor(fa, a)
-                    kg(fa, w, cg)
-                    return cg
-                sides[s] = (axe_nccl, cg, sync)
+                    return ops.gemm(fa, w, True)
+                sides[s] = (axe_nccl, None, sync)
         except Exception as e:
             errs[s] = why(e, rank)
     if setup_err.get("symm_mem"):

@@ -165,8 +165,65 @@ def timing_text(args, warmup, repeats):
             "repeats per rank, max over ranks; no L2 flush; multicast off")
 
 
+#: the folder, beside a benchmark's artifacts, of the ``torch.ops.axe`` artifacts its non-fused sides
+#: launch (the path :mod:`axe.torch.tp` takes below its fused threshold: the op's bucket pick and
+#: compiled launcher, not the one-GPU runtime's Python launch)
+OPS_CACHE = "ops_cache"
+
+
+def gemm_op(N, K, M):
+    """The ``torch.ops.axe.gemm(x, w, True)`` artifact (x: M × K, w: N × K, bf16) a call with M rows
+    launches: ``("gemm_nt", spec)`` for :func:`build_ops`."""
+    from axe.torch import tune
+    return ("gemm_nt", tune.spec_for("", N, K, "bfloat16", "col", M))
+
+
+def build_ops(out, specs):
+    """Build the op artifacts ``specs`` (``(name, spec)``, repeats allowed) into ``out``'s
+    :data:`OPS_CACHE` (CPU machine); returns how many failed."""
+    from axe.torch import ops
+    uniq = list({repr(s): s for s in specs}.values())
+    return ops.prebuild(uniq, os.path.join(out, OPS_CACHE), "sm_90a")
+
+
+def axe_ops(artifacts):
+    """``torch.ops.axe`` reading the op cache beside ``artifacts`` (GPU machine; before the first
+    import of :mod:`axe.torch.ops`, which reads ``$AXE_CACHE_DIR`` at its first call)."""
+    os.environ["AXE_CACHE_DIR"] = os.path.join(artifacts, OPS_CACHE)
+    import torch
+
+    import axe.torch.ops  # noqa: F401  (registers torch.ops.axe)
+    return torch.ops.axe
+
+
+#: why Flux cannot be installed on the GPU machines, checked on 2026-11-27 (PyPI's JSON API and the
+#: sdist's setup.py); :func:`flux_status` reports it with what the run's own Python says
+FLUX_PACKAGING = ("byte-flux on PyPI (1.1.1, the newest) is a 71 KB sdist only; its setup.py downloads a "
+                  "prebuilt wheel from github.com/bytedance/flux releases named for CUDA 11.8 or 12.4 and the "
+                  "running torch's major.minor (the project documents CUDA 12.4, torch 2.6, Python 3.11), and "
+                  "otherwise builds from source against 3rdparty/cutlass, which the sdist's 65 files do not "
+                  "contain. This machine has "
+                  "torch {torch} (CUDA {cuda}), Python {py} and no network, so no wheel fits and no build can run")
+
+
+def flux_status():
+    """Whether the Flux peer (``byte-flux``, import ``flux``) can run here: ``{"ran": False, "why": ...}``
+    with the import error and :data:`FLUX_PACKAGING`; an importable Flux is reported as such (no side
+    is built for it, so the benchmark does not time it)."""
+    import platform
+
+    import torch
+    try:
+        import flux  # noqa: F401
+    except Exception as e:  # noqa: BLE001 (any failure to import is the answer)
+        err = f"import flux: {type(e).__name__}: {e}"
+        return {"ran": False, "why": err + ". " + FLUX_PACKAGING.format(
+            torch=torch.__version__, cuda=torch.version.cuda, py=platform.python_version())}
+    return {"ran": False, "why": f"flux {getattr(flux, '__version__', '?')} imports here, but this benchmark has no Flux side"}
+
+
 def write_json(args, bench, world, fields):
-    """Write ``{benchmark, date, device, world, sms, versions, **fields}`` to ``--json`` or
+    """Write ``{benchmark, date, device, world, sms, versions, peers_not_run, **fields}`` to ``--json`` or
     ``benchmarks/results/<bench>-<date>-<device>-w<world>.json`` (under ``$OUT`` when set);
     returns ``(path, device, date)``."""
     import datetime
@@ -178,7 +235,8 @@ def write_json(args, bench, world, fields):
     path = args.json or os.path.join(os.environ.get("OUT", os.path.join(root, "benchmarks", "results")),
                                      f"{bench}-{date}-{device_tag()}-w{world}.json")
     result = {"benchmark": bench, "date": date, "device": dev, "world": world,
-              "sms": torch.cuda.get_device_properties(0).multi_processor_count, "versions": versions(), **fields}
+              "sms": torch.cuda.get_device_properties(0).multi_processor_count, "versions": versions(),
+              "peers_not_run": {"flux": flux_status()}, **fields}
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     with open(path, "w") as f:
         json.dump(result, f, indent=1)

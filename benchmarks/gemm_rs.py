@@ -7,8 +7,9 @@ sharded on K over w ranks (rank r holds A_r: M×K/w, W_r: N×K/w); rank r receiv
 models of ``benchmarks/gemm.py``.  Sides: ``bare`` (torch.mm of the local problem, M×N: the
 ideal), ``nccl`` (torch.mm + ``dist.reduce_scatter_tensor``), ``symm_mem``
 (``torch.ops.symm_mem.fused_matmul_reduce_scatter``), ``axe`` (``kernels/gemm_rs.py`` through
-``axe.runtime.distributed.DistKernel``), ``axe_nccl`` (the non-fused path: axe's own GEMM of the
-local problem, configured by ``kernels.gemm_select.heuristic``, then ``dist.reduce_scatter_tensor``).
+``axe.runtime.distributed.DistKernel``), ``axe_nccl`` (the non-fused path as :mod:`axe.torch.tp` runs it:
+``torch.ops.axe.gemm`` of the local problem — its M bucket's pick, the compiled launcher — then
+``dist.reduce_scatter_tensor``).
 
 Every side is checked before it is timed: fresh random data (randn × 0.5), outputs poisoned with
 NaN, reference = fp32 partials all-reduced (``bare``: the local fp32 partial), max abs err / max
@@ -66,18 +67,19 @@ def shapes(only, world, ms):
 
 def build(args):
     """Build the artifacts for every shape, M and world size (CPU machine), skipping existing ones:
-    the fused kernel and axe's one-GPU GEMM of the local problem (the non-fused path, configured by
-    the shape heuristic); with ``--diagnostics`` also the measurement aids (local, nowait, bulk)."""
+    the fused kernel, and into the op cache (:data:`dist_bench.OPS_CACHE`) ``torch.ops.axe.gemm``'s
+    artifact of the local problem (the non-fused path, as :mod:`axe.torch.tp` runs it); with
+    ``--diagnostics`` also the measurement aids (local, nowait, bulk)."""
     os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
-    from kernels import gemm, gemm_rs, gemm_select
+    from kernels import gemm_rs
+    failed = dist_bench.build_ops(args.out, [dist_bench.gemm_op(n, k // w, m) for w in args.world
+                                             for _, m, n, k in shapes(args.only, w, args.m)])
     for world in args.world:
         for model, m, n, k in shapes(args.only, world, args.m):
             name = artifact_name(world, m, n, k)
             path = os.path.join(args.out, name)
             t = time.time()
-            todo = {"": lambda: gemm_rs.build(m, n, k, world, dtype="bfloat16", b_major="col", name=name),
-                    "_gemm": lambda: gemm.build(m, n, k // world, "bfloat16", "col", name=name + "_gemm",
-                                                **gemm_select.heuristic(m, n, k // world))}
+            todo = {"": lambda: gemm_rs.build(m, n, k, world, dtype="bfloat16", b_major="col", name=name)}
             if args.diagnostics:
                 todo.update({s: functools.partial(gemm_rs.build, m, n, k, world, dtype="bfloat16", b_major="col",
                                                   name=name + s, **kw)
@@ -97,7 +99,7 @@ def build(args):
                 print(f"built {name:36s} ({', '.join(built)})  regs {r.get('registers')} spills "
                       f"{r.get('spill_stores')}/{r.get('spill_loads')}  {time.time() - t:5.1f} s", flush=True)
     print(f"artifacts in {args.out}")
-    return 0
+    return 1 if failed else 0
 
 
 def make_sides(sel, a, w, rank, world, M, n, heap, artifact, group_name, setup_err):
@@ -105,8 +107,8 @@ def make_sides(sel, a, w, rank, world, M, n, heap, artifact, group_name, setup_e
     for the sides that could not be set up on this rank, and the sides whose artifact was not built."""
     import torch
     import torch.distributed as dist
-    from axe.runtime import load
     from axe.runtime.distributed import DistKernel
+    ops = dist_bench.axe_ops(os.path.dirname(artifact))
     wt, sides, errs = w.t(), {}, {}
     buf = torch.empty(M, n, device=a.device, dtype=a.dtype)           # bare's output, nccl's partial
     y = torch.empty(M // world, n, device=a.device, dtype=a.dtype)
@@ -120,26 +122,25 @@ def make_sides(sel, a, w, rank, world, M, n, heap, artifact, group_name, setup_e
     sides["nccl"] = (nccl, y, sync)
     sides["symm_mem"] = (lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a, wt, "sum", 0, group_name),
                          None, sync)   # returns a fresh tensor: nothing to poison
-    #: side -> artifact suffix; DistKernel for the fused ones, the one-GPU runtime for axe's own GEMM
-    arts = {"axe": "", "axe_nccl": "_gemm", "axe_gemm": "_gemm", "axe_local": "_local", "axe_nowait": "_nowait",
+    #: side -> artifact suffix (DistKernel: the fused ones; None: torch.ops.axe.gemm from the op cache)
+    arts = {"axe": "", "axe_nccl": None, "axe_gemm": None, "axe_local": "_local", "axe_nowait": "_nowait",
             "axe_bulk": "_bulk"}
-    unbuilt = {s for s, x in arts.items() if s in sel and not os.path.exists(os.path.join(artifact + x, "launch.json"))}
+    unbuilt = {s for s, x in arts.items()
+               if s in sel and x is not None and not os.path.exists(os.path.join(artifact + x, "launch.json"))}
     for s, suffix in arts.items():
         if s not in sel or s in unbuilt:
             continue
         try:
             if s == "axe" and setup_err.get("axe"):
                 raise RuntimeError(setup_err["axe"])
-            if suffix == "_gemm":
-                kg = load(artifact + suffix)
+            if suffix is None:
                 if s == "axe_gemm":
-                    sides[s] = (lambda kg=kg: (kg(a, w, buf), buf)[1], buf, sync)
+                    sides[s] = (lambda: ops.gemm(a, w, True), None, sync)
                 else:
-                    part, ys = torch.empty(M, n, device=a.device, dtype=a.dtype), torch.empty_like(y)
+                    ys = torch.empty_like(y)
 
-                    def axe_nccl(kg=kg, part=part, ys=ys):
-                        kg(a, w, part)
-                        dist.reduce_scatter_tensor(ys, part)
+                    def axe_nccl(ys=ys):
+                        dist.reduce_scatter_tensor(ys, ops.gemm(a, w, True))
                         return ys
                     sides[s] = (axe_nccl, ys, sync)
                 continue

@@ -11,12 +11,12 @@ bf16, Llama-3.1-8B and -70B sizes, M ∈ {128, 2048, 8192} (``--rows``).  Sides:
 
 - ``nccl``: ``all_gather_into_tensor`` + torch.mm + SiLU·up (torch) + torch.mm + ``reduce_scatter_tensor``;
 - ``symm_mem``: ``fused_all_gather_matmul`` + SiLU·up (torch) + ``fused_matmul_reduce_scatter``;
-- ``axe``: ``kernels/ag_gemm.py`` (SM push) + ``kernels/silu_mul.py`` + ``kernels/gemm_rs.py`` where
+- ``axe``: ``kernels/ag_gemm.py`` (SM push) + ``torch.ops.axe.silu_and_mul`` + ``kernels/gemm_rs.py`` where
   the fused kernels are built (M/w a multiple of 128), else ``axe_nccl``'s step;
 - ``axe_silu``: as ``axe`` with the SiLU·up fused into the all-gather + GEMM's store
   (``act="silu_mul"``, the gate/up weight's rows interleaved by tile), where it is built;
-- ``axe_nccl``: NCCL's collectives around axe's own GEMMs (configured by the shape heuristic) and
-  ``kernels/silu_mul.py``.
+- ``axe_nccl``: NCCL's collectives around ``torch.ops.axe.gemm`` and ``silu_and_mul`` (the ops'
+  M-bucket picks and compiled launcher: the non-fused path as :mod:`axe.torch.tp` runs it).
 
 Every side is checked against an fp32 reference before it is timed (:mod:`dist_bench`).
 Usage: ``.venv/bin/python benchmarks/tp_mlp.py build --world 2 [--rows ...]`` (CPU machine);
@@ -52,8 +52,7 @@ def names(world, m, model):
     the SiLU·up kernel."""
     h, i = MODELS[model]
     tag = f"tp_mlp_bf16_w{world}_m{m}_{h}x{i}"
-    return {"ag": tag + "_ag", "ag_silu": tag + "_ag_silu", "rs": tag + "_rs", "up": tag + "_up", "down": tag + "_down",
-            "silu": f"tp_mlp_silu_mul_{i // world}_bf16"}
+    return {"ag": tag + "_ag", "ag_silu": tag + "_ag_silu", "rs": tag + "_rs"}
 
 
 def shapes(only, world, ms):
@@ -65,8 +64,9 @@ def build(args):
     """Build every artifact (CPU machine), skipping existing ones; a fused kernel the shape does not
     fit is reported and its step runs non-fused."""
     os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
-    import axe.lang as Ax
-    from kernels import ag_gemm, gemm, gemm_rs, gemm_select, silu_mul
+    from kernels import ag_gemm, gemm_rs
+    failed = dist_bench.build_ops(args.out, [op for w in args.world for model, m in shapes(args.only, w, args.m)
+                                             for op in _ops(m, *MODELS[model], w)])
     for world in args.world:
         for model, m in shapes(args.only, world, args.m):
             h, i = MODELS[model]
@@ -74,12 +74,7 @@ def build(args):
             todo = {n["ag"]: lambda: ag_gemm.build(m, 2 * i, h, world, "bfloat16", "col", name=n["ag"]),
                     n["ag_silu"]: lambda: ag_gemm.build(m, 2 * i, h, world, "bfloat16", "col", name=n["ag_silu"],
                                                         act="silu_mul"),
-                    n["rs"]: lambda: gemm_rs.build(m, h, i, world, "bfloat16", "col", name=n["rs"]),
-                    n["up"]: lambda: gemm.build(m, 2 * i // world, h, "bfloat16", "col", name=n["up"],
-                                                **gemm_select.heuristic(m, 2 * i // world, h)),
-                    n["down"]: lambda: gemm.build(m, h, i // world, "bfloat16", "col", name=n["down"],
-                                                  **gemm_select.heuristic(m, h, i // world)),
-                    n["silu"]: lambda: Ax.compile_kernel(silu_mul.dynamic(i // world, "bfloat16"), "sm_90a")}
+                    n["rs"]: lambda: gemm_rs.build(m, h, i, world, "bfloat16", "col", name=n["rs"])}
             for name, make in todo.items():
                 path = os.path.join(args.out, name)
                 if os.path.exists(os.path.join(path, "launch.json")):
@@ -91,7 +86,14 @@ def build(args):
                 except ValueError as e:
                     print(f"refused {name}: {e}", flush=True)
     print(f"artifacts in {args.out}")
-    return 0
+    return 1 if failed else 0
+
+
+def _ops(m, h, i, world):
+    """The ``torch.ops.axe`` artifacts of the non-fused steps (:func:`dist_bench.build_ops`): the up
+    GEMM (M × 2i/w from M × h), SiLU·up, the down GEMM (M × h from M × i/w)."""
+    return [dist_bench.gemm_op(2 * i // world, h, m), ("silu_and_mul", {"d": i // world, "dtype": "bfloat16"}),
+            dist_bench.gemm_op(h, i // world, m)]
 
 
 def run_shape(args, model, M, rank, world, heap, group_name, setup_err):
@@ -99,7 +101,6 @@ def run_shape(args, model, M, rank, world, heap, group_name, setup_err):
     import torch
     import torch.distributed as dist
     import torch.nn.functional as F
-    from axe.runtime import load
     from axe.runtime.distributed import DistKernel
     h, i = MODELS[model]
     il, ml = i // world, M // world
@@ -145,31 +146,27 @@ def run_shape(args, model, M, rank, world, heap, group_name, setup_err):
     try:
         if setup_err.get("axe"):
             raise RuntimeError(setup_err["axe"])
-        silu, up, down = load(art["silu"]), load(art["up"]), load(art["down"])
+        ops = dist_bench.axe_ops(args.artifacts)
         fa = torch.empty(M, h, device="cuda", dtype=bf)
 
         def up_nccl():
             dist.all_gather_into_tensor(fa, x)
-            up(fa, wgu, hbuf)
+            return ops.gemm(fa, wgu, True)
 
-        def down_nccl(y):
-            down(abuf, wd, pbuf)
-            dist.reduce_scatter_tensor(y, pbuf)
+        def down_nccl(a, y):
+            dist.reduce_scatter_tensor(y, ops.gemm(a, wd, True))
         ag = DistKernel(art["ag"], heap) if built["ag"] else None
         rs = DistKernel(art["rs"], heap) if built["rs"] else None
         steps = {"ag": "fused" if ag else "nccl", "rs": "fused" if rs else "nccl"}
         ya, yn = torch.empty(ml, h, device="cuda", dtype=bf), torch.empty(ml, h, device="cuda", dtype=bf)
 
         def axe_mlp():
-            ag(x, wgu, hbuf) if ag else up_nccl()
-            silu(hbuf, abuf)
-            rs(abuf, wd, ya) if rs else down_nccl(ya)
+            a = ops.silu_and_mul((ag(x, wgu, hbuf), hbuf)[1] if ag else up_nccl())
+            rs(a, wd, ya) if rs else down_nccl(a, ya)
             return ya
 
         def axe_nccl_mlp():
-            up_nccl()
-            silu(hbuf, abuf)
-            down_nccl(yn)
+            down_nccl(ops.silu_and_mul(up_nccl()), yn)
             return yn
         sides["axe"] = (axe_mlp, ya, sync)
         if built["ag_silu"] and rs:
