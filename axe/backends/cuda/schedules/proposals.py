@@ -17,20 +17,13 @@ call, with it, actually dispatches to one of them.
 
 from __future__ import annotations
 
-from axe.layout.infer import atom_tilings, tma_rows
+from axe.layout.infer import atom_tilings
 from axe.schedules.infer import add_proposal
 
 from . import mma
 from .ldmatrix import ROWS, atom
+from .proposals_tma import tma_tiles
 from .wgmma import a_fragment, d_fragment
-
-SWIZZLES = (128, 64, 32)
-
-
-def _tma_tiles(shape, elem_bytes):
-    if len(shape) != 2:
-        return []
-    return [L for L in (tma_rows(shape, elem_bytes, sw) for sw in SWIZZLES) if L is not None]
 
 
 def _matrix(call, key, shape, elem_bytes, mem):
@@ -38,7 +31,7 @@ def _matrix(call, key, shape, elem_bytes, mem):
     if elem_bytes != 2 or len(shape) != 2:
         return []
     if mem == "shared":
-        return _tma_tiles(shape, elem_bytes)
+        return tma_tiles(shape, elem_bytes)
     if mem != "local" or call.scope.threads % 32:
         return []
     return atom_tilings(shape, atom("tx"), (ROWS, ROWS), call.scope.threads // 32)
@@ -55,7 +48,7 @@ def _wgmma(call, key, shape, elem_bytes, mem):
     if len(shape) != 2 or call.scope.kind != "warpgroup":
         return []
     if mem == "shared" and key in ("A", "B"):
-        return _tma_tiles(shape, elem_bytes)
+        return tma_tiles(shape, elem_bytes)
     if mem != "local":
         return []
     m, n = shape
@@ -92,4 +85,4 @@ add_proposal("gemm", "cuda", ("mma_sync",), _mma, _mma_label, priority=35)
 add_proposal("copy", "cuda", ("ldmatrix", "stmatrix"), _matrix, _matrix_label, priority=25)
 
 # the reduction's and tcgen05's proposals live beside this module; importing registers them
-from . import proposals_reduce  # noqa: E402,F401
+from . import proposals_reduce, proposals_tcgen05  # noqa: E402,F401
