@@ -11,7 +11,7 @@ allocated with the data-path layout, which is the accumulator tcgen05.mma writes
 from tvm.script import tirx as T
 
 import axe.lang as Ax
-from axe.backends.cuda.schedules.tcgen05 import ld_fragment
+from axe.backends.cuda.schedules.tcgen05 import d_layout, ld_fragment
 from axe.layout import S, Swizzle, SwizzledLayout
 from kernels.inferred.hand_gemm import inputs, reference  # the same C = A·Bᵀ, fp16 in, fp32 out
 
@@ -21,6 +21,8 @@ BM, BN, BK, THREADS = 128, 128, 64, 128
 #: the shared tiles: K-major rows of 64 fp16 (128 bytes) under TMA's 128-byte swizzle
 SMEM_A = SwizzledLayout(S[(BM, BK)], Swizzle(3, 3, 3))
 SMEM_B = SwizzledLayout(S[(BN, BK)], Swizzle(3, 3, 3))
+#: the accumulator in tensor memory: the data path (row i in lane i, column j in column j)
+TMEM = d_layout(BN, BM)
 #: the accumulator in registers: tcgen05.ld.32x32b.x128, thread t holding row t
 REGS = ld_fragment("32x32b", BN, BM)
 
@@ -41,8 +43,8 @@ def k_step(A, B, tiles, bars, m0, n0, kb, accumulate):
 
 
 def tiled_gemm(tiles, name, m, n, k):
-    """The ``m×n×k`` kernel around ``tiles(acc_t)``, which declares ``(As, Bs, acc_t, regs)`` beside
-    the TMEM accumulator ``acc_t``: the k-loop (the first k-block overwrites it), then the
+    """The ``m×n×k`` kernel around ``tiles()``, which declares ``(As, Bs, acc_t, acc)`` (acc_t the
+    TMEM accumulator): the k-loop (the first k-block overwrites it), then the
     accumulator read into registers and stored to C, and TMEM freed."""
     @Ax.kernel(name=name, reference=reference, inputs=lambda device="cuda": inputs(device, m, n, k),
                outputs=("C",), grid=(n // BN, m // BM), threads=THREADS)
@@ -55,7 +57,7 @@ def tiled_gemm(tiles, name, m, n, k):
             B = Ax.param(B_, tensormap=B_map)
             C = Ax.param(C_)
             bars = Ax.cuda.mbarrier(count=1, stages=3)
-            ts = tiles(Ax.cuda.tmem((BM, BN), "float32", name="acc_t"))
+            ts = tiles()
             k_step(A, B, ts, bars, by * BM, bx * BN, 0, False)
             for kb in T.serial(1, k // BK):
                 k_step(A, B, ts, bars, by * BM, bx * BN, kb, True)
@@ -67,9 +69,9 @@ def tiled_gemm(tiles, name, m, n, k):
     return kernel
 
 
-def _tiles(acc_t):
+def _tiles():
     return (Ax.shared((BM, BK), "float16", SMEM_A, name="As"), Ax.shared((BN, BK), "float16", SMEM_B, name="Bs"),
-            acc_t, Ax.registers((BM, BN), "float32", REGS, name="acc"))
+            Ax.cuda.tmem((BM, BN), "float32", TMEM, name="acc_t"), Ax.registers((BM, BN), "float32", REGS, name="acc"))
 
 
 def make(m, n, k):

@@ -9,9 +9,10 @@ import axe.lang as Ax
 from kernels.inferred.hand_tcgen05_gemm import BK, BM, BN, K, M, N, tiled_gemm
 
 
-def _tiles(acc_t):
+def _tiles():
+    # TMEM is allocated in its default layout, the data path (Ax.cuda.tmem takes no Ax.INFER yet)
     return (Ax.shared((BM, BK), "float16", Ax.INFER, name="As"), Ax.shared((BN, BK), "float16", Ax.INFER, name="Bs"),
-            acc_t, Ax.registers((BM, BN), "float32", name="acc"))
+            Ax.cuda.tmem((BM, BN), "float32", name="acc_t"), Ax.registers((BM, BN), "float32", name="acc"))
 
 
 def make(m, n, k):
