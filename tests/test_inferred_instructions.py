@@ -301,3 +301,137 @@ def test_the_inferred_register_a_gemm_is_its_hand_twin():
     a, b = Ax.compile_kernel(m.gemm_rs), Ax.compile_kernel(twin)
     assert _ptx_counts(a.ptx) == _ptx_counts(b.ptx)
     assert [r.chosen for r in a.records] == [r.chosen for r in b.records] == ["tma", "tma", "ldmatrix", "wgmma", "vector"]
+
+
+# --- property: random chains through mma.sync and reductions ---------------------------------------
+
+def _mma_chain(rng, i):
+    """A one-warp kernel: A (m×k) and Bᵀ (n×k) into open registers Ar, Br — straight from global or
+    through open shared tiles and ldmatrix (Br through its (N, K) view) — an open acc = Ar·Br by
+    mma.sync, then maybe a row sum of acc broadcast back, the result stored."""
+    m, n, k = rng.choice((16, 32)), rng.choice((8, 16, 32)), rng.choice((16, 32))
+    via_shared, reduce = rng.random() < 0.5, rng.random() < 0.5
+
+    @Ax.kernel(name=f"mma_chain{i}")
+    def kern():
+        @T.prim_func
+        def kern(A_: T.Buffer((m, k), "float16"), B_: T.Buffer((n, k), "float16"), C_: T.Buffer((m, n), "float32")):
+            _bx, _tx = Ax.launch(1, 32)
+            A, B, C = Ax.param(A_), Ax.param(B_), Ax.param(C_)
+            Ar = Ax.registers((m, k), "float16", name="Ar")
+            Br = Ax.registers((k, n), "float16", name="Br")
+            acc = Ax.registers((m, n), "float32", name="acc")
+            if via_shared:
+                As = Ax.shared((m, k), "float16", Ax.INFER, name="As")
+                Bs = Ax.shared((n, k), "float16", Ax.INFER, name="Bs")
+                Ax.copy(As, A)
+                Ax.copy(Bs, B)
+                Ax.sync()
+                Ax.copy(Ar, As)
+                Ax.copy(Ax.permute(Br, (1, 0)), Bs)
+            else:
+                Ax.copy(Ar, A)
+                Ax.copy(Ax.permute(Br, (1, 0)), B)
+            Ax.gemm(acc, Ar, Br, accumulate=False)
+            if reduce:
+                rs = Ax.registers((m, 1), "float32", name="rs")
+                Ax.reduce(rs, acc, "sum", dims=1)
+                Ax.elementwise(acc, lambda a, b: a - b, acc, rs)
+            Ax.copy(C, acc)
+        return kern
+    return kern
+
+
+def _reduce_chain(rng, i):
+    """x (rows×cols, fp16 or fp32) from global in a CTA of 1-8 warps, its row max broadcast back."""
+    rows, cols = rng.choice((1, 2, 4, 8, 16, 64)), rng.choice((16, 64, 256, 1024))
+    threads, dtype = rng.choice((32, 64, 128, 256)), rng.choice(("float16", "float32"))
+
+    def body(X, Y):
+        x = Ax.registers((rows, cols), dtype, name="x")
+        mx = Ax.registers((rows, 1), dtype, name="mx")
+        Ax.copy(x, X)
+        Ax.reduce(mx, x, "max", dims=1)
+        Ax.elementwise(x, lambda a, b: a - b, x, mx)
+        Ax.copy(Y, x)
+    return _kernel(f"reduce_chain{i}", body, (rows, cols), dtype, threads), (rows, cols), threads
+
+
+def _isa_c_lane(u):
+    """The lane the PTX ISA's m16n8 accumulator table gives element u (g = row mod 8, t = col mod 8 / 2)."""
+    return 4 * (u[0] % 8) + (u[1] % 8) // 2
+
+
+def _isa_a_lane(u):
+    return 4 * (u[0] % 8) + (u[1] % 8) // 2
+
+
+def _isa_b_lane(u):          # (k, n): g = n mod 8, t = k mod 8 / 2
+    return 4 * (u[1] % 8) + (u[0] % 8) // 2
+
+
+def _row_warps(L, shape):
+    """Brute force: the set of warps holding each row."""
+    out = {}
+    for u in all_indices(shape):
+        for c in L.map(u, shape):
+            out.setdefault(u[0], set()).add(c["tx"] // 32)
+    return out
+
+
+def test_random_chains_through_mma_sync_and_reductions_infer_what_they_claim():
+    """Brute force over random kernels: mma.sync fixes acc, Ar and Br as the ISA's fragments (each
+    element in the lane its table names) and the gemm dispatches to mma_sync; every elementwise
+    reads in place; a reduction runs on a CUDA schedule, with no shared memory wherever whole rows
+    can fill the warps — and then each row lies in one warp."""
+    import random
+
+    from axe.backends.cuda.schedules.proposals_reduce import row_reduction_layouts
+    from axe.layout.broadcast import broadcast_index
+    rng = random.Random(5)
+    lanes = {"acc": _isa_c_lane, "Ar": _isa_a_lane, "Br": _isa_b_lane}
+    for i in range(8):
+        fixed, ctx = _fixed(_mma_chain(rng, i))
+        assert [r.chosen for r in ctx.records if r.call.op == "gemm"] == ["mma_sync"]
+        for name, lane in lanes.items():
+            v = next(t for t in ctx.infer.tiles.values() if t.name == name)
+            assert fixed[name].rule.startswith("mma.sync"), fixed[name].describe()
+            for u in all_indices(v.shape):
+                (c,) = fixed[name].layout.map(u, v.shape)
+                assert c["tx"] == lane(u), (name, u, fixed[name].layout)
+        for rec in ctx.records:
+            if rec.call.op == "elementwise":
+                dst, *srcs = rec.call.operands.values()
+                n = tuple(dst.shape)
+                for s in srcs:
+                    assert all(_holders(dst.layout, n, u) <= _holders(s.layout, tuple(s.shape), broadcast_index(u, s.shape))
+                               for u in all_indices(n)), rec.format()
+            if rec.call.op == "reduce":
+                assert rec.chosen == "warp_shuffle", rec.format()
+    reduced = 0
+    for i in range(12):
+        k, shape, threads = _reduce_chain(rng, i)
+        try:
+            fixed, ctx = _fixed(k)
+        except Ax.KernelError as err:        # only where no candidate fits the shape
+            assert not row_reduction_layouts(shape, threads), err
+            continue
+        (rec,) = [r for r in ctx.records if r.call.op == "reduce"]
+        assert rec.chosen in ("warp_shuffle", "cta_smem", "in_thread"), rec.format()
+        rows_fit = shape[0] % max(1, threads // 32 * 32 // min(32, _runs(shape[1]))) == 0
+        if rows_fit:
+            assert rec.chosen != "cta_smem" or threads == 32, rec.format()
+            assert all(len(w) == 1 for w in _row_warps(fixed["x"].layout, shape).values())
+        reduced += 1
+    assert reduced >= 8
+
+
+def _runs(width):
+    """Runs of up to 8 elements a row splits into (the reduction proposal's run), as lanes per row."""
+    v = 8
+    while width % v:
+        v //= 2
+    lanes = 32
+    while (width // v) % lanes:
+        lanes //= 2
+    return lanes
