@@ -258,8 +258,8 @@ def summarize(row, ms):
     run (``axe_pick``, ``axe_pick_ms``), and the ratios against the peers and the bare GEMM; the
     exposed communication is the fused kernel's time minus axe's own GEMM's."""
     ax, nc, sm, ba, an, ag = (ms.get(s) for s in ("axe", "nccl", "symm_mem", "bare", "axe_nccl", "axe_gemm"))
-    fused = [(v, s) for s, v in ms.items() if s in ("axe", "axe_ce", "axe_bulk") and v]
-    if fused:           # the fused kernel: the faster of its variants (SM push, copy engine, bulk push)
+    fused = [(v, s) for s, v in ms.items() if s in ("axe", "axe_ce", "axe_bulk", "axe_regs") and v]
+    if fused:           # the fused kernel: the faster of its variants (SM push, copy engine, bulk push, adds)
         ax, row["axe_fused"] = min(fused)
     pick = min([(v, s) for v, s in fused] + ([(an, "axe_nccl")] if an else [])) if fused or an else None
     row["axe_pick"], row["axe_pick_ms"] = (pick[1], pick[0]) if pick else (None, None)

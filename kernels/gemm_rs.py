@@ -65,7 +65,7 @@ def reference(A_parts, B_parts, world, b_major="col"):
     return total.chunk(world)
 
 
-def parts(problem, cfg, world, rs_comm, rs_push):
+def parts(problem, cfg, world, rs_comm, rs_push, rs_add="chunks"):
     """``(scheduler, mainloop, epilogue)``: the owners' order, :func:`kernels.gemm.mainloop`'s sm_90a
     mainloop, the reduce-scatter epilogue over its chunked store; composed, so a configuration that
     cannot work (stream-K, CTA pairs, ping-pong) is refused naming the parts."""
@@ -76,13 +76,15 @@ def parts(problem, cfg, world, rs_comm, rs_push):
         sched = OwnerOrder(problem.M, problem.N, cfg.bm, cfg.bn, cfg.ctas, cfg.band, world, stack=cfg.cluster)
     store = ChunkedStore(main, sched, problem.dtype, cfg.epilogue or gemm.EPILOGUE["wgmma"], cfg.epilogue_bufs)
     epi = ReduceScatter(store, sched, problem.M, problem.K, problem.N, world, problem.b_major, problem.b_shape,
-                        rs_comm, rs_push)
+                        rs_comm, rs_push, rs_add)
     return compose(sched, main, epi)
 
 
-def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, rs_comm=True, rs_push="forward", **config):
+def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, rs_comm=True, rs_push="forward", rs_add="chunks",
+         **config):
     """The fused kernel (an :class:`axe.lang.Kernel`) for global M × N × K on ``world`` GPUs;
     ``config``: :class:`kernels.gemm.Config`'s keywords; ``rs_push``: ``"forward"`` or ``"bulk"``;
+    ``rs_add``: ``"chunks"`` or ``"registers"`` (how an owner adds the peers' partials: the epilogue's);
     ``rs_comm=False`` / ``"nowait"``: the measurement aids (wrong results: nothing exchanged, or
     pushed without the owners waiting)."""
     why = gemm_rs_fits(M, N, K, world)
@@ -93,10 +95,10 @@ def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, rs_comm=Tru
     cfg = gemm.Config.of(config, "gemm_rs")
     problem = Problem(m, N, k, dtype, b_major, a_shape=(world, m, k))
     try:
-        parts(problem, cfg, world, rs_comm, rs_push)
+        parts(problem, cfg, world, rs_comm, rs_push, rs_add)
     except CompositionError as err:
         raise ValueError(f"gemm_rs: {err}") from None
-    return gemm.mesh_kernel("gemm_rs", name, world, problem, cfg, lambda: parts(problem, cfg, world, rs_comm, rs_push),
+    return gemm.mesh_kernel("gemm_rs", name, world, problem, cfg, lambda: parts(problem, cfg, world, rs_comm, rs_push, rs_add),
                             "the reduce-scatter epilogue", gemm.gpu_sizes(None, N, K))
 
 

@@ -172,6 +172,23 @@ def test_gemm_rs_bulk_push_variant():
     assert pushes and all(r.chosen == "bulk" and "memory of GPU" in r.plan for r in pushes)
 
 
+def test_gemm_rs_register_add_variant():
+    """rs_add="registers": an owner reads each peer's partial half-tile from its staging straight
+    into the output registers (no bulk load of a partial into shared memory), then stores the sum
+    with TMA; the pushes are the default's.  A name other than chunks/registers is refused."""
+    from kernels import gemm_rs
+    _, ctx = Ax.build_func(gemm_rs.make(2 * 1024, 1024, 2 * 512, 2, rs_add="registers", name="gemm_rs_regs_test"))
+    recs = ctx.records
+    reads = [r for r in recs if r.call.op == "copy" and r.call.operands["src"].name.startswith("P_")]
+    assert reads and all(r.call.operands["dst"].mem == "local" and r.call.scope.threads == 128 for r in reads)
+    assert not [r for r in reads if r.chosen == "bulk"]
+    pushes = [r for r in recs if r.call.op == "copy" and r.call.operands["dst"].name == "P_"]
+    assert pushes and all(r.chosen == "vector" for r in pushes)
+    assert [r for r in recs if r.chosen == "tma_store" and r.call.operands["dst"].name == "C_"]
+    with pytest.raises(ValueError, match="add must be 'chunks' or 'registers'"):
+        gemm_rs.make(2 * 1024, 1024, 2 * 512, 2, rs_add="shared")
+
+
 def test_gemm_rs_refuses_unequal_shards():
     from kernels import gemm_rs
     with pytest.raises(ValueError, match="multiples of world"):

@@ -8,8 +8,12 @@ scattered by owner), with the owners' order of :mod:`kernels.parts.schedulers.ow
   ``push="bulk"`` lets the consumers' bulk copies write into the owner's memory directly (the
   transfer then sits on the consumers' path);
 - a tile the rank owns (computed last) waits for every peer's signal (bounded by the mesh timeout),
-  bulk-loads each peer's partial chunk into the free chunk buffer, ``ldmatrix``-es it into the
-  accumulator's fragment layout, adds in fp32 and stores the sum with TMA.
+  adds each peer's partial in fp32 and stores the sum with TMA.  ``add="chunks"`` (default)
+  bulk-loads each partial chunk into the free chunk buffer and ``ldmatrix``-es it into the
+  accumulator's fragment layout, one chunk after another (each chunk's load latency in turn);
+  ``add="registers"`` loads the warpgroup's whole half-tile of a peer's partial from the staging
+  straight into the output registers (the fragment layout, every load in flight at once: one
+  latency per peer) before the tile's cast and store.
 
 A peer tile is signalled one tile late — after the warpgroup's next main loop — so its copies have
 long crossed NVLink and waiting for their completion costs nothing.  Law: every owner receives from
@@ -50,12 +54,14 @@ class ReduceScatter:
 
     hands_over = False
 
-    def __init__(self, inner, sched, M, K, N, world, b_major, b_shape, comm=True, push="forward"):
+    def __init__(self, inner, sched, M, K, N, world, b_major, b_shape, comm=True, push="forward", add="chunks"):
         if push not in ("forward", "bulk"):
             raise ValueError(f"gemm_rs: push must be 'forward' or 'bulk', got {push!r}")
+        if add not in ("chunks", "registers"):
+            raise ValueError(f"gemm_rs: add must be 'chunks' or 'registers', got {add!r}")
         self.inner, self.sched = inner, sched
         self.M, self.K, self.N, self.world, self.b_major, self.b_shape = M, K, N, world, b_major, b_shape
-        self.comm, self.push = comm, push
+        self.comm, self.push, self.add = comm, push, add
         self.name = f"reduce-scatter ({push})"
         bm, bn = inner.main.bm, inner.main.bn
         self.p_shape = (world, sched.m_tiles * bm, sched.n_tiles * bn)     # staging: one padded slot per source
@@ -213,6 +219,14 @@ class ReduceScatter:
                 Ax.cuda.named_barrier(1 + wg, 128)
                 Ax.cuda.fence_gpu()
                 row = j * inner.main.bm + wg * HALF
+                if self.add == "registers":
+                    bn = inner.main.bn
+                    for s in range(1, world):
+                        at = (me + s) % world * rows + row
+                        Ax.copy(out, Pl[at:at + HALF, n_blk * bn:(n_blk + 1) * bn])
+                        Ax.elementwise(acc, lambda a, q: a + T.cast(q, "float32"), acc, out)
+                    tile(acc, out, pool, C, wg, leader, j, n_blk)
+                    return
 
                 def add_partials(c, Cw, n0):
                     """Each peer's partial of chunk c: one bulk load of its image into the free chunk
