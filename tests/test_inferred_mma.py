@@ -231,6 +231,27 @@ def test_a_four_warp_cta_gets_no_mma_fragment():
         Ax.build_func(_kernel("mma_cta", body, (16, 16)))
 
 
+def test_each_warp_of_a_cta_gets_its_own_fragments():
+    """Ax.each_warp() in a 128-thread CTA: every warp's gemm is mma.sync's, its tiles take the
+    fragments (tx within the warp), and the cast's result follows the accumulator."""
+    def body(A, B):
+        with Ax.each_warp():
+            a = Ax.registers((16, 16), "float16", name="a")
+            b = Ax.registers((16, 16), "float16", name="b")
+            c = Ax.registers((16, 16), "float32", name="c")
+            o = Ax.registers((16, 16), "float16", name="o")
+            Ax.copy(a, A)
+            Ax.copy(Ax.permute(b, (1, 0)), B)
+            Ax.gemm(c, a, b, accumulate=False)
+            Ax.cast(o, c)
+            Ax.copy(B, o)
+    fixed, ctx = _fixed(_kernel("mma_each_warp", body, (16, 16)))
+    assert fixed["c"].layout == fixed["o"].layout == tile(S[(1, 2)], (1, 2), c_fragment("tx"), (16, 8))
+    assert fixed["a"].layout == tile(S[(1, 1)], (1, 1), a_fragment("tx"), (16, 16))
+    assert fixed["b"].layout == tile(S[(1, 2)], (1, 2), b_fragment("tx"), (16, 8))
+    assert "mma_sync" in [r.chosen for r in ctx.records]
+
+
 def test_the_inferred_kernel_also_builds_for_sm100a_with_mma_sync():
     """On sm_100a (tcgen05 needs a TMEM accumulator) the register gemm is still mma.sync's and
     ptxas accepts the kernel."""

@@ -9,10 +9,13 @@ call, with it, actually dispatches to one of them.
 - **mma.sync** (``gemm`` in one warp, 16-bit): the accumulator as ``C ⊗ c_fragment``, register A
   as ``C ⊗ a_fragment`` and register B (K × N) as ``C ⊗ b_fragment`` of m16n8k16, C on registers
   (rows of fragments first: the one tiling :func:`~axe.layout.infer.atom_tilings` gives one warp),
-  lanes named ``tx`` (a one-warp CTA) or ``lane`` (a warp of a larger scope).
+  lanes on ``tx`` (a one-warp CTA, or each warp of ``Ax.each_warp()`` on its own tiles).
 - **ldmatrix / stmatrix** (``copy`` between shared memory and registers, 16-bit): registers as
   ``C ⊗ ldmatrix_atom`` over the scope's warps (row bands first), the shared tile as TMA writes it
   (widest swizzle first: each 8-row group's 16-byte rows fall in distinct banks, conflict-free).
+
+Beside this module: :mod:`.proposals_reduce` (warp and CTA reductions), :mod:`.proposals_tcgen05`
+(sm_100a: tcgen05.mma, tcgen05.ld/st/cp), :mod:`.proposals_tma` (the shared tiles TMA writes).
 """
 
 from __future__ import annotations
@@ -71,7 +74,7 @@ def _mma(call, key, shape, elem_bytes, mem):
     if len(shape) != 2 or mem != "local" or call.scope.threads != 32:
         return []
     frag, fshape = {"C": (mma.c_fragment, (16, 8)), "A": (mma.a_fragment, (16, 16)), "B": (mma.b_fragment, (16, 8))}[key]
-    return [L for lane in ("tx", "lane") for L in atom_tilings(shape, frag(lane), fshape, 1)]
+    return atom_tilings(shape, frag("tx"), fshape, 1)
 
 
 def _mma_label(plan, key):
@@ -84,5 +87,5 @@ add_proposal("gemm", "cuda", ("wgmma",), _wgmma, _wgmma_label, priority=40)
 add_proposal("gemm", "cuda", ("mma_sync",), _mma, _mma_label, priority=35)
 add_proposal("copy", "cuda", ("ldmatrix", "stmatrix"), _matrix, _matrix_label, priority=25)
 
-# the reduction's and tcgen05's proposals live beside this module; importing registers them
+# the reductions' and tcgen05's proposals register on import (the backend imports this module)
 from . import proposals_reduce, proposals_tcgen05  # noqa: E402,F401
