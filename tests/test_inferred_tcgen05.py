@@ -43,7 +43,7 @@ def _fixed(k, target="sm_100a"):
 
 def test_the_inferred_tiles_are_the_hand_twins_and_name_their_instruction():
     fixed, _ = _fixed(inferred.gemm)
-    assert {k: f.layout for k, f in fixed.items()} == {"As": hand.SMEM_A, "Bs": hand.SMEM_B, "acc": hand.REGS}
+    assert {k: f.layout for k, f in fixed.items()} == {"As": hand.SMEM_A, "Bs": hand.SMEM_B, "acc": tc.ld_fragment("32x32b", hand.BN, hand.BM)}
     assert fixed["As"].rule == f"{MMA} A K-major 128-byte swizzle descriptor"
     assert fixed["Bs"].rule == f"{MMA} B K-major 128-byte swizzle descriptor"
     assert fixed["acc"].rule == "tcgen05.ld.sync.aligned.32x32b.x128.b32 fragment"

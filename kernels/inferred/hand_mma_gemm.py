@@ -9,8 +9,7 @@ The layouts are written out here; the inferred twin declares none and gets these
 from tvm.script import tirx as T
 
 import axe.lang as Ax
-from axe.backends.cuda.schedules.mma import a_fragment, b_fragment, c_fragment
-from axe.layout import S, Swizzle, SwizzledLayout, tile
+from axe.layout import S, Swizzle, SwizzledLayout, tx
 from kernels.inferred.hand_gemm import inputs, reference  # the same C = A·Bᵀ, fp16 in, fp32 out
 
 M, N, K = 256, 256, 256           # the sizes of ``gemm``; ``make(m, n, k)`` builds others
@@ -19,10 +18,12 @@ BM, BN, BK, THREADS = 32, 32, 32, 32
 #: the shared tiles: rows of 32 fp16 (64 bytes) under the 64-byte swizzle (ldmatrix's 8 rows of an
 #: atom fall in distinct banks)
 SMEM = SwizzledLayout(S[(BM, BK)], Swizzle(2, 3, 3))
-#: the register tiles: C ⊗ fragment, C row-major over the fragments (all in the warp's registers)
-REG_A = tile(S[(BM // 16, BK // 16)], (BM // 16, BK // 16), a_fragment("tx"), (16, 16))
-REG_B = tile(S[(BK // 16, BN // 8)], (BK // 16, BN // 8), b_fragment("tx"), (16, 8))
-ACC = tile(S[(BM // 16, BN // 8)], (BM // 16, BN // 8), c_fragment("tx"), (16, 8))
+#: the register tiles: the m16n8k16 fragments (PTX ISA: lane 4g + t holds rows g and g + 8, columns
+#: 2t, 2t + 1 (+ 8 for A's second half) of each), the fragments row-major in the warp's registers:
+#: A 2×2 fragments of 16×16 (8 registers each), B (K × N) 2×4 of 16×8 and C 2×4 of 16×8 (4 each)
+REG_A = S[(2, 2, 8, 2, 2, 4, 2):(16, 2, 4 @ tx, 8, 4, 1 @ tx, 1)]
+REG_B = S[(2, 2, 4, 2, 4, 8):(16, 2, 1 @ tx, 1, 4, 4 @ tx)]
+ACC = S[(2, 2, 8, 4, 4, 2):(16, 2, 4 @ tx, 4, 1 @ tx, 1)]
 
 
 def k_step(A, B, tiles, m0, n0, kb, accumulate):

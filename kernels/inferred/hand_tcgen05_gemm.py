@@ -11,8 +11,8 @@ allocated with the data-path layout, which is the accumulator tcgen05.mma writes
 from tvm.script import tirx as T
 
 import axe.lang as Ax
-from axe.backends.cuda.schedules.tcgen05 import d_layout, ld_fragment
 from axe.layout import S, Swizzle, SwizzledLayout
+from axe.layout.coord import TCol, TLane
 from kernels.inferred.hand_gemm import inputs, reference  # the same C = A·Bᵀ, fp16 in, fp32 out
 
 M, N, K = 256, 256, 512           # the sizes of ``gemm``; ``make(m, n, k)`` builds others
@@ -22,9 +22,7 @@ BM, BN, BK, THREADS = 128, 128, 64, 128
 SMEM_A = SwizzledLayout(S[(BM, BK)], Swizzle(3, 3, 3))
 SMEM_B = SwizzledLayout(S[(BN, BK)], Swizzle(3, 3, 3))
 #: the accumulator in tensor memory: the data path (row i in lane i, column j in column j)
-TMEM = d_layout(BN, BM)
-#: the accumulator in registers: tcgen05.ld.32x32b.x128, thread t holding row t
-REGS = ld_fragment("32x32b", BN, BM)
+TMEM = S[(BM, BN):(1 @ TLane, 1 @ TCol)]
 
 
 def k_step(A, B, tiles, bars, m0, n0, kb, accumulate):
@@ -71,7 +69,9 @@ def tiled_gemm(tiles, name, m, n, k):
 
 def _tiles():
     return (Ax.shared((BM, BK), "float16", SMEM_A, name="As"), Ax.shared((BN, BK), "float16", SMEM_B, name="Bs"),
-            Ax.cuda.tmem((BM, BN), "float32", TMEM, name="acc_t"), Ax.registers((BM, BN), "float32", REGS, name="acc"))
+            Ax.cuda.tmem((BM, BN), "float32", TMEM, name="acc_t"),
+            # the accumulator in registers as tcgen05.ld.32x32b.x128 loads it: thread t holds row t
+            Ax.registers((BM, BN), "float32", Ax.cuda.tcgen05_fragment("32x32b", BN, BM), name="acc"))
 
 
 def make(m, n, k):
