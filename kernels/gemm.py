@@ -115,10 +115,11 @@ def gpu_sizes(M, N, K, bn=BN, bk=BK):
     return None
 
 
-def make(M, N, K, dtype="float16", b_major="row", name=None, max_rows=None, **config):
+def make(M, N, K, dtype="float16", b_major="row", name=None, max_rows=None, programmatic=False, **config):
     """The GEMM kernel (an :class:`axe.lang.Kernel`) for static sizes (``M=None``: a runtime M, see
     :func:`make_dynamic`, at most ``max_rows``); ``config``: :class:`Config`'s keywords.  A configuration
-    the GPU form cannot compose is refused here; one a target lacks, when building for it (``TargetError``)."""
+    the GPU form cannot compose is refused here; one a target lacks, when building for it (``TargetError``).
+    ``programmatic``: the GPU form is launched programmatically (:mod:`kernels.parts.warp_specialized`)."""
     cfg = Config.of(config)
     dyn = M is None
     if max_rows is not None and not (dyn and 1 <= max_rows <= MAX_BOUND):
@@ -163,7 +164,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, max_rows=None, **co
         if gen == "tcgen05" and smem > SMEM_LIMIT:
             raise Ax.TargetError(f"gemm on sm_100a: {cfg.stages} stages and {epi.bufs} x {epi.rows}x{epi.epilogue} "
                                  f"epilogue buffers per warpgroup (and the fused operands' slices) need {smem // 1024} KiB of shared memory, more than 227 KiB")
-        return kernel(problem, sched, main, epi, cfg.sms)
+        return kernel(problem, sched, main, epi, cfg.sms, programmatic)
 
     return Ax.Kernel(name or f"gemm_{dtype}_{b_major}", factory, reference=reference, outputs=("C",),
                      meta={"M": None if dyn else M, "N": N, "K": K, "dtype": dtype, "b_major": b_major,
@@ -210,8 +211,9 @@ def make_dynamic(N, K, dtype="float16", b_major="row", name=None, max_rows=None,
     persistent grid ``min(sms, tiles)``, A's and C's TMA maps encoded from the tensors.  ``max_rows``
     (at most 128: one block-row) instead schedules statically for that many rows — so split-K,
     stream-K and CTA pairs work — and the runtime refuses a launch with more.  ``kw``: :func:`make`'s
-    options (without ``max_rows``: not stream_k, split_k or cluster)."""
-    return make(None, N, K, dtype, b_major, name or f"gemm_dyn_{dtype}_{b_major}", max_rows, **kw)
+    options (without ``max_rows``: not stream_k, split_k or cluster).  Launched programmatically
+    (the serving ops' GEMM: its launch and set-up overlap the kernel before it in the stream)."""
+    return make(None, N, K, dtype, b_major, name or f"gemm_dyn_{dtype}_{b_major}", max_rows, programmatic=True, **kw)
 
 
 def build_dynamic(N, K, dtype="float16", b_major="row", name=None, target="sm_90a", max_rows=None, **kw):

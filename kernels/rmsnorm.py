@@ -15,6 +15,10 @@ Three builds share the row's body (:func:`_normalize_row`):
   ``fused_add_rms_norm``): ``r = x + r`` is stored back over ``r``, ``x`` is overwritten with
   ``rmsnorm(r)``.  ``axe.torch.ops.fused_add_rmsnorm`` calls it.
 
+The dynamic builds serve ``torch.ops.axe`` between other kernels of a layer: they are launched
+programmatically (:func:`after_predecessor`), so their launch and scheduling overlap the tail of
+the kernel before them in the stream.
+
 A row of any multiple of 8 values is held as in :func:`row_tile`: the register tile is the
 row padded to whole 16-byte chunks of every thread, the padding filled with a neutral value
 (0 here, -inf for softmax) and never stored; the row moves in at most two copies, the chunks
@@ -122,9 +126,21 @@ def row_params(n: int, dtype: str, threads: int = THREADS, **handles):
     from tvm.script.ir_builder import IRBuilder
     M = IRBuilder.name("M", T.int32())     # named as TVMScript names an assignment's target
     bufs = [IRBuilder.name(name, T.match_buffer(h, (M, n), dtype, align=16)) for name, h in handles.items()]
+    Ax.cuda.programmatic_launch()
     bx, _ = Ax.launch([M], threads)
+    after_predecessor()
     return [Ax.param(T.decl_buffer((1, n), dtype, data=b.data, elem_offset=bx * n), name=name.rstrip("_"))
             for b, name in zip(bufs, handles)]
+
+
+def after_predecessor():
+    """Call at a programmatic kernel's top, after ``Ax.launch`` and before its first access of
+    global memory: the kernel was launched programmatically (``Ax.cuda.programmatic_launch``), so
+    it may run before its predecessor in the stream has finished; every thread waits here for that
+    kernel to complete (``griddepcontrol.wait``), and then lets the next kernel launch at once (its
+    own wait still holds it until this whole grid has completed)."""
+    Ax.cuda.grid_wait()
+    Ax.cuda.launch_dependents()
 
 
 def check_dtype(kernel: str, dtype: str):

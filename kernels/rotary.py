@@ -17,7 +17,8 @@ holds 16 bytes of a head (NeoX: 8 values of each half; GPT-J: 4 pairs) and the m
 of the cos and sin row — a register tile replicated over the heads a pass covers, loaded once
 per token — and a CTA covers ``128 / threads-per-head`` heads a pass; every pass's loads are
 issued before any rotation.  A short last pass (heads not a multiple of a pass) is a predicated
-slice of the pass tile.  ``axe.torch.ops.rotary_embedding`` calls it.
+slice of the pass tile.  ``axe.torch.ops.rotary_embedding`` calls it, launched programmatically
+(:func:`kernels.rmsnorm.after_predecessor`: the positions are read after the wait too).
 """
 
 from tvm.script import tirx as T
@@ -25,7 +26,7 @@ from tvm.script.ir_builder import tirx as IRB
 
 import axe.lang as Ax
 from axe.layout import R, S, tx
-from kernels.rmsnorm import VEC, check_dtype
+from kernels.rmsnorm import VEC, after_predecessor, check_dtype
 
 THREADS = 128
 HEAD_SIZES = (64, 128, 256)
@@ -110,7 +111,9 @@ def dynamic(head_size: int = 128, q_heads: int = 32, kv_heads: int = 8, is_neox:
     name = f"rotary_{'neox' if is_neox else 'gptj'}_dyn"
 
     def body(P_, Q_, K_, C_, M):
+        Ax.cuda.programmatic_launch()
         bx, _ = Ax.launch([M], THREADS)
+        after_predecessor()
         pos = Ax.computed_once(T.Cast("int32", P_[bx]))
         C = Ax.param(T.decl_buffer((1, head_size), dtype, data=C_.data, elem_offset=pos * head_size), name="C")
         cos = Ax.registers((1, half), dtype, plan.cs, name="cos")

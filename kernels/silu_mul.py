@@ -10,13 +10,14 @@ of row ``m`` — 128 threads, each moving :data:`PER` 16-byte chunks of the gate
 and of the result — so that a decode step's few rows still spread over many SMs.  Where ``d``
 is not a multiple of :data:`BLOCK`, the last column block is its own branch, held as
 :func:`kernels.rmsnorm.row_tile` holds a short row (every thread's chunks, then a predicated
-tail).  ``axe.torch.ops.silu_and_mul`` calls it.
+tail).  ``axe.torch.ops.silu_and_mul`` calls it, launched programmatically
+(:func:`kernels.rmsnorm.after_predecessor`).
 """
 
 from tvm.script import tirx as T
 
 import axe.lang as Ax
-from kernels.rmsnorm import VEC, check_dtype, load_row, row_tile, store_row
+from kernels.rmsnorm import VEC, after_predecessor, check_dtype, load_row, row_tile, store_row
 
 THREADS = 128
 PER = 2                                   # 16-byte chunks per thread and operand
@@ -78,7 +79,9 @@ def dynamic(d: int, dtype: str = "bfloat16"):
             M = T.int32()
             X_ = T.match_buffer(x_, (M, 2 * d), dtype, align=16)
             Y_ = T.match_buffer(y_, (M, d), dtype, align=16)
+            Ax.cuda.programmatic_launch()
             (row, col), _ = Ax.launch([M, blocks], THREADS)     # rows on x: gridDim.y stops at 65535
+            after_predecessor()
             Xrow = Ax.param(T.decl_buffer((1, 2 * d), dtype, data=X_.data, elem_offset=row * (2 * d)), name="X")
             Yrow = Ax.param(T.decl_buffer((1, d), dtype, data=Y_.data, elem_offset=row * d), name="Y")
             _columns(Xrow, Yrow, col, d, dtype)

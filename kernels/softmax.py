@@ -8,7 +8,8 @@ for 16-byte stores.
 Two builds share the row's body (:func:`_softmax_row`): ``softmax`` (module level, the static
 ``ROWS x N`` fp16 example that ``axe demo`` and ``tests/test_kernels.py`` build) and
 :func:`dynamic` ``(n, dtype)``, one artifact for every number of rows ``M`` (grid ``M``) and
-any row length ``n`` that is a multiple of 8, which ``axe.torch.ops.softmax`` calls.  A row is
+any row length ``n`` that is a multiple of 8, which ``axe.torch.ops.softmax`` calls (launched
+programmatically by :func:`kernels.rmsnorm.row_params`).  A row is
 held as :func:`kernels.rmsnorm.row_tile` says; its padding holds -inf, which is never the
 maximum of a row with a finite value and whose exponential adds 0 to the sum.
 

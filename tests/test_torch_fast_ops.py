@@ -15,7 +15,10 @@ The laws:
   and a call on another stream is refused, launched by the Python plan, and re-recorded;
 - a new signature, a misaligned view, a wrong dtype, ``x is residual`` take the checked path with
   today's errors; ``FAST_PATH = False`` and ``clear_plans()`` govern the compiled table;
-- ``AXE_FAST_OPS=0`` or a failed build leave the Python path, and :func:`launcher` says why.
+- ``AXE_FAST_OPS=0`` or a failed build leave the Python path, and :func:`launcher` says why;
+- a kernel built programmatic launches from C++ through ``cuLaunchKernelEx`` with programmatic
+  stream serialization (its configuration laid out as cuda.h lays it out), a plain one through
+  ``cuLaunchKernel``, and ``AXE_PROGRAMMATIC_LAUNCH=0`` switches the attribute off per call.
 """
 
 import ctypes
@@ -30,6 +33,7 @@ import torch
 
 from axe.torch import fast_ops, ops
 from axe.runtime.plan import LaunchPlan
+from test_build import LaunchDriver, _Struct
 from test_torch_plans import GEMM_SIZES, RecordingDriver, _kernel, _ptr, _Stand, cpu_launches, gemm_launch, rows_launch  # noqa: F401 - a fixture
 
 PATH = ops.launcher()
@@ -40,6 +44,20 @@ _T = {"kind": "tensor", "strides": None, "alignment": 16}
 _LAUNCH = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, *[ctypes.c_uint] * 7, ctypes.c_void_p, ctypes.c_void_p,
                            ctypes.c_void_p)
 _REPLACE = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p)
+_LAUNCH_EX = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+#: CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION (cuda.h; checked there where it is installed)
+PROGRAMMATIC = 6
+
+
+class LaunchAttribute(ctypes.Structure):
+    """cuda.h's ``CUlaunchAttribute``: the id, padding, the 64-byte value (its first int read)."""
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("value", ctypes.c_int), ("rest", ctypes.c_char * 60)]
+
+
+class LaunchConfig(ctypes.Structure):
+    """cuda.h's ``CUlaunchConfig``."""
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("smem", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(LaunchAttribute)), ("num_attrs", ctypes.c_uint)]
 
 
 def _sig(name, args, params, grid=("M", 1, 1), block=(256, 1, 1), smem=0):
@@ -94,7 +112,7 @@ class Launches:
     """The recording drivers of the stand-ins, and the C++ launches (through the same drivers)."""
 
     def __init__(self, drivers):
-        self.drivers, self.by_func, self.replaced = drivers, {}, []
+        self.drivers, self.by_func, self.replaced, self.ex = drivers, {}, [], []
 
     def __getitem__(self, name):
         return self.drivers[name].launches
@@ -103,6 +121,13 @@ class Launches:
         """``cuLaunchKernel`` as the library calls it: recorded by the driver of the kernel whose
         function ``f`` is (each stand-in driver hands out its own function handle)."""
         return self.by_func[f].cuLaunchKernel(f, gx, gy, gz, bx, by, bz, smem, stream or 0, params, extra)[0]
+
+    def launch_ex(self, config, f, params, extra):
+        """``cuLaunchKernelEx`` as the library calls it: its attributes ``(id, value)`` recorded in
+        :attr:`ex`, the launch recorded by the kernel's driver as :meth:`launch` records it."""
+        c = LaunchConfig.from_address(config)
+        self.ex.append(tuple((c.attrs[i].id, c.attrs[i].value) for i in range(c.num_attrs)))
+        return self.by_func[f].cuLaunchKernel(f, *c.grid, *c.block, c.smem, c.stream or 0, params, extra)[0]
 
     def replace(self, tmap, ptr):
         """``cuTensorMapReplaceAddress`` as the stand-in drivers do it (the address is the map's
@@ -123,8 +148,8 @@ def stands(cpu_launches, monkeypatch):
         d.cuModuleGetFunction = lambda module, name, f=100 + i: (0, f)
         launches.by_func[100 + i] = d
         monkeypatch.setitem(ops.KERNELS, name, _Stand(make, ref, spec, d))
-    cb, replace = _LAUNCH(launches.launch), _REPLACE(launches.replace)
-    ops._LAUNCHER.set_launch(ctypes.cast(cb, ctypes.c_void_p).value, ctypes.cast(replace, ctypes.c_void_p).value)
+    cb, replace, ex = _LAUNCH(launches.launch), _REPLACE(launches.replace), _LAUNCH_EX(launches.launch_ex)
+    ops._LAUNCHER.set_launch(*(ctypes.cast(f, ctypes.c_void_p).value for f in (cb, replace, ex)))
     try:
         yield launches
     finally:
@@ -533,3 +558,97 @@ def test_gemm_threads_move_maps_without_mixing(gemm_stand):
     assert counts()["launched"] == c0["launched"] + 100
     seen = [(v[5][0][:8], v[5][2][:8]) for v in gemm_stand["gemm_nt"][n:]]
     assert sorted(seen) == sorted((_ptr(x), _ptr(c)) for x, cs in zip(xs, outs) for c in cs)
+
+
+# --- programmatic dependent launch ------------------------------------------------------------
+
+class ProgrammaticDriver(RecordingDriver):
+    """A recording driver that also launches through ``cuLaunchKernelEx`` (the Python plan of a
+    programmatic kernel), recording its attributes in :attr:`ex`."""
+
+    CUlaunchAttributeID = LaunchDriver.CUlaunchAttributeID
+    CUlaunchConfig = CUlaunchAttribute = _Struct
+
+    def __init__(self, sizes):
+        super().__init__(sizes)
+        self.ex = []
+
+    @staticmethod
+    def CUstream(handle):
+        return handle
+
+    def cuModuleGetFunction(self, module, name):
+        return 0, 300
+
+    def cuLaunchKernelEx(self, cfg, f, params, extra):
+        self.ex.append(tuple((a.id, a.value.programmaticStreamSerializationAllowed) for a in cfg.attrs))
+        return self.cuLaunchKernel(f, cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ, cfg.blockDimX, cfg.blockDimY,
+                                   cfg.blockDimZ, cfg.sharedMemBytes, cfg.hStream, params, extra)
+
+
+@pytest.fixture
+def programmatic_softmax(stands, monkeypatch):
+    """``axe::softmax``'s stand-in marked programmatic in its launch.json (the other ops' are not)."""
+    d = stands.drivers["softmax"] = ProgrammaticDriver([8, 8, 4])
+    stands.by_func[300] = d
+    monkeypatch.setitem(ops.KERNELS, "softmax", _Stand(lambda n, dtype: dict(softmax_launch(n, dtype), programmatic=True),
+                                                       "kernels.softmax:dynamic", ops.spec_rows, d))
+    return stands
+
+
+@built
+def test_a_programmatic_plan_launches_with_the_attribute_and_a_plain_one_without(programmatic_softmax, monkeypatch):
+    """The second call of a programmatic kernel's signature launches from C++ through
+    cuLaunchKernelEx with programmatic stream serialization allowed, and launches what the Python
+    plan launches; a plain kernel's goes through cuLaunchKernel.  AXE_PROGRAMMATIC_LAUNCH=0 (read
+    at each call) launches the same plan plainly, without a check; set again, with the attribute."""
+    launches = programmatic_softmax
+    monkeypatch.delenv("AXE_PROGRAMMATIC_LAUNCH", raising=False)
+    x = torch.randn(2, 5, 64, dtype=torch.bfloat16)
+    first, second, y = _calls("softmax", (x,))
+    assert second["launched"] == first["launched"] + 1 and second["checked"] == first["checked"]
+    assert launches.drivers["softmax"].ex == [(("programmatic", 1),)]        # the checked call's Python plan
+    assert launches.ex == [((PROGRAMMATIC, 1),)]
+    got = launches["softmax"][-1]
+    assert got[5] == (_ptr(x), _ptr(y), struct.pack("<i", 10))
+    assert got == _python_plan_launch(launches, "softmax", "softmax", ops._sig(x), (x.data_ptr(), y.data_ptr()))
+    xs = torch.randn(3, 64, dtype=torch.bfloat16)
+    _calls("silu_and_mul", (xs,))
+    assert len(launches.ex) == 1 and len(launches["silu_and_mul"]) == 2          # plain: cuLaunchKernel
+    c, n = counts(), len(launches["softmax"])
+    monkeypatch.setenv("AXE_PROGRAMMATIC_LAUNCH", "0")
+    y = torch.ops.axe.softmax(x)
+    assert counts()["launched"] == c["launched"] + 1 and counts()["checked"] == c["checked"]
+    assert len(launches.ex) == 1 and len(launches["softmax"]) == n + 1 and launches["softmax"][-1][5][1] == _ptr(y)
+    monkeypatch.setenv("AXE_PROGRAMMATIC_LAUNCH", "1")
+    torch.ops.axe.softmax(x)
+    assert launches.ex[1:] == [((PROGRAMMATIC, 1),)] and counts()["checked"] == c["checked"]
+
+
+LAYOUT = r"""
+#include <cuda.h>
+#include <stddef.h>
+#include <stdio.h>
+int main() {
+  printf("%zu %zu %zu %zu %zu %zu %zu %d\n", sizeof(CUlaunchConfig), offsetof(CUlaunchConfig, sharedMemBytes),
+         offsetof(CUlaunchConfig, hStream), offsetof(CUlaunchConfig, attrs), offsetof(CUlaunchConfig, numAttrs),
+         sizeof(CUlaunchAttribute), offsetof(CUlaunchAttribute, value),
+         (int)CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION);
+}
+"""
+
+
+def test_the_launch_structures_are_laid_out_as_cuda_h_says(tmp_path):
+    """The mirror this module reads the library's cuLaunchKernelEx configuration through has
+    cuda.h's offsets and sizes, and the attribute's id is cuda.h's (the library's own mirror is
+    pinned by a static_assert on the same sizes and read back through this one above)."""
+    header = os.path.join(os.environ.get("CUDA_PATH", "/usr/local/cuda"), "include")
+    cxx = fast_ops.shutil.which(os.environ.get("CXX") or "c++")
+    if cxx is None or not os.path.isfile(os.path.join(header, "cuda.h")):
+        pytest.skip("no C++ compiler or no cuda.h here")
+    (tmp_path / "layout.cpp").write_text(LAYOUT)
+    subprocess.run([cxx, f"-I{header}", str(tmp_path / "layout.cpp"), "-o", str(tmp_path / "layout")], check=True)
+    got = [int(v) for v in subprocess.run([str(tmp_path / "layout")], capture_output=True, text=True, check=True).stdout.split()]
+    assert got == [ctypes.sizeof(LaunchConfig), LaunchConfig.smem.offset, LaunchConfig.stream.offset,
+                   LaunchConfig.attrs.offset, LaunchConfig.num_attrs.offset, ctypes.sizeof(LaunchAttribute),
+                   LaunchAttribute.value.offset, PROGRAMMATIC]

@@ -38,7 +38,7 @@ from .driver import LaunchError, check_result
 __all__ = ["LaunchPlan", "Fields"]
 
 #: what :meth:`LaunchPlan.fields` exports (see there)
-Fields = collections.namedtuple("Fields", "func grid block smem params scalars maps scratch stream keep")
+Fields = collections.namedtuple("Fields", "func grid block smem params scalars maps scratch stream keep programmatic")
 
 
 class _Map:
@@ -91,8 +91,9 @@ class LaunchPlan:
                 pack.array[i] = base + 8 * position[p["arg"]]
         self._device = None
         self._stream = current_stream
-        #: the launch configuration (clusters, programmatic serialization), which :meth:`fields` refuses
+        #: the launch configuration (clusters, programmatic serialization)
         self.cfg = cfg
+        self.cluster = bool(bound.cluster)
         self.maps = []
         if self.empty:          # nothing to launch: no function to load, no map of zero rows to encode
             return
@@ -126,15 +127,19 @@ class LaunchPlan:
         bytes and those maps (each with the address of its slot's tensor:
         ``cuTensorMapReplaceAddress``) into a parameter array and launching ``func`` with this
         grid, block and shared memory on ``stream`` is exactly what :meth:`__call__` launches
-        there.  None for a plan that needs more: a launch configuration (clusters, programmatic
-        serialization) or a cooperative launch."""
+        there — with programmatic stream serialization (``cuLaunchKernelEx``) where ``programmatic``
+        (the kernel's ``launch.json`` marks it; whether to use the attribute is
+        :func:`~axe.runtime.launcher.programmatic_launch_enabled`'s call, at each launch).  None for a
+        plan that needs more: a cluster shape or a cooperative launch."""
         launch = self.kernel.launch
-        if self.cfg is not None or launch.get("cooperative"):
+        if self.cluster or launch.get("cooperative"):
             return None
+        programmatic = bool(launch.get("programmatic"))
         if stream is None:
             stream = self._stream(self.index)
         if self.empty:          # launches nothing: no parameter to write
-            return Fields(0, tuple(self.grid), tuple(self.block), int(self.smem), [], b"", [], [], int(stream), ())
+            return Fields(0, tuple(self.grid), tuple(self.block), int(self.smem), [], b"", [], [], int(stream), (),
+                          programmatic)
         n = len(self.slots)
         position = {name: i for i, (name, _) in enumerate(self.slots)}
         maps = {m.index: j for j, m in enumerate(self.maps)}
@@ -156,7 +161,7 @@ class LaunchPlan:
         with self.lock:         # __call__ rewrites a map under it
             exported = [(m.position, ctypes.string_at(int(m.tmap.getPtr()), 128), m.ptr) for m in self.maps]
         return Fields(int(self.func), tuple(self.grid), tuple(self.block), int(self.smem), params, scalars, exported, scratch,
-                      int(stream), tensors)
+                      int(stream), tensors, programmatic)
 
     def _launcher(self, d, cfg):
         """``launch(stream, array, 0) -> result``: the driver call with everything but the stream

@@ -5,7 +5,8 @@ The library registers one boxed C++ kernel as an op's CPU and CUDA kernel.  A ca
 signature (every tensor's dtype, shape, strides and device; the scalars) it has a plan for, and
 whose data pointers are aligned as the plan demands, allocates the outputs, points the plan's
 tensor maps at their tensors and calls ``cuLaunchKernel`` on torch's current stream without
-entering Python (a plan with scratch only on the stream whose scratch set it holds); any other call runs the
+entering Python (``cuLaunchKernelEx`` with programmatic stream serialization for a kernel built
+programmatic, unless ``AXE_PROGRAMMATIC_LAUNCH=0`` when the call is made) (a plan with scratch only on the stream whose scratch set it holds); any other call runs the
 op's checked Python implementation (registered as ``axe_checked::<op>``, same schema), which hands
 its plan over (:meth:`Launcher.submit`) after checking.  ``axe.torch.ops`` decides which ops go
 through it and reports the path in force (:func:`axe.torch.ops.launcher`).
@@ -111,7 +112,7 @@ class Launcher:
         lib.axe_fast_submit.argtypes = [ctypes.c_char_p, ctypes.POINTER(_I64), _I64, ctypes.c_char_p, _I64]
         lib.axe_fast_enable.argtypes = [ctypes.c_int]
         lib.axe_fast_set_limit.argtypes = [_I64]
-        lib.axe_fast_set_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+        lib.axe_fast_set_launch.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
         lib.axe_fast_counts.argtypes = [ctypes.POINTER(_I64)]
         self._pending = ctypes.c_int.in_dll(lib, "axe_fast_pending_calls")
         #: the scratch sets of the plans handed over (by id), alive while the table may hold their
@@ -155,11 +156,12 @@ class Launcher:
         self._lib.axe_fast_clear()
         self._kept.clear()
 
-    def set_launch(self, address: int | None, replace: int | None = None):
+    def set_launch(self, address: int | None, replace: int | None = None, launch_ex: int | None = None):
         """Launch through the function at ``address`` (``cuLaunchKernel``'s C signature: a test's
-        stand-in) and move tensor maps through the one at ``replace``
-        (``cuTensorMapReplaceAddress``'s) instead of libcuda's; None: libcuda's again."""
-        self._lib.axe_fast_set_launch(address, replace)
+        stand-in) and, for programmatic plans, the one at ``launch_ex`` (``cuLaunchKernelEx``'s), and
+        move tensor maps through the one at ``replace`` (``cuTensorMapReplaceAddress``'s) instead of
+        libcuda's; None: libcuda's again."""
+        self._lib.axe_fast_set_launch(address, replace, launch_ex)
 
     def counts(self) -> dict:
         """``{"launched": calls launched by the library, "checked": calls sent to the checked
@@ -194,7 +196,7 @@ def record(plan, sources, outputs=(), distinct=()) -> tuple[list, bytes, tuple] 
         raise ValueError(f"{plan.name}: {len(sources)} sources and {len(f.scratch)} scratch for the kernel's "
                          f"{len(plan.slots)} tensor arguments")
     sources = [*sources, *((FIXED, 1) for _ in f.scratch)]
-    words = [f.func, *f.grid, *f.block, f.smem, len(f.params), len(sources), *f.params]
+    words = [f.func, *f.grid, *f.block, f.smem, int(f.programmatic), len(f.params), len(sources), *f.params]
     for (src, align), (_, kernel_align) in zip(sources, plan.slots):
         words += [src, max(align, kernel_align)]
     words.append(len(outputs))

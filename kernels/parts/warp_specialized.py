@@ -11,6 +11,12 @@ scheduler's remaining pieces (stream-K) run with the epilogue's hand-over.
 Law: the producer and the consumers walk the same tiles in the same order (both read the
 scheduler), so pipeline iteration ``it · k_iters + kb`` is k-block kb of the CTA's tile ``it`` on
 both sides; a scheduler's pieces continue that count.
+
+``programmatic`` (a one-GPU build's opt-in; default off, so the mesh kernels' TIR does not change):
+the kernel is launched programmatically (:func:`axe.lang.cuda.programmatic_launch`).  Its set-up
+(the ring's barriers, the mainloop's own) overlaps the previous kernel's tail; every thread then
+waits for that kernel (``griddepcontrol.wait``) before anything reads an operand or the scratch or
+writes an output, and the producer lets the next kernel launch once its last load is issued.
 """
 
 from tvm.script import tirx as T
@@ -28,9 +34,10 @@ def role_registers(producer):
     return producer, min(CONSUMER_REGS, (65536 // 128 - producer) // 2 // 8 * 8)
 
 
-def kernel(problem, sched, main, epi, sms):
+def kernel(problem, sched, main, epi, sms, programmatic=False):
     """The ``tvm.tirx`` PrimFunc of ``problem`` (a :class:`~kernels.parts.Problem`) composed of the
-    scheduler ``sched``, the mainloop ``main`` and the epilogue ``epi`` on ``sms`` persistent CTAs.
+    scheduler ``sched``, the mainloop ``main`` and the epilogue ``epi`` on ``sms`` persistent CTAs
+    (``programmatic``: launched programmatically, see the module docstring).
     The signature declares every composition's parameters; those the epilogue does not use
     (``epi.unused_params``) leave it."""
     M, N, dtype, k_iters = problem.M, problem.N, problem.dtype, main.k_iters
@@ -52,6 +59,8 @@ def kernel(problem, sched, main, epi, sms):
              err: T.Buffer((8,), "int32"), rank_: T.int32, epoch: T.int32, timeout_ns: T.int64,
              Q_: T.Buffer(p_shape, dtype), W_: T.Buffer(sched.workspace, "float32"), F_: T.Buffer(sched.flags(sms), "int32")):
         Ax.cuda.min_blocks_per_sm(1)
+        if programmatic:
+            Ax.cuda.programmatic_launch()
         if cluster == 1:      # a runtime M: no more CTAs than tiles (the grid is an expression of M)
             bx, tx = Ax.launch(sched.launch_grid(sms), THREADS)
             cid, rank = bx, 0
@@ -69,6 +78,8 @@ def kernel(problem, sched, main, epi, sms):
         pool = Ax.cuda.dynamic_shared(main.smem + epi.smem, dtype)
         pipe = main.pipeline()
         main.setup()
+        if programmatic:    # the set-up above overlaps the previous kernel; its outputs are read below
+            Ax.cuda.grid_wait()
         with Ax.cuda.role(0, 1, regs=producer_regs):
             with Ax.warps(0, 1):
                 for it in T.serial(sched.trips(sched.count(cid))):
@@ -78,6 +89,8 @@ def kernel(problem, sched, main, epi, sms):
                         main.load(pool, pipe, X, Y, it * k_iters + kb, m_blk, n_blk, kb, rank, sched, dist.mesh)
                 sched.produce_rest(cid, lambda i, m_blk, n_blk, kb: main.load(pool, pipe, X, Y, i, m_blk, n_blk, kb, rank,
                                                                               sched))
+                if programmatic:    # every load is issued: the next kernel may launch while the last tiles finish
+                    Ax.cuda.launch_dependents()
             epi.producer_warps(dist)
             main.producer_warps(pool, pipe, sched, cid, rank)
         with Ax.cuda.role(1, 3, regs=consumer_regs, each=True):

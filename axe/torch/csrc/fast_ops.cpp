@@ -8,6 +8,11 @@
 //   distinct): allocate the outputs, write the pointers into a parameter array on the stack,
 //   point the plan's tensor maps at their tensors (cuTensorMapReplaceAddress, where one moved),
 //   one cuLaunchKernel on torch's current stream of the tensors' device; the GIL is never taken.
+//   A kernel built programmatic (Ax.cuda.programmatic_launch: it waits for its predecessor
+//   itself) is launched with cuLaunchKernelEx and programmatic stream serialization, so it may
+//   start before the kernel before it ends (a graph captures that as a programmatic edge) -
+//   unless AXE_PROGRAMMATIC_LAUNCH=0 when the call is made (read per call, as the Python path
+//   reads it per plan: a benchmark flips it between timings);
 //   A plan with scratch (split-K partials, stream-K flags) holds the scratch set of the stream it
 //   was made on: a call on another stream, or while that stream captures a graph (the Python
 //   path keeps a captured set for the process), is refused;
@@ -23,8 +28,9 @@
 //
 // Python reaches the table through the extern "C" functions at the end (ctypes): no pybind11,
 // no libpython, no libtorch_python, no libcuda or libc10_cuda at link time (the driver's
-// cuLaunchKernel, cuTensorMapReplaceAddress and cuStreamIsCapturing are dlsym'd at first use; the
-// stream comes through c10's device guard interface).
+// cuLaunchKernel, cuLaunchKernelEx, cuTensorMapReplaceAddress and cuStreamIsCapturing are dlsym'd
+// at first use, cuLaunchKernelEx's structures mirrored below; the stream comes through c10's device
+// guard interface).
 
 #include <dlfcn.h>
 
@@ -35,6 +41,7 @@
 #include <torch/library.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -50,6 +57,27 @@ namespace {
 using LaunchFn = int (*)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
                          void**);
 using ReplaceFn = int (*)(void* map, void* address);           // cuTensorMapReplaceAddress
+
+// cuda.h's CUlaunchAttribute (an id, padding to 8 bytes, a 64-byte value union) and CUlaunchConfig,
+// as far as a programmatic launch fills them (tests/test_torch_fast_ops.py checks the layout
+// against cuda.h where the toolkit is installed).
+struct LaunchAttribute {
+  int id;
+  char pad[4];
+  union {
+    char bytes[64];
+    int programmatic_stream_serialization_allowed;
+  } value;
+};
+struct LaunchConfig {
+  unsigned grid[3], block[3], smem;
+  void* stream;
+  LaunchAttribute* attrs;
+  unsigned num_attrs;
+};
+static_assert(sizeof(LaunchAttribute) == 72 && sizeof(LaunchConfig) == 56, "cuda.h's launch structures");
+constexpr int kProgrammaticStreamSerialization = 6;  // CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+using LaunchExFn = int (*)(const LaunchConfig* config, void* f, void** params, void** extra);  // cuLaunchKernelEx
 using CapturingFn = int (*)(void* stream, int* status);        // cuStreamIsCapturing
 
 // A call signature, flattened: per argument a tag, then what the op's checks depend on.
@@ -81,6 +109,7 @@ constexpr int64_t kFixedWord = -(int64_t{1} << 40);  // how a record says so
 struct Plan {
   void* func = nullptr;
   unsigned grid[3] = {0, 0, 0}, block[3] = {0, 0, 0}, smem = 0;
+  bool programmatic = false;     // the kernel waits for its predecessor itself (griddepcontrol.wait)
   std::vector<char> scalars;     // the scalar parameters' bytes
   // per kernel parameter: >= 0 its offset in scalars; -(slot + 1) for slot < S; -(S + 1 + j): map j
   std::vector<int64_t> params;
@@ -115,6 +144,7 @@ std::vector<std::unique_ptr<Op>> ops;    // by op id; only appended to (ids stay
 std::atomic<bool> enabled{true};
 std::atomic<int64_t> plan_limit{1024};
 std::atomic<LaunchFn> launch_override{nullptr};
+std::atomic<LaunchExFn> launch_ex_override{nullptr};
 std::atomic<ReplaceFn> replace_override{nullptr};
 std::atomic<int64_t> hits{0}, misses{0}, refused{0};
 thread_local std::string last_error;
@@ -157,6 +187,19 @@ LaunchFn driver_launch() {
   if (fn) return fn;
   static LaunchFn found = reinterpret_cast<LaunchFn>(driver_symbol("cuLaunchKernel"));
   return found;
+}
+
+LaunchExFn driver_launch_ex() {
+  LaunchExFn fn = launch_ex_override.load(std::memory_order_acquire);
+  if (fn) return fn;
+  static LaunchExFn found = reinterpret_cast<LaunchExFn>(driver_symbol("cuLaunchKernelEx"));
+  return found;
+}
+
+// axe.runtime.launcher.programmatic_launch_enabled's switch: anything but AXE_PROGRAMMATIC_LAUNCH=0.
+bool programmatic_enabled() {
+  const char* v = std::getenv("AXE_PROGRAMMATIC_LAUNCH");
+  return !(v && std::strcmp(v, "0") == 0);
 }
 
 ReplaceFn driver_replace() {
@@ -255,12 +298,18 @@ bool launch(const Plan& p, torch::jit::Stack* stack, size_t n) {
     if (args[a].toTensor().data_ptr() == args[b].toTensor().data_ptr()) return false;
   if (!first) return false;
   const c10::Device device = first->device();
+  const bool programmatic = p.programmatic && programmatic_enabled();
+  const char* launcher = programmatic ? "cuLaunchKernelEx" : "cuLaunchKernel";
   LaunchFn fn = nullptr;
+  LaunchExFn fn_ex = nullptr;
   void* stream = nullptr;  // a CPU tensor (a test's stand-in driver): stream 0
   std::optional<DeviceSwitch> on;
   if (!p.empty()) {
-    fn = driver_launch();
-    if (!fn) return refuse("libcuda.so.1 or its cuLaunchKernel is not found");
+    if (programmatic)
+      fn_ex = driver_launch_ex();
+    else
+      fn = driver_launch();
+    if (!fn && !fn_ex) return refuse(std::string("libcuda.so.1 or its ") + launcher + " is not found");
     if (device.is_cuda()) {
       const auto* impl = c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA);
       on.emplace(impl, device);  // the function belongs to that device's context
@@ -304,11 +353,21 @@ bool launch(const Plan& p, torch::jit::Stack* stack, size_t n) {
       if (r != 0) return refuse("cuTensorMapReplaceAddress returned " + std::to_string(r));
       p.map_ptrs[j] = ptr;
     }
-    int result = fn(p.func, p.grid[0], p.grid[1], p.grid[2], p.block[0], p.block[1], p.block[2], p.smem, stream,
-                    params, nullptr);
+    int result;
+    if (programmatic) {
+      LaunchAttribute attr{};
+      attr.id = kProgrammaticStreamSerialization;
+      attr.value.programmatic_stream_serialization_allowed = 1;
+      const LaunchConfig config{{p.grid[0], p.grid[1], p.grid[2]}, {p.block[0], p.block[1], p.block[2]}, p.smem,
+                                stream, &attr, 1};
+      result = fn_ex(&config, p.func, params, nullptr);
+    } else {
+      result = fn(p.func, p.grid[0], p.grid[1], p.grid[2], p.block[0], p.block[1], p.block[2], p.smem, stream, params,
+                  nullptr);
+    }
     // refused (no context on this thread, an earlier kernel's fault...): nothing was launched,
     // and the checked path launches again and reports the error in words
-    if (result != 0) return refuse("cuLaunchKernel returned " + std::to_string(result));
+    if (result != 0) return refuse(std::string(launcher) + " returned " + std::to_string(result));
   }
   torch::jit::drop(*stack, n);
   for (at::Tensor& t : outs) torch::jit::push(*stack, std::move(t));
@@ -381,6 +440,8 @@ std::shared_ptr<Plan> parse(const int64_t* rec, int64_t n, const char* bytes, in
     if (!next(v) || v < 0 || v > UINT32_MAX) return nullptr;
     *d = static_cast<unsigned>(v);
   }
+  if (!next(v) || (v != 0 && v != 1)) return nullptr;
+  p->programmatic = v != 0;
   if (!next(count) || count < 0 || static_cast<size_t>(count) > kMaxParams) return nullptr;
   if (!next(v)) return nullptr;  // the slot count, read first so that parameters can be checked against it
   const int64_t slots = v;
@@ -489,8 +550,8 @@ int axe_fast_register(const char* name, const char* checked_ns) {
 
 // Hands the checked implementation's plan of the call now checked on this thread (op `name`) to
 // the table.  The record `rec` (int64 words):
-//   func, grid x y z, block x y z, dynamic shared memory,
-//   P, S, then
+//   func, grid x y z, block x y z, dynamic shared memory, programmatic (1: the kernel waits for
+//     its predecessor itself; 0), P, S, then
 //   P words: per kernel parameter its offset in `bytes` (>= 0), -(slot + 1), or -(S + 1 + j) for
 //     tensor map j,
 //   S pairs: per slot (the kernel's tensor arguments, in its signature's order) its source - an
@@ -543,10 +604,12 @@ const char* axe_fast_refusal() {
   return copy.c_str();
 }
 
-// Launch through `fn` (cuLaunchKernel's signature) and move tensor maps through `replace`
-// (cuTensorMapReplaceAddress's) instead of libcuda's; nullptr: libcuda's again.
-void axe_fast_set_launch(void* fn, void* replace) {
+// Launch through `fn` (cuLaunchKernel's signature) and `fn_ex` (cuLaunchKernelEx's: programmatic
+// plans) and move tensor maps through `replace` (cuTensorMapReplaceAddress's) instead of libcuda's;
+// nullptr: libcuda's again.
+void axe_fast_set_launch(void* fn, void* replace, void* fn_ex) {
   launch_override.store(reinterpret_cast<LaunchFn>(fn));
+  launch_ex_override.store(reinterpret_cast<LaunchExFn>(fn_ex));
   replace_override.store(reinterpret_cast<ReplaceFn>(replace));
 }
 
