@@ -79,6 +79,12 @@ KERNELS = {
     "pipelined_gemm": ("8192x8192x8192 bf16, B row-major, 128x256x64, 4 stages",
                        ("kernels.gemm", "make", PIPELINED, {}), ("kernels.inferred.pipelined_gemm", "make", PIPELINED, {}),
                        HAND_VIEWS, OPEN_VIEWS),
+    # a literal copy of kernels/inferred/mma_gemm.py's BENCH (that module imports TVM; this run has none)
+    "mma_gemm": ("4096x4096x4096 fp16 -> fp32, mma.sync",
+                 ("kernels.inferred.hand_mma_gemm", "make", (4096, 4096, 4096), {}),
+                 ("kernels.inferred.mma_gemm", "make", (4096, 4096, 4096), {}),
+                 ["SMEM", "REG_A", "REG_B", "ACC", "k_step", "tiled_gemm", "_tiles", "make"],
+                 ["kernels.inferred.hand_mma_gemm:k_step", "kernels.inferred.hand_mma_gemm:tiled_gemm", "_tiles", "make"]),
 }
 
 
@@ -138,7 +144,7 @@ def _setup(torch, kernel, k):
         w = torch.randn(1, n, device="cuda", dtype=torch.float16)
         ref = torch.nn.functional.rms_norm(x.float(), (n,), w.view(-1).float(), 1e-6)
         return (lambda: k(x, w, y)), (lambda: ((y.float() - ref).norm() / ref.norm()).item() < 2e-3)
-    if kernel == "gemm":
+    if kernel in ("gemm", "mma_gemm"):
         m, kk = args["A"]["shape"]
         n = args["B"]["shape"][0]
         a = torch.randn(m, kk, device="cuda", dtype=torch.float16)

@@ -204,8 +204,10 @@ def _random_chain(rng, i):
     """A kernel: x (registers, open or declared) from global, through a shared tile s (open or
     declared plain; written from x or loaded from global) into an open y (through s's transposed
     view when square), z = y + x, a row sum of z broadcast back (only where z's rows can stay in
-    one warp: no rule weighs a reduce yet, and a row spread over warps has no reduce schedule that
-    keeps the other dim on threads), the result stored directly or through an open shared tile."""
+    one warp: z's layout is fixed before the reduce by the chain's copies, and a row spread over
+    warps has no reduce schedule that keeps the other dim on threads; the reduction rule's own
+    random chains are in ``test_random_chains_through_mma_sync_and_reductions_infer_what_they_claim``),
+    the result stored directly or through an open shared tile."""
     from axe.layout.infer import vector_layout
     rows, cols = rng.choice((16, 32, 64)), rng.choice((16, 32, 64))
     threads = rng.choice((32, 64, 128))

@@ -29,6 +29,7 @@ import kernels.inferred.tcgen05_gemm as inferred  # noqa: E402
 import tcgen05_model as TM  # noqa: E402
 from axe.backends.cuda.schedules import proposals_tcgen05 as pt  # noqa: E402
 from axe.backends.cuda.schedules import tcgen05 as tc  # noqa: E402
+from axe.backends.cuda.tmem import default_layout  # noqa: E402
 from axe.backends.cuda.schedules.proposals_tma import tma_tiles  # noqa: E402
 from tcgen05_readback import ld_tile  # noqa: E402
 from test_tcgen05 import B_AT, SM100, _desc, _smem_image  # noqa: E402
@@ -43,7 +44,10 @@ def _fixed(k, target="sm_100a"):
 
 def test_the_inferred_tiles_are_the_hand_twins_and_name_their_instruction():
     fixed, _ = _fixed(inferred.gemm)
-    assert {k: f.layout for k, f in fixed.items()} == {"As": hand.SMEM_A, "Bs": hand.SMEM_B, "acc": tc.ld_fragment("32x32b", hand.BN, hand.BM)}
+    assert {k: f.layout for k, f in fixed.items()} == {"As": hand.SMEM_A, "Bs": hand.SMEM_B,
+                                                      "acc_t": default_layout((hand.BM, hand.BN)),
+                                                      "acc": tc.ld_fragment("32x32b", hand.BN, hand.BM)}
+    assert MMA in fixed["acc_t"].rule                      # the accumulator's layout: what the MMA writes
     assert fixed["As"].rule == f"{MMA} A K-major 128-byte swizzle descriptor"
     assert fixed["Bs"].rule == f"{MMA} B K-major 128-byte swizzle descriptor"
     assert fixed["acc"].rule == "tcgen05.ld.sync.aligned.32x32b.x128.b32 fragment"
@@ -103,13 +107,19 @@ def test_explain_names_tcgen05_for_each_layout():
 
 def test_on_sm90a_tcgen05_proposes_in_vain():
     """The same proposals on sm_90a: dispatch never chooses tcgen05, so no tile takes its
-    descriptors' swizzle, and the one-thread gemm on a TMEM accumulator has no schedule there."""
+    descriptors' swizzle and nothing fixes the TMEM accumulator: the refusal names it.  With the
+    accumulator's layout written out, the one-thread gemm on TMEM has no schedule there, and the
+    refusal says why tcgen05 declined."""
     with pytest.raises(Ax.KernelError) as err:
         _fixed(inferred.gemm, "sm_90a")
     msg = str(err.value)
+    assert "acc_t[128, 128] (tmem): no operator fixes its layout" in msg
+    assert str(hand.SMEM_A) not in msg
+    with pytest.raises(Ax.KernelError) as err:
+        _fixed(hand.gemm, "sm_90a")
+    msg = str(err.value)
     assert "no schedule fits gemm on sm_90a" in msg
     assert "tcgen05        declined: tcgen05 exists only on sm_100a-family targets" in msg
-    assert str(hand.SMEM_A) not in msg
 
 
 @pytest.mark.parametrize("shape", [(128, 64), (128, 256), (256, 128)])

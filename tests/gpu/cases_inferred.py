@@ -41,6 +41,9 @@ GEMM_SCHEDULES = ["tma", "tma", "wgmma", "tma", "tma", "wgmma", "vector"]
 #: then stmatrix + TMA store per 128-column chunk
 PIPELINED = {"row": (1000, 1496, 776, "bfloat16", "row"), "col": (1000, 1496, 776, "bfloat16", "col")}
 PIPELINED_SCHEDULES = ["tma", "tma"] + ["wgmma"] * 3 + ["per_thread"] + ["stmatrix", "tma_store"] * 2
+#: the mma.sync twins (kernels/inferred/mma_gemm.py): per k-step A and B by cp.async, ldmatrix into
+#: the fragments, mma_sync; the accumulator stored with 16-byte vectors
+MMA_SCHEDULES = ["cp_async", "cp_async", "ldmatrix", "ldmatrix", "mma_sync"] * 2 + ["vector"]
 
 #: artifact → (module, attribute, args of a factory or None, size constants, schedules dispatch must choose)
 CASES = {
@@ -58,6 +61,8 @@ CASES = {
     "inferred_pipelined_gemm": ("kernels.inferred.pipelined_gemm", "make", PIPELINED["row"], {}, PIPELINED_SCHEDULES),
     "inferred_pipelined_gemm_col": ("kernels.inferred.pipelined_gemm", "make", PIPELINED["col"], {}, PIPELINED_SCHEDULES),
     "inferred_pipelined_gemm_hand": ("kernels.gemm", "make", PIPELINED["row"], {}, PIPELINED_SCHEDULES),
+    "inferred_mma_gemm": ("kernels.inferred.mma_gemm", "make", (512, 512, 512), {}, MMA_SCHEDULES),
+    "inferred_mma_gemm_hand": ("kernels.inferred.hand_mma_gemm", "make", (512, 512, 512), {}, MMA_SCHEDULES),
 }
 
 
@@ -105,6 +110,8 @@ CHECKS = {
     "inferred_rotary": _serving.check_rotary,
     "inferred_gemm": check_gemm,
     "inferred_gemm_hand": check_gemm,
+    "inferred_mma_gemm": check_gemm,
+    "inferred_mma_gemm_hand": check_gemm,
     "inferred_gemm_rs": _gemm_ops.check_bk,      # its twin wgmma_rs_bk's check
     "inferred_pipelined_gemm": _gemm._check,     # the production GEMM's check (B's layout from the name)
     "inferred_pipelined_gemm_col": _gemm._check,

@@ -105,16 +105,24 @@ def _sync_threads():
 
 def alloc(scope, shape, dtype="float32", layout=None, cta_group: int = 1, name: str = "tmem", warp: int = 0,
           last: bool = True):
-    """Allocate a TMEM tensor of ``shape`` and ``layout`` (default :func:`default_layout`) in the
+    """Allocate a TMEM tensor of ``shape`` and ``layout`` (default :func:`default_layout`;
+    ``Ax.INFER``: the one layout inference gives it from the tcgen05 calls that touch it) in the
     CTA ``scope``: warp ``warp`` allocates :func:`columns_for` columns (``last``: then gives up the
     CTA's permit to allocate more, so a co-resident CTA's allocation need not wait), the CTA
     synchronises.  Returns the tensor (memory ``"tmem"``)."""
     from tvm.script import tirx as T
     from tvm.script.ir_builder import tirx as IRB
-    from axe.ops.tensor import Tensor, register_tensor
+    from axe.ops.tensor import Tensor
     from axe.layout import parse
+    from axe.schedules.infer import INFER, open_tile, register_open
     shape = tuple(int(s) for s in shape)
-    L = default_layout(shape) if layout is None else (parse(layout) if isinstance(layout, str) else layout)
+    record = None
+    if isinstance(layout, str) and layout == INFER:       # inferred: the data path until it is fixed
+        L, record = open_tile(shape, dtype, "tmem", name)
+        if record is not None:
+            L = default_layout(shape)
+    else:
+        L = default_layout(shape) if layout is None else (parse(layout) if isinstance(layout, str) else layout)
     why = check_layout(L, shape, dtype)
     if why:
         raise ValueError(f"tmem {name}: {why}")
@@ -131,7 +139,7 @@ def alloc(scope, shape, dtype="float32", layout=None, cta_group: int = 1, name: 
     _sync_threads()
     t = Tensor(slot, L, shape, str(dtype), "tmem", name=name)
     object.__setattr__(t, "_tmem", (ncols, cta_group))   # frozen dataclass: the allocation's size
-    return register_tensor(t)
+    return register_open(t, record)
 
 
 def allocation(t):
