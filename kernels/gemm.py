@@ -27,7 +27,7 @@ import math
 
 import axe.lang as Ax
 from kernels.gemm_config import (BK, BM, BN, MAX_BOUND, EPILOGUE, FUSED_EPILOGUE, GROUP, HALF, SMS, STAGES,  # noqa: F401
-                                  TILE_N, Config)
+                                  PROGRAMMATIC_ROWS, TILE_N, Config)
 from kernels.parts import CompositionError, Problem, compose
 from kernels.parts.epilogues.elementwise import Elementwise
 from kernels.parts.epilogues.handover import Handover, SplitKHandover
@@ -211,9 +211,12 @@ def make_dynamic(N, K, dtype="float16", b_major="row", name=None, max_rows=None,
     persistent grid ``min(sms, tiles)``, A's and C's TMA maps encoded from the tensors.  ``max_rows``
     (at most 128: one block-row) instead schedules statically for that many rows — so split-K,
     stream-K and CTA pairs work — and the runtime refuses a launch with more.  ``kw``: :func:`make`'s
-    options (without ``max_rows``: not stream_k, split_k or cluster).  Launched programmatically
-    (the serving ops' GEMM: its launch and set-up overlap the kernel before it in the stream)."""
-    return make(None, N, K, dtype, b_major, name or f"gemm_dyn_{dtype}_{b_major}", max_rows, programmatic=True, **kw)
+    options (without ``max_rows``: not stream_k, split_k or cluster).  A decode bucket's kernel
+    (``max_rows`` at most :data:`~kernels.gemm_config.PROGRAMMATIC_ROWS`) is launched
+    programmatically: its launch and set-up overlap the kernel before it in the stream."""
+    programmatic = max_rows is not None and max_rows <= PROGRAMMATIC_ROWS
+    return make(None, N, K, dtype, b_major, name or f"gemm_dyn_{dtype}_{b_major}", max_rows,
+                programmatic=programmatic, **kw)
 
 
 def build_dynamic(N, K, dtype="float16", b_major="row", name=None, target="sm_90a", max_rows=None, **kw):

@@ -70,15 +70,19 @@ SERVING = {
     "softmax": lambda: softmax.dynamic(1000, "float16"),
 }
 
-#: make_dynamic's configurations as torch.ops.axe.gemm builds them (kernels.gemm_select): the
-#: persistent run-time M tile, its 128-wide and ping-pong candidates, a decode bucket's transposed
-#: tile and plain tile cut in K, a middle bucket cut in K
+#: make_dynamic's decode configurations as torch.ops.axe.gemm builds them (kernels.gemm_select): a
+#: decode bucket's transposed tile and plain tile cut in K, and the unsplit plain tile; these are
+#: launched programmatically (max_rows <= kernels.gemm_config.PROGRAMMATIC_ROWS)
 GEMMS = {
+    "decode_swapped_split": dict(max_rows=16, tile_m=16, tile_n=128, split_k=2),
+    "decode_split": dict(max_rows=128, tile_n=128, split_k=2),
+    "decode_whole": dict(max_rows=64, tile_n=128),
+}
+#: the larger buckets' configurations, launched plainly (measured slower programmatically at 2048 rows)
+PLAIN_GEMMS = {
     "persistent": dict(),
     "persistent_128": dict(tile_n=128, stages=6),
     "pingpong": dict(schedule="pingpong"),
-    "decode_swapped_split": dict(max_rows=16, tile_m=16, tile_n=128, split_k=2),
-    "decode_split": dict(max_rows=128, tile_n=128, split_k=2),
     "middle_split": dict(max_rows=256, tile_n=256, split_k=3),
 }
 
@@ -99,6 +103,12 @@ def test_serving_gemm_waits_and_releases_after_its_last_load(name):
     releases = [i for i, ln in enumerate(rest) if ln.startswith(RELEASE)]
     loads = [i for i, ln in enumerate(rest) if TMA_LOAD.match(ln)]
     assert len(releases) == 1 and loads and max(loads) < releases[0]
+
+
+@pytest.mark.parametrize("name", PLAIN_GEMMS)
+def test_larger_buckets_gemms_launch_plainly(name):
+    art = Ax.compile_kernel(gemm.make_dynamic(1024, 2048, "bfloat16", "col", **PLAIN_GEMMS[name]), "sm_90a")
+    assert not art.launch.get("programmatic") and "griddepcontrol" not in art.ptx
 
 
 def _script(k):
