@@ -25,6 +25,10 @@ Timing, per token count (1, 8, 64: decode; 2048: prefill) and mode:
 - ``graph``: the layer captured once into a CUDA graph and replayed
   (:func:`axe.torch.timing.graph_ms`): the kernels alone, as a decode step under CUDA graphs.
 
+The three sides take turns (``--rounds`` rounds, each timing every side once: one eager block of
+``--calls`` calls, or 10 replays), and each side's figure is its median round, so a drift of the
+GPU's clock or temperature during a row falls on every side alike.
+
 Two steps: here ``.venv/bin/python benchmarks/layer.py build`` puts every artifact into
 ``.carry/serving_cache`` (shared with benchmarks/torch_ops.py); on the GPU machine (no TVM)
 ``python3 benchmarks/layer.py run`` writes ``layer-<date>-<device>.json`` (rows ``tokens, mode,
@@ -146,7 +150,7 @@ def run(args) -> int:
     import torch
 
     import axe.torch.ops  # noqa: F401  (registers torch.ops.axe)
-    from axe.torch.timing import burst_ms, capture, graph_ms
+    from axe.torch.timing import burst_ms, capture, graph_ms, median, round_robin
     from dist_bench import versions
     w = weights(torch)
     compiled = torch.compile(torch_layer(torch, w), fullgraph=True, dynamic=False)
@@ -163,19 +167,27 @@ def run(args) -> int:
             continue
         for mode in ("eager", "graph"):
             row = {"tokens": t, "mode": mode, "max_rel_err": errs}
+            timers, keep = {}, []       # keep: each side's inputs (and graph), alive until its last round
             for name, fn in sides.items():
                 args_ = inputs(torch, t)
+                keep.append(args_)
                 try:
                     if mode == "eager":
-                        ms = burst_ms(torch, lambda: fn(*args_), calls=args.calls, blocks=args.blocks)
+                        call = (lambda fn=fn, a=args_: fn(*a))
+                        burst_ms(torch, call, calls=args.calls, blocks=1)          # warm-up
+                        timers[name] = (lambda c=call: burst_ms(torch, c, calls=args.calls, blocks=1, warmup=0))
                     else:
-                        graph, _ = capture(torch, lambda: fn(*args_))
-                        ms = graph_ms(torch, graph, args.reps)
-                    row[f"{name}_ms"] = round(ms, 4)
+                        graph, out = capture(torch, lambda fn=fn, a=args_: fn(*a))
+                        keep.append((graph, out))
+                        timers[name] = (lambda g=graph: graph_ms(torch, g, 1))
                 except Exception as e:  # noqa: BLE001 - every side of every row is reported
                     failed += 1
                     row[f"{name}_ms"] = None
                     row.setdefault("errors", {})[name] = f"{type(e).__name__}: {e}"
+            # the sides take turns, round after round, so a drift of clock or temperature falls on all
+            for name, ms in round_robin(timers, args.rounds).items():
+                row[f"{name}_ms"] = round(median(ms), 4)
+            del timers, keep
             rows.append(row)
             a, c = row.get("axe_ms"), row.get("compile_ms")
             print(f"{t:6d} {mode:6s} {_ms(a, 8)} {_ms(row.get('torch_ms'), 9)} {_ms(c, 10)} "
@@ -192,8 +204,8 @@ def main(argv=None) -> int:
     ap.add_argument("--cache", default=CACHE)
     ap.add_argument("--tokens", type=int, nargs="+", default=list(TOKENS))
     ap.add_argument("--calls", type=int, default=20, help="back-to-back calls per eager block")
-    ap.add_argument("--blocks", type=int, default=9)
-    ap.add_argument("--reps", type=int, default=20, help="graph replay batches")
+    ap.add_argument("--rounds", type=int, default=15,
+                    help="rounds; each times every side once (an eager block, or 10 graph replays), in turn")
     ap.add_argument("--json", help="output path (default $OUT or benchmarks/results, layer-DATE-DEVICE.json)")
     args = ap.parse_args(argv)
     return build(args) if args.what == "build" else run(args)
