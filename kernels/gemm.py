@@ -31,7 +31,9 @@ from kernels.gemm_config import (BK, BM, BN, MAX_BOUND, EPILOGUE, FUSED_EPILOGUE
 from kernels.parts import CompositionError, Problem, compose
 from kernels.parts.epilogues.elementwise import Elementwise
 from kernels.parts.epilogues.handover import Handover, SplitKHandover
+from kernels.parts.epilogues.silu_mul import SiluMulStore
 from kernels.parts.epilogues.store import ChunkedStore
+from kernels.parts.epilogues.transposed_silu_mul import PERIOD, TransposedSiluMul
 from kernels.parts.epilogues.transposed_store import TransposedStore
 from kernels.parts.mainloops.neuron import NeuronCore
 from kernels.parts.mainloops.tcgen05 import Tcgen05
@@ -43,6 +45,9 @@ from kernels.parts.warp_specialized import THREADS, kernel
 
 #: trn1's block loop (its layouts carry the TensorE mapping)
 TARGETS = {"trn1": NeuronCore()}
+#: the activations fused into the store (``act``): ``silu_mul`` stores ``silu(gate)·up`` of a weight
+#: interleaved in periods of :data:`PERIOD` rows (``kernels.tp_shapes.interleave(gate, up, bn=PERIOD)``)
+ACTS = ("silu_mul",)
 SMEM_LIMIT = 227 * 1024
 
 
@@ -68,8 +73,9 @@ def mainloop(problem, cfg, gen):
     return Cooperative(problem.dtype, problem.b_major, BM, cfg.bn, cfg.bk, cfg.stages, k_iters, cfg.in_flight, b)
 
 
-def gpu_parts(problem, cfg, gen):
-    """``(scheduler, mainloop, epilogue)`` of the GPU form for mainloop family ``gen``."""
+def gpu_parts(problem, cfg, gen, act=None):
+    """``(scheduler, mainloop, epilogue)`` of the GPU form for mainloop family ``gen`` (``act``: an
+    activation of :data:`ACTS` fused into the store, or None)."""
     main = mainloop(problem, cfg, gen)
     k_iters, group, ctas, bm, bn = main.k_iters, cfg.band, cfg.ctas, main.bm, main.bn
     # the tile grid the scheduler walks: C's rows and columns, or the transposed problem's
@@ -80,8 +86,17 @@ def gpu_parts(problem, cfg, gen):
         sched = SplitK(rows, cols, bm, bn, ctas, group, k_iters, cfg.split_k, HALF)
     else:
         sched = Persistent(rows, cols, bm, bn, ctas, group, stack=cfg.cluster)
+    if act is not None and cfg.epilogue_ops:
+        raise CompositionError(f"act={act!r} and epilogue_ops={cfg.epilogue_ops!r} are two fused epilogues; "
+                               "the GEMM composes one")
     if problem.swap:
-        epi = TransposedStore(main, sched, problem.dtype)
+        epi = (TransposedSiluMul if act else TransposedStore)(main, sched, problem.dtype)
+    elif act:
+        try:
+            epi = SiluMulStore(main, sched, problem.dtype, cfg.epilogue or math.gcd(EPILOGUE[gen], cfg.bn),
+                               cfg.epilogue_bufs, PERIOD)
+        except ValueError as err:
+            raise CompositionError(str(err).removeprefix("gemm: ")) from None
     elif cfg.epilogue_ops:
         epi = Elementwise(main, sched, problem.dtype, cfg.epilogue or FUSED_EPILOGUE[0],
                           cfg.epilogue_bufs or FUSED_EPILOGUE[1], cfg.epilogue_ops)
@@ -115,9 +130,11 @@ def gpu_sizes(M, N, K, bn=BN, bk=BK):
     return None
 
 
-def make(M, N, K, dtype="float16", b_major="row", name=None, max_rows=None, programmatic=False, **config):
+def make(M, N, K, dtype="float16", b_major="row", name=None, max_rows=None, programmatic=False, act=None, **config):
     """The GEMM kernel (an :class:`axe.lang.Kernel`) for static sizes (``M=None``: a runtime M, see
-    :func:`make_dynamic`, at most ``max_rows``); ``config``: :class:`Config`'s keywords.  A configuration
+    :func:`make_dynamic`, at most ``max_rows``); ``config``: :class:`Config`'s keywords.  ``act``
+    (:data:`ACTS`): ``"silu_mul"`` stores ``silu(A·B_gate)·(A·B_up)``, C of N/2 columns, B interleaved
+    in periods of :data:`PERIOD` (see :func:`reference`); on sm_90a only.  A configuration
     the GPU form cannot compose is refused here; one a target lacks, when building for it (``TargetError``).
     ``programmatic``: the GPU form is launched programmatically (:mod:`kernels.parts.warp_specialized`)."""
     cfg = Config.of(config)
@@ -128,6 +145,8 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, max_rows=None, prog
         raise ValueError("gemm: a runtime M (make_dynamic) without max_rows is built for one GPU without stream_k, split_k "
                          "or clusters (got " + ", ".join(o for o in cfg.options() if o != "pingpong") + ")")
     check(M, N, K, dtype, b_major)
+    if act not in (None,) + ACTS:
+        raise ValueError(f"gemm: act must be None or one of {ACTS}, got {act!r}")
     swap = cfg.tile_m < BM
     rows = max_rows if dyn else M               # the most rows a launch may have (None: unbounded)
     if swap and (b_major != "col" or rows is None or rows > cfg.tile_m):
@@ -138,7 +157,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, max_rows=None, prog
         M = tvm.tirx.Var("M", "int32")
     problem = Problem(M, N, K, dtype, b_major, rows=max_rows, swap=swap)
     try:        # the sm_90a composition is checked now: its refusals name the parts
-        gpu_parts(problem, cfg, "wgmma")
+        gpu_parts(problem, cfg, "wgmma", act)
     except CompositionError as err:
         raise ValueError(f"gemm: {err}") from None
     sizes = gpu_sizes(None if dyn else M, N, K, cfg.bn, cfg.bk)
@@ -147,7 +166,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, max_rows=None, prog
         target = Ax.current_build().target
         gen = generation(target)
         if gen == "trn1":
-            gpu_only = ["a runtime M"] * dyn + cfg.options()
+            gpu_only = ["a runtime M"] * dyn + [f"act={act}"] * bool(act) + cfg.options()
             if gpu_only:
                 raise Ax.TargetError(f"gemm on {target}: {', '.join(gpu_only)} belong to the GPU form")
             return TARGETS["trn1"].kernel(M, N, K, dtype, b_major)
@@ -159,15 +178,18 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, max_rows=None, prog
             raise Ax.TargetError("gemm on sm_100a: only the cooperative 128x256 schedule without stream_k, split_k "
                                  "or reduce-scatter is built for tcgen05 so far (got " + ", ".join(
                                      o for o in cfg.options() if o != "cluster>1") + ")")
-        sched, main, epi = gpu_parts(problem, cfg, gen)
+        if gen == "tcgen05" and act:
+            raise Ax.TargetError(f"gemm on sm_100a: act={act!r} is built for sm_90a's wgmma tiles only so far")
+        sched, main, epi = gpu_parts(problem, cfg, gen, act)
         smem = (main.smem + epi.smem) * 2 + epi.operand_bytes
         if gen == "tcgen05" and smem > SMEM_LIMIT:
             raise Ax.TargetError(f"gemm on sm_100a: {cfg.stages} stages and {epi.bufs} x {epi.rows}x{epi.epilogue} "
                                  f"epilogue buffers per warpgroup (and the fused operands' slices) need {smem // 1024} KiB of shared memory, more than 227 KiB")
         return kernel(problem, sched, main, epi, cfg.sms, programmatic)
 
-    return Ax.Kernel(name or f"gemm_{dtype}_{b_major}", factory, reference=reference, outputs=("C",),
-                     meta={"M": None if dyn else M, "N": N, "K": K, "dtype": dtype, "b_major": b_major,
+    ref = reference if act is None else (lambda A, B, b_major="row", **kw: reference(A, B, b_major, act=act, **kw))
+    return Ax.Kernel(name or f"gemm_{dtype}_{b_major}" + (f"_{act}" if act else ""), factory, reference=ref, outputs=("C",),
+                     meta={"M": None if dyn else M, "N": N, "K": K, "dtype": dtype, "b_major": b_major, "act": act,
                            "grid": (cfg.sms,), "threads": THREADS, "cluster": cfg.cluster})
 
 
@@ -190,10 +212,15 @@ def mesh_kernel(op, name, world, problem, cfg, parts, built_for, sizes):
                            "b_major": problem.b_major, "grid": (cfg.sms,), "threads": THREADS, "cluster": cfg.cluster})
 
 
-def reference(A, B, b_major="row", row_scale=None, col_scale=None, bias=None, residual=None):
+def reference(A, B, b_major="row", row_scale=None, col_scale=None, bias=None, residual=None, act=None):
     """fp32 ``A·B`` (B as stored: K×N for ``"row"``, N×K for ``"col"``), then the fused operands
-    (``epilogue_ops``): ``· row_scale[m] · col_scale[n] + bias[n] + residual[m, n]``."""
+    (``epilogue_ops``): ``· row_scale[m] · col_scale[n] + bias[n] + residual[m, n]``; or with
+    ``act="silu_mul"`` ``silu(G)·U`` of the product's columns G and U, which each period of
+    :data:`PERIOD` columns holds as its first and second halves (C: N/2 columns)."""
     C = A.float() @ (B if b_major == "row" else B.t()).float()
+    if act == "silu_mul":
+        G, U = C.reshape(C.shape[0], -1, 2, PERIOD // 2).unbind(2)
+        return {"C": (G * G.sigmoid() * U).reshape(C.shape[0], -1)}
     for v, f in ((row_scale, lambda c, v: c * v.float().reshape(-1, 1)), (col_scale, lambda c, v: c * v.float().reshape(1, -1)),
                  (bias, lambda c, v: c + v.float().reshape(1, -1)), (residual, lambda c, v: c + v.float())):
         C = C if v is None else f(C, v)
@@ -205,7 +232,7 @@ def build(M, N, K, dtype="float16", b_major="row", name=None, target="sm_90a", *
     return Ax.compile_kernel(make(M, N, K, dtype, b_major, name, **kw), target)
 
 
-def make_dynamic(N, K, dtype="float16", b_major="row", name=None, max_rows=None, **kw):
+def make_dynamic(N, K, dtype="float16", b_major="row", name=None, max_rows=None, act=None, **kw):
     """The GEMM for any number of rows M, read off A at launch (one artifact for every M; N, K, dtype
     and B's layout are the specialization): tile counts ``ceil(M / 128)`` computed in the kernel, the
     persistent grid ``min(sms, tiles)``, A's and C's TMA maps encoded from the tensors.  ``max_rows``
@@ -215,8 +242,8 @@ def make_dynamic(N, K, dtype="float16", b_major="row", name=None, max_rows=None,
     (``max_rows`` at most :data:`~kernels.gemm_config.PROGRAMMATIC_ROWS`) is launched
     programmatically: its launch and set-up overlap the kernel before it in the stream."""
     programmatic = max_rows is not None and max_rows <= PROGRAMMATIC_ROWS
-    return make(None, N, K, dtype, b_major, name or f"gemm_dyn_{dtype}_{b_major}", max_rows,
-                programmatic=programmatic, **kw)
+    return make(None, N, K, dtype, b_major, name or f"gemm_dyn_{dtype}_{b_major}" + (f"_{act}" if act else ""), max_rows,
+                programmatic=programmatic, act=act, **kw)
 
 
 def build_dynamic(N, K, dtype="float16", b_major="row", name=None, target="sm_90a", max_rows=None, **kw):

@@ -29,7 +29,14 @@ capturing: the first call builds or loads the kernel).
   fp16/bf16, through the dynamic-M GEMM of ``kernels/gemm.py`` (``make_dynamic``) — one artifact
   per (N, K, dtype, layout of b) and bucket of M (``kernels/gemm_select.py``: M ≤ 128 runs a
   decode configuration, larger M the persistent one) serves every M of its bucket; ``axe tune``
-  measures the configurations (:mod:`axe.torch.tune`).
+  measures the configurations (:mod:`axe.torch.tune`);
+- ``gemm_silu_mul(x, w, transpose_b=True)``: the gated MLP's gate/up projection with its
+  activation, ``silu(x @ w_gate.T) * (x @ w_up.T)`` (M, I), in one GEMM whose store applies the
+  activation (``kernels/gemm.py`` ``act="silu_mul"``): ``w`` (2I, K) is the gate and up weights
+  interleaved in blocks of 64 rows (:func:`interleave_gate_up`, done once when the model loads),
+  I a multiple of 64; only ``transpose_b=True`` (an ``nn.Linear`` weight) is built.  The
+  configuration is ``gemm``'s for the (2I, K) GEMM and M's bucket, made to compose with the
+  fused store (``kernels/gemm_select.py:act_config``).
 
 Inputs that are not contiguous, or whose data is not 16-byte aligned (a sliced view), are
 copied first: the kernels load 16-byte vectors.  The in-place ops then copy their results back
@@ -70,7 +77,8 @@ from . import fast_ops, tune
 from .cache import kernels_root
 from .jit import JitKernel
 
-__all__ = ["rmsnorm", "fused_add_rmsnorm", "softmax", "silu_and_mul", "rotary_embedding", "gemm", "KERNELS",
+__all__ = ["rmsnorm", "fused_add_rmsnorm", "softmax", "silu_and_mul", "rotary_embedding", "gemm", "gemm_silu_mul",
+           "interleave_gate_up", "KERNELS",
            "spec_rows", "spec_gemm", "spec_silu", "spec_rotary", "prebuild", "clear_plans", "PLANS", "FAST_PATH",
            "launcher"]
 
@@ -239,6 +247,21 @@ def spec_gemm(b_major: str):
     return spec
 
 
+_ACT_SPECS = tune.memo()
+
+
+def spec_gemm_silu_mul(A, B, C) -> dict:
+    """The fused gate/up GEMM's specialization: ``gemm``'s for the (2I, K) GEMM with B column-major
+    and M's bucket (:func:`spec_gemm`), made to compose with the SiLU·up store, with ``act``."""
+    N, K, dtype = int(B.shape[0]), int(A.shape[1]), _DTYPES.get(A.dtype, str(A.dtype))
+    key = (_device_name(A.device), N, K, dtype, tune.select().bucket(int(A.shape[0])))
+    s = _ACT_SPECS.get(key)
+    if s is None:
+        plain = tune.spec_for(key[0], N, K, dtype, "col", int(A.shape[0]))
+        s = _ACT_SPECS[key] = {**tune.select().act_config(plain), "act": "silu_mul"}
+    return s
+
+
 def spec_silu(X, Y) -> dict:
     """SiLU-and-multiply's specialization: ``d`` (the output's row length) and the dtype."""
     return {"d": int(Y.shape[1]), "dtype": _DTYPES.get(Y.dtype, str(Y.dtype))}
@@ -265,6 +288,7 @@ KERNELS = {
     "rotary_gptj": JitKernel("kernels.rotary:dynamic", spec_rotary(False), path=ROOT),
     "gemm": JitKernel("kernels.gemm:make_dynamic", spec_gemm("row"), path=ROOT),
     "gemm_nt": JitKernel("kernels.gemm:make_dynamic", spec_gemm("col"), path=ROOT),
+    "gemm_silu_mul": JitKernel("kernels.gemm:make_dynamic", spec_gemm_silu_mul, path=ROOT),
 }
 
 
@@ -633,30 +657,37 @@ def _gemm_shape(a, b, transpose_b: bool):
     return int(M), int(N)
 
 
-_GEMM_PLANS = PLANS.setdefault("gemm", {})
+PLANS.setdefault("gemm", {})
 
 
-def _gemm(a, b, transpose_b=False):
-    """``a @ b`` (or ``a @ b.T`` with ``transpose_b``), fp32 accumulation, output in a's dtype."""
+def _gemm_call(op: str, kernel: str, a, b, transpose_b: bool, shape):
+    """A GEMM-shaped op's call: the planned launch of its signature where its pointers allow, else
+    ``shape(a, b, transpose_b)`` (the checked (M, N) of the output) and the checked launch of
+    ``KERNELS[kernel]`` on (a, b, a fresh M×N output), planned for the next call."""
     key = (_sig(a), _sig(b), transpose_b)
-    hit = _GEMM_PLANS.get(key) if FAST_PATH else None
+    hit = PLANS[op].get(key) if FAST_PATH else None
     if hit is not None:
         ap, bp = a.data_ptr(), b.data_ptr()
         if not (ap | bp) & 63:
             c = torch.empty(hit[1], dtype=a.dtype, device=a.device)
-            _planned("gemm", hit)((ap, bp, c.data_ptr()))
+            _planned(op, hit)((ap, bp, c.data_ptr()))
             return c
-    M, N = _gemm_shape(a, b, transpose_b)
+    M, N = shape(a, b, transpose_b)
     c = a.new_empty((M, N))
     if not (M and N and a.shape[1]):
-        return c.zero_()               # an empty product (no grid to launch, no tensor map of 0 rows)
+        return c.zero_()               # an empty product (no grid to launch, no tensor map of 0 rows); silu(0)·0 = 0
     # the GEMM's tensor maps want 64-byte aligned operands (its launch.json says so)
     ar, br = _ready(a, 64), _ready(b, 64)
-    jk = KERNELS["gemm_nt" if transpose_b else "gemm"]
+    jk = KERNELS[kernel]
     if ar is a and br is b:            # kernel (A_, B_, C_[, scratch]) = (a, b, the output)
-        _remember("gemm", key, jk.plan(ar, br, c), (M, N), compiled=(((0, 64), (1, 64), (-1, 64)), ((0, (M, N)),)))
+        _remember(op, key, jk.plan(ar, br, c), (M, N), compiled=(((0, 64), (1, 64), (-1, 64)), ((0, (M, N)),)))
     jk(ar, br, c)
     return c
+
+
+def _gemm(a, b, transpose_b=False):
+    """``a @ b`` (or ``a @ b.T`` with ``transpose_b``), fp32 accumulation, output in a's dtype."""
+    return _gemm_call("gemm", "gemm_nt" if transpose_b else "gemm", a, b, transpose_b, _gemm_shape)
 
 
 def _gemm_fake(a, b, transpose_b=False):
@@ -665,3 +696,52 @@ def _gemm_fake(a, b, transpose_b=False):
 
 
 gemm = _define("gemm(Tensor a, Tensor b, bool transpose_b=False) -> Tensor", _gemm, _gemm_fake, compiled=True)
+
+
+# --- gemm_silu_mul ---------------------------------------------------------------------------
+
+#: rows of one interleave period of the fused gate/up weight (``kernels/gemm.py``'s ``PERIOD``)
+GATE_UP_PERIOD = 128
+
+
+def interleave_gate_up(w_gate, w_up):
+    """The weight :func:`gemm_silu_mul` takes for ``nn.Linear`` weights ``w_gate`` and ``w_up``
+    (I, K each, I a multiple of 64): (2I, K), each block of 128 rows 64 gate rows then the same 64
+    up rows (``kernels.tp_shapes.interleave(w_gate, w_up, bn=128)``).  Law:
+    ``gemm_silu_mul(x, interleave_gate_up(g, u), True) == silu(x @ g.T) * (x @ u.T)``."""
+    return tune._module("tp_shapes").interleave(w_gate, w_up, bn=GATE_UP_PERIOD)
+
+
+def _gemm_silu_mul_shape(a, b, transpose_b: bool):
+    op = "gemm_silu_mul"
+    if not transpose_b:
+        raise ValueError(f"axe::{op}: only transpose_b=True is built (w an nn.Linear weight, (2I, K), interleaved "
+                         "by axe.torch.ops.interleave_gate_up)")
+    if a.dim() != 2 or b.dim() != 2:
+        raise ValueError(f"axe::{op}: x and w must be matrices, got shapes {tuple(a.shape)} and {tuple(b.shape)}")
+    _dtype(op, "x", a)
+    _same(op, "w", b, a, shape=False)
+    if b.shape[1] != a.shape[1]:
+        raise ValueError(f"axe::{op}: x is {a.shape[0]}x{a.shape[1]} but w is {b.shape[0]}x{b.shape[1]}: w's rows "
+                         "must be as long as x's")
+    if b.shape[0] % GATE_UP_PERIOD:
+        raise ValueError(f"axe::{op}: w has {b.shape[0]} rows; the interleaved gate/up weight has a multiple of "
+                         f"{GATE_UP_PERIOD} (gate and up rows in blocks of {GATE_UP_PERIOD // 2})")
+    return int(a.shape[0]), int(b.shape[0]) // 2
+
+
+PLANS.setdefault("gemm_silu_mul", {})
+
+
+def _gemm_silu_mul(x, w, transpose_b=True):
+    """``silu(x @ w_gate.T) * (x @ w_up.T)`` of the interleaved ``w`` (fp32 inside, rounded once)."""
+    return _gemm_call("gemm_silu_mul", "gemm_silu_mul", x, w, transpose_b, _gemm_silu_mul_shape)
+
+
+def _gemm_silu_mul_fake(a, b, transpose_b=True):
+    M, I = _gemm_silu_mul_shape(a, b, transpose_b)
+    return a.new_empty((M, I))
+
+
+gemm_silu_mul = _define("gemm_silu_mul(Tensor x, Tensor w, bool transpose_b=True) -> Tensor", _gemm_silu_mul,
+                        _gemm_silu_mul_fake, compiled=True)
