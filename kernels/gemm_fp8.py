@@ -19,7 +19,10 @@ hand-over; or with ``split_k`` :class:`~kernels.parts.mainloops.fp8_block_scaled
 256, or 64 for decode-sized M (more tiles over N); ``cluster=2``: CTA pairs on vertically
 neighbouring tiles sharing B; ``stream_k``: the last waves split over all CTAs in k-blocks;
 ``split_k=S``: every tile's k-blocks cut into S slices on different CTAs, fp32 partials added in
-slice order (both bn 64, 128 or 256, no clusters).  The configuration space and its selection by
+slice order (both bn 64, 128 or 256, no clusters); ``tile_m`` 16, 32 or 64: the transposed decode
+tile (:class:`~kernels.parts.mainloops.fp8_transposed.TransposedBlockScaled` with
+:class:`~kernels.parts.epilogues.static_transposed_store.StaticTransposedStore`: ``Cᵀ = B·Aᵀ``, 128
+weight rows × tile_m rows of A, for M ≤ tile_m; split-K composes).  The configuration space and its selection by
 shape: :mod:`kernels.gemm_fp8_select`.  Why each choice, with the measurements: ``docs/gemm_fp8.md``.
 
 A run-time M (:func:`make_dynamic`, ``M=None``): one artifact for every row count, A, SA and C bound
@@ -42,12 +45,14 @@ from tvm.script import tirx as T
 import axe.lang as Ax
 from kernels.fp8_blocks import reference, scale_shapes  # noqa: F401  (torch-only: the GPU side imports it)
 from kernels.gemm_config import MAX_BOUND
-from kernels.gemm_fp8_select import STAGES
+from kernels.gemm_fp8_select import STAGES, TILE_M_STAGES
 from kernels.parts import compose
 from kernels.parts.epilogues.one_site_split_k import OneSiteSplitK
 from kernels.parts.epilogues.static_store import OneSiteHandover, StaticStore
+from kernels.parts.epilogues.static_transposed_store import StaticTransposedStore
 from kernels.parts.mainloops.fp8_block_scaled import (BK, BM, FP8, PART, BlockScaled, FP8SplitK, FP8StreamK,  # noqa: F401
                                                       fp8_tile)
+from kernels.parts.mainloops.fp8_transposed import TILE_M, TransposedBlockScaled
 from kernels.parts.mainloops.tma_wgmma import HALF, MulticastB, WholeB
 from kernels.parts.schedulers.persistent import Persistent
 from kernels.parts.schedulers.stream_k import StreamK  # noqa: F401  (the split tests model)
@@ -57,8 +62,10 @@ SMS, GROUP = 132, 16
 THREADS, PRODUCER_REGS, CONSUMER_REGS = 384, 40, 232
 
 
-def check(M, N, K, bn, sms, cluster, stream_k, split_k=1, max_rows=None):
+def check(M, N, K, bn, sms, cluster, stream_k, split_k=1, max_rows=None, tile_m=BM):
     """The configuration's and the sizes' conditions (``M`` None: a run-time M, at most ``max_rows``)."""
+    if tile_m != BM:
+        return check_transposed(M, N, K, bn, cluster, stream_k, max_rows, tile_m)
     if bn not in STAGES:
         raise ValueError(f"gemm_fp8: bn must be one of {sorted(STAGES)}, got {bn!r}")
     if cluster not in (1, 2) or sms % cluster:
@@ -81,14 +88,37 @@ def check(M, N, K, bn, sms, cluster, stream_k, split_k=1, max_rows=None):
                          f"(got stream_k={stream_k}, split_k={split_k}, cluster={cluster}): bound it with max_rows")
 
 
-def parts(M, N, K, bn, stages, sms, group, cluster, stream_k, split_k=1, rows=None):
+def check_transposed(M, N, K, bn, cluster, stream_k, max_rows, tile_m):
+    """The decode tile's conditions (``tile_m`` < 128: computed transposed, 128 weight rows × tile_m
+    rows of A)."""
+    if tile_m not in TILE_M:
+        raise ValueError(f"gemm_fp8: tile_m must be {BM} or one of {TILE_M} (the transposed decode tile), got {tile_m!r}")
+    rows = max_rows if M is None else M
+    if rows is None or not 1 <= rows <= tile_m:
+        raise ValueError(f"gemm_fp8: the decode tile (tile_m={tile_m}) holds at most tile_m rows of A: it needs a static "
+                         f"M or max_rows in 1..{tile_m}, got M={M}, max_rows={max_rows}")
+    if max_rows is not None and M is not None:
+        raise ValueError(f"gemm_fp8: max_rows bounds a run-time M (make_dynamic), got M={M}, max_rows={max_rows}")
+    if bn != PART or cluster != 1 or stream_k:
+        raise ValueError(f"gemm_fp8: the decode tile (tile_m={tile_m}) is {PART} weight rows wide (bn={PART}) on single "
+                         f"CTAs without stream-K (split_k composes), got bn={bn}, cluster={cluster}, stream_k={stream_k}")
+    if N < BM or K < BK:
+        raise ValueError(f"gemm_fp8: the decode tile needs N={N} >= {BM} weight rows and K={K} >= one {BK}-wide k-block")
+    if N % 8 or K % 16:
+        raise ValueError(f"gemm_fp8: N={N} must be a multiple of 8 and K={K} of 16 (TMA: 16-byte row pitches)")
+
+
+def parts(M, N, K, bn, stages, sms, group, cluster, stream_k, split_k=1, rows=None, tile_m=BM):
     """``(scheduler, mainloop, epilogue)``: new objects (they keep a build's state).  ``rows``: the
-    row count the tile grid is planned for (default M; a bound on a run-time M)."""
+    row count the tile grid is planned for (default M; a bound on a run-time M).  ``tile_m`` below 128:
+    the transposed decode tile (:func:`transposed_parts`)."""
     rows = M if rows is None else rows
     sa_shape, sb_shape = scale_shapes(M, N, K)
     k_iters = sa_shape[0]
     # split-K's slices are all L long: the last one may walk past K (the mainloop clamps SB there)
     k_loaded = -(-k_iters // split_k) * split_k
+    if tile_m != BM:
+        return transposed_parts(N, rows, k_iters, sb_shape[0], k_loaded, tile_m, stages, sms, group, split_k)
     main = BlockScaled(bn, stages, k_iters, sb_shape[0], MulticastB() if cluster > 1 else WholeB(), k_loaded)
     if stream_k:
         sched = FP8StreamK(rows, N, BM, bn, sms, group, k_iters, HALF, bn)
@@ -105,13 +135,29 @@ def parts(M, N, K, bn, stages, sms, group, cluster, stream_k, split_k=1, rows=No
     return compose(sched, main, epi)
 
 
+def transposed_parts(N, rows, k_iters, n_blocks, k_loaded, tile_m, stages, sms, group, split_k):
+    """The decode tile's ``(scheduler, mainloop, epilogue)``: the tile grid of ``Cᵀ`` (N weight rows
+    by ``rows`` rows of A) in 128 × ``tile_m`` tiles, cut in ``split_k`` slices of K where asked (the
+    partials handed over as the 128-row tile's split-K does)."""
+    main = TransposedBlockScaled(tile_m, stages, k_iters, n_blocks, k_loaded)
+    if split_k > 1:
+        sched = FP8SplitK(N, rows, BM, tile_m, sms, group, k_iters, split_k, HALF)
+    else:
+        sched = Persistent(N, rows, BM, tile_m, sms, group)
+    epi = StaticTransposedStore(main, sched, "bfloat16")
+    if split_k > 1:
+        epi = OneSiteSplitK(epi, split_k)
+    return compose(sched, main, epi)
+
+
 def kernel(M, N, K, sched, main, epi, sms):
     """The ``tvm.tirx`` PrimFunc of the composition on ``sms`` persistent CTAs (without a split of K
     the workspace and flags leave the signature).  A run-time ``M`` (a TIR variable): A, SA and C are
-    declared through tile-high views and their TMA maps take M, and SA's row stride, from the tensors."""
+    declared through tile-high views and their TMA maps take M, and SA's row stride, from the tensors;
+    so are they for the transposed decode tile, whose A tile may be taller than M."""
     sa_shape, sb_shape = scale_shapes(M, N, K)
     k_iters, bn, acc_layout, part_layout = main.k_iters, main.bn, main.acc_layout(), main.part_layout()
-    dyn = not isinstance(M, int)
+    narrow = not isinstance(M, int) or isinstance(main, TransposedBlockScaled)
     grid = sched.launch_grid(sms) if main.cluster == 1 else sms
 
     @T.prim_func
@@ -122,11 +168,11 @@ def kernel(M, N, K, sched, main, epi, sms):
                         W_: T.Buffer(sched.workspace, "float32"), F_: T.Buffer(sched.flags(sms), "int32")):
         Ax.cuda.min_blocks_per_sm(1)
         cid, tx = main.launch(grid, THREADS)
-        A = Ax.param(rows_view(A_, dyn), tensormap=A_map)
+        A = Ax.param(rows_view(A_, narrow), tensormap=A_map)
         B = Ax.param(B_, tensormap=B_map)
-        SA = Ax.param(rows_view(SA_, dyn, axis=1), tensormap=SA_map)
+        SA = Ax.param(rows_view(SA_, narrow, axis=1), tensormap=SA_map)
         SB = Ax.param(SB_)
-        C = Ax.param(rows_view(C_, dyn), tensormap=C_map)
+        C = Ax.param(rows_view(C_, narrow), tensormap=C_map)
         epi.declare_scratch(W_, F_)
         pool = Ax.cuda.dynamic_shared(main.smem, FP8)
         main.setup()
@@ -149,34 +195,36 @@ def kernel(M, N, K, sched, main, epi, sms):
             out = Ax.registers((HALF, bn), "bfloat16", acc_layout, name="out")
             for j in T.serial(sched.trips(sched.count(cid))):
                 m_blk, n_blk = sched.coords(cid, j, main.rank)
-                main.consume(pool, SB, pipe, acc, part, wg, leader, j, n_blk)
+                main.consume(pool, SB, pipe, acc, part, wg, leader, j, m_blk, n_blk)
                 epi.store(acc, out, cbuf, C, None, wg, leader, m_blk, n_blk)
-            sched.consume_rest(cid, lambda base, k0, k1, n_blk: main.k_range(pool, SB, pipe, acc, part, wg, leader,
-                                                                             base, k0, k1, n_blk),
+            sched.consume_rest(cid, lambda base, k0, k1, m_blk, n_blk: main.k_range(pool, SB, pipe, acc, part, wg,
+                                                                                    leader, base, k0, k1, m_blk, n_blk),
                                lambda m_blk, n_blk, k0, k1: epi.finish(acc, out, cbuf, C, cid, wg, leader,
                                                                        m_blk, n_blk, k0, k1, part))
             Ax.cuda.tma_store_wait(0, pred=leader)
         main.teardown()
-    if dyn:
+    if narrow:
         unbake_rows(Ax.current_build().tensormaps, ("A_map", "C_map", "SA_map"), vectors=("SA_map",))
     return gemm_fp8_kernel if sched.hands_over else Ax.without_params(gemm_fp8_kernel, ("W_", "F_"))
 
 
 def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=1, stream_k=False, split_k=1,
-         max_rows=None):
+         max_rows=None, tile_m=BM):
     """The block-scaled FP8 GEMM kernel; ``M`` None: a run-time M (:func:`make_dynamic`), scheduled
     for ``max_rows`` rows where given.  ``bn``: tile columns (64, 128, 192 or 256); ``cluster=2``: CTA
     pairs on vertically neighbouring tiles, each loading half of the B tile with a TMA multicast to
     both (B's L2 traffic per CTA halved, as in kernels/gemm.py); ``stream_k``: split the last waves'
     tiles over all CTAs in k-blocks; ``split_k=S``: cut every tile's K into S slices on different
-    CTAs (both bn 128 or 256, no clusters)."""
-    check(M, N, K, bn, sms, cluster, stream_k, split_k, max_rows)
-    stages = stages or STAGES[bn]
+    CTAs (both bn 128 or 256, no clusters); ``tile_m`` 16, 32 or 64: the transposed decode tile (128
+    weight rows × tile_m rows of A, for at most tile_m rows: a static M or ``max_rows``; bn 128, split_k
+    composes)."""
+    check(M, N, K, bn, sms, cluster, stream_k, split_k, max_rows, tile_m)
+    stages = stages or (STAGES[bn] if tile_m == BM else TILE_M_STAGES[tile_m])
     dyn = M is None
     if dyn:                 # a TIR variable: A (M, K), SA (KB, round_up(M, 4)) and C (M, N) bind it at launch
         import tvm
         M = tvm.tirx.Var("M", "int32")
-    config = (M, N, K, bn, stages, sms, group, cluster, stream_k, split_k, max_rows)
+    config = (M, N, K, bn, stages, sms, group, cluster, stream_k, split_k, max_rows, tile_m)
     parts(*config)          # refusals now, not at build time
 
     def factory():
@@ -192,7 +240,7 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
     return Ax.Kernel(name or default, factory, reference=reference, outputs=("C",),
                      meta={"M": None if dyn else M, "N": N, "K": K, "bn": bn, "stages": stages, "grid": (sms,),
                            "threads": THREADS, "cluster": cluster, "stream_k": stream_k, "split_k": split_k,
-                           "max_rows": max_rows})
+                           "max_rows": max_rows, "tile_m": tile_m})
 
 
 def build(M, N, K, bn=128, name=None, target="sm_90a", **kw):

@@ -32,6 +32,9 @@ BM, BK = 128, 128                   # the FP8 tile's rows and k-block depth (one
 #: pipeline depth per tile width (227 KiB of shared memory: slots of A, B and SA's 128 row scales,
 #: beside the 128-column bf16 store buffer)
 STAGES = {64: 7, 128: 5, 192: 4, 256: 4}
+#: pipeline depth of the transposed decode tile per ``tile_m`` (slots of B's 128×128 and A's tile_m×128
+#: k-blocks and tile_m row scales, beside two tile_m×64 bf16 store buffers, within 227 KiB)
+TILE_M_STAGES = {16: 12, 32: 10, 64: 8}
 #: the tile widths of a decode bucket (≤ 128 rows: few tiles, so narrow ones give more CTAs work) and
 #: of the others (wide ones move fewer bytes per flop)
 DECODE_WIDTHS, WIDTHS = (64, 128, 256), (128, 192, 256)
@@ -104,13 +107,19 @@ def splits_width(bn):
 def candidates(bound, N, K):
     """The configurations measured for bucket ``bound`` (``make`` keywords without M, N, K and
     ``max_rows``, which :func:`with_bound` adds): a decode bucket the tile widths 64, 128 and 256
-    with every split of :data:`DECODE_SPLITS`; a middle bucket (≤ :data:`MAX_BOUND` rows) the tiles
+    with every split of :data:`DECODE_SPLITS`, and below 128 rows the transposed decode tile
+    (``tile_m`` = the bound, :data:`TILE_M_STAGES`) with every split; a middle bucket (≤ :data:`MAX_BOUND` rows) the tiles
     128, 192 and 256 wide uncut, 128 and 256 as CTA pairs and cut in K as
     :data:`~kernels.gemm_select.MID_SPLITS` allows; a larger bucket the widths uncut (the run-time-M
     schedule).  Split-K takes tile widths :func:`splits_width` allows."""
     ws = widths(N, bound)
     if bound is not None and bound <= BM:
-        return [dict(bn=bn, stages=STAGES[bn], split_k=s) for bn in ws for s in splits(K) if s == 1 or splits_width(bn)]
+        # below 128 rows also the transposed decode tile bound×128 (unmeasured: measured only, never
+        # the heuristic's pick, until a GPU sweep fits it into the cost model)
+        swapped = [dict(tile_m=bound, stages=TILE_M_STAGES[bound], split_k=s) for s in splits(K)
+                   if bound in TILE_M_STAGES and N >= BM]
+        return swapped + [dict(bn=bn, stages=STAGES[bn], split_k=s) for bn in ws for s in splits(K)
+                          if s == 1 or splits_width(bn)]
     plain = [dict(bn=bn, stages=STAGES[bn]) for bn in ws]
     if bound is None or bound > MAX_BOUND:
         return plain
@@ -121,12 +130,13 @@ def candidates(bound, N, K):
 
 def heuristic(M, N, K, sms=SMS):
     """A configuration for M×N×K without measuring: over the candidates of M's bucket that are not
-    CTA pairs (the model has no term for them), the one of least :func:`cost` over the bound's
+    CTA pairs nor the transposed decode tile (the model has no term for them; the decode tile is
+    unmeasured), the one of least :func:`cost` over the bound's
     block-rows (an unbounded bucket counted as 8192 rows; a decode bucket with its fitted
     constants); ties go to fewer slices, then the wider tile.  ``max_rows`` is added where :func:`scheduled_rows` says."""
     bound = bucket(M)
     rows, decode = -(-(bound or 8192) // BM), bound is not None and bound <= BM
-    cands = [c for c in candidates(bound, N, K) if c.get("cluster", 1) == 1]
+    cands = [c for c in candidates(bound, N, K) if c.get("cluster", 1) == 1 and "tile_m" not in c]
     best = min(cands, key=lambda c: (cost(N, K, c["bn"], c.get("split_k", 1), sms, rows, decode), c.get("split_k", 1),
                                      -c["bn"]))
     return with_bound(bound, best)

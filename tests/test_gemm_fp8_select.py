@@ -129,7 +129,9 @@ def test_split_candidates_keep_slices_the_split_k_scheduler_takes():
     from kernels.parts.schedulers.split_k import SplitK
     for (N, K), bound in itertools.product(SHAPES, gemm_select.BUCKETS):
         for c in S.candidates(bound, N, K):
-            if c.get("split_k", 1) > 1:
+            if c.get("split_k", 1) > 1 and "tile_m" in c:       # the decode tile: the grid of Cᵀ
+                SplitK(N, bound, 128, c["tile_m"], 132, 16, S.k_iters(K), c["split_k"], 64)
+            elif c.get("split_k", 1) > 1:
                 SplitK(bound or 1024, N, 128, c["bn"], 132, 16, S.k_iters(K), c["split_k"], 64)
 
 

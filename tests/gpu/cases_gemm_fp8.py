@@ -10,7 +10,10 @@ flags, which each launch must leave zero), split-K (:data:`SPLIT_K`: 2, 3, 4, 6 
 widths 64, 128 and 256, slices whose last one runs past K so SB's column is clamped, ragged M, N
 and K) and a run-time M (:data:`DYNAMIC`: one artifact checked at several M — 1, a ragged count
 inside the bucket, the bound — scheduled for a bucket bound with split-K, CTA pairs or stream-K,
-or unbounded on the persistent grid; a bounded artifact must refuse bound + 1 rows).
+or unbounded on the persistent grid; a bounded artifact must refuse bound + 1 rows), and the
+transposed decode tile (:data:`TRANSPOSED` at static M 1, 7, 16, 33, 64 and ``dyn*_t*`` at run-time
+M: ``tile_m`` 16, 32, 64, with split-K; the weights on the MMA's 128-row side, SA's row scales
+along the accumulator's columns).
 
 Each check quantizes fresh random fp32 operands the way DeepSeek-V3 does (activations per row and
 128 columns, weights per 128×128 block, scale = amax / 448; :mod:`kernels.fp8_blocks`), poisons C
@@ -87,6 +90,24 @@ DYNAMIC = {
     "dyn1024_stream_k": (3144, 1408, dict(bn=128, stream_k=True, max_rows=1024), (513, 1000, 1024)),
     "dyn_b192": (2112, 7168, dict(bn=192), (1, 100, 1000, 2049)),          # unbounded: grid min(132, tiles)
     "dyn_b256": (4096, 512, dict(bn=256), (1, 128, 4097)),
+    # the transposed decode tile at run-time M (bounded by tile_m)
+    "dyn16_t16_llama_down": (4096, 14336, dict(tile_m=16, max_rows=16), (1, 7, 16)),
+    "dyn16_t16_sk4": (4096, 14336, dict(tile_m=16, split_k=4, max_rows=16), (1, 7, 16)),
+    "dyn64_t64_ds_sk2": (2112, 7168, dict(tile_m=64, split_k=2, max_rows=64), (1, 33, 64)),
+    "dyn64_t64_k1": (576, 128, dict(tile_m=64, max_rows=64), (1, 5, 64)),
+}
+#: the transposed decode tile (Cᵀ = B·Aᵀ, 128 weight rows × tile_m rows of A) at static M ≤ tile_m:
+#: name -> (M, N, K, make keywords); ragged N (not a multiple of 128: the last weight block past N)
+#: and K (the last k-block part zeros), DeepSeek-V3's and Llama-3.1-8B's projections, split-K with a
+#: slice past K
+TRANSPOSED = {
+    "t16_m1_llama_down": (1, 4096, 14336, dict(tile_m=16)),
+    "t16_m7_ragged": (7, 400, 1936, dict(tile_m=16)),             # 4 weight blocks, the last 16 rows; 16 k-blocks, the last 16 deep
+    "t16_m16_ds_sk4": (16, 2112, 7168, dict(tile_m=16, split_k=4)),
+    "t32_m7_llama_up": (7, 14336, 4096, dict(tile_m=32)),
+    "t64_m64_ds_o": (64, 7168, 2048, dict(tile_m=64)),
+    "t64_m64_sk3_past_k": (64, 576, 1408, dict(tile_m=64, split_k=3)),   # 11 k-blocks in slices of 4
+    "t64_m33_ds_kv": (33, 576, 7168, dict(tile_m=64, split_k=8)),        # M % 4 != 0: SA's rows padded
 }
 TOL = 1e-2
 
@@ -113,6 +134,15 @@ def _split_builder(shape):
     return build
 
 
+def _transposed_builder(shape):
+    def build():
+        sys.path.insert(0, ROOT)
+        from kernels import gemm_fp8
+        M, N, K, kw = TRANSPOSED[shape]
+        return gemm_fp8.build(M, N, K, name=case_name(shape), **kw)
+    return build
+
+
 def _dynamic_builder(shape):
     def build():
         sys.path.insert(0, ROOT)
@@ -123,7 +153,8 @@ def _dynamic_builder(shape):
 
 
 BUILDS = {**{case_name(s): _builder(s) for s in SHAPES}, **{case_name(s): _split_builder(s) for s in SPLIT_K},
-          **{case_name(s): _dynamic_builder(s) for s in DYNAMIC}}
+          **{case_name(s): _dynamic_builder(s) for s in DYNAMIC},
+          **{case_name(s): _transposed_builder(s) for s in TRANSPOSED}}
 
 
 def operands(m, n, k, torch):
@@ -199,5 +230,5 @@ def dynamic_check(shape):
     return check
 
 
-CHECKS = {**{case_name(s): run_check for s in list(SHAPES) + list(SPLIT_K)},
+CHECKS = {**{case_name(s): run_check for s in list(SHAPES) + list(SPLIT_K) + list(TRANSPOSED)},
           **{case_name(s): dynamic_check(s) for s in DYNAMIC}}

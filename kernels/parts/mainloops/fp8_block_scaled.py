@@ -20,12 +20,12 @@ shared memory (two buffers by slot parity, one named barrier), read as a (1, 3) 
 Contract (to :mod:`kernels.gemm_fp8`'s kernel): ``launch(sms, threads)`` (the CTA's index and
 thread index; keeps its rank in a pair and its thread index), ``setup()`` (the scale slots),
 ``pipeline()``, ``load(pool, pipe, A, B, SA, i, m_blk, n_blk, kb)`` (producer),
-``consume(pool, SB, pipe, acc, part, wg, leader, it, n_blk)`` and ``k_range(..., base, k0, k1,
-n_blk)`` (consumers: all k-blocks of the CTA's tile it, or k-blocks [k0, k1) of a stream-K piece),
+``consume(pool, SB, pipe, acc, part, wg, leader, it, m_blk, n_blk)`` and ``k_range(..., base, k0,
+k1, m_blk, n_blk)`` (consumers: all k-blocks of the CTA's tile it, or k-blocks [k0, k1) of a stream-K piece),
 ``teardown()``; the geometry of :class:`~.tma_wgmma.Cooperative` (``part``, ``acc_layout()``,
 ``row0``) and of the partial accumulator (``part_n``, ``part_layout()``).  :class:`FP8StreamK` and
 :class:`FP8SplitK` are the stream-K and split-K schedules in the form these loops take (their
-consumers pass a piece's block-column, which SB's blocks need).  A split-K schedule iterates every
+consumers pass a piece's tile, which the scales' blocks need).  A split-K schedule iterates every
 slice ``L`` k-blocks long, so a tile's last slice may run past K (``k_loaded`` > ``k_iters``): TMA
 loads zeros for A, B and SA there, and SB, read from global memory, is read at its last k-block
 instead (a finite scale times a zero partial adds nothing).
@@ -95,6 +95,7 @@ class BlockScaled(Cooperative):
         # the last tile's second half lies past N when the 128-column blocks are odd in number
         self.ragged_half = self.halves > 1 and n_blocks % self.halves != 0
         self.rank = 0               # the CTA's rank in its pair and its thread index, set at launch
+        self.sa_width = BM          # SA's row scales per slot: the tile's rows of A
 
     def part_layout(self):
         return _d_fragment(self.part_n)
@@ -113,7 +114,7 @@ class BlockScaled(Cooperative):
     def setup(self):
         """The A tiles' row scales per slot; ``staged``: the shared buffer of SB per column group,
         rows (warpgroup, slot parity)."""
-        self.sa = Ax.shared((self.stages, BM), "float32", name="sa")
+        self.sa = Ax.shared((self.stages, self.sa_width), "float32", name="sa")
         if self.staged:
             self.sbg = Ax.shared((4, self.bn // self.group_n), "float32", name="sbg")
 
@@ -137,7 +138,17 @@ class BlockScaled(Cooperative):
         Ax.copy(self.tile(pool, self.a_at + s * (BM * BK), (BM, BK)), block(A, m_blk, kb, BM, BK),
                 barrier=pipe.full, stage=s)
         self.b.load(self, pool, pipe, B, s, n_blk, kb, self.rank)
-        Ax.copy(self.sa[s:s + 1, :], SA[kb:kb + 1, m_blk * BM:(m_blk + 1) * BM], barrier=pipe.full, stage=s)
+        r0 = self.sa_block(m_blk, n_blk) * self.sa_width
+        Ax.copy(self.sa[s:s + 1, :], SA[kb:kb + 1, r0:r0 + self.sa_width], barrier=pipe.full, stage=s)
+
+    def sa_block(self, m_blk, n_blk):
+        """Which ``sa_width``-wide block of A's rows tile (m_blk, n_blk) reads: its block-row."""
+        return m_blk
+
+    def sa_view(self, s, wg):
+        """Slot s's row scales as the (rows, k-blocks) tensor they are: warpgroup wg's 64 rows, one
+        k-block (a (64, 1) scale of its 64×part_n partial)."""
+        return Ax.permute(self.sa[s:s + 1, wg * HALF:(wg + 1) * HALF], (1, 0))
 
     def sb_scales(self, SB, wg, i, kb, n_blk):
         """This slot's SB as a (1, bn / group_n) scale of the tile, one per column group: thread g
@@ -153,26 +164,25 @@ class BlockScaled(Cooperative):
         Ax.cuda.named_barrier(1 + wg, 128)
         return self.sbg[row:row + 1, :]
 
-    def sb_block(self, n_blk, h):
-        """SB's row for half h of tile n_blk (not ``staged``): a tile narrower than a block lies inside
-        one, a wider one has a block per 128-column half."""
+    def sb_block(self, m_blk, n_blk, h):
+        """SB's row for half h of tile (m_blk, n_blk) (not ``staged``): a tile narrower than a block lies
+        inside one, a wider one has a block per 128-column half."""
         return n_blk * self.bn // PART if self.bn < PART else n_blk * self.halves + h
 
     def sb_k(self, kb):
         """SB's column for k-block kb: kb, or past K (a split-K slice's zero-filled k-blocks) the last."""
         return T.min(kb, self.k_iters - 1) if self.past_k else kb
 
-    def k_block(self, pool, SB, pipe, acc, part, wg, leader, i, kb, n_blk, first):
+    def k_block(self, pool, SB, pipe, acc, part, wg, leader, i, kb, m_blk, n_blk, first):
         """Slot of iteration i (k-block kb): wgmma each 128-column half (or, ``staged``, the whole
         tile) into the partial accumulator, scale it by its k-block's scales and add it into acc."""
         s = pipe.slot(i)
         pipe.wait(i)
         a = self.tile(pool, self.a_at + s * (BM * BK) + wg * (HALF * BK), (HALF, BK))
-        # SA's slot seen as the (rows, k-blocks) tensor it is: this warpgroup's 64 rows, one k-block
-        sa_rows = Ax.permute(self.sa[s:s + 1, wg * HALF:(wg + 1) * HALF], (1, 0))
+        sa_rows = self.sa_view(s, wg)
         part_n = self.part_n
         for h in range(self.halves):
-            nb = self.sb_block(n_blk, h)
+            nb = self.sb_block(m_blk, n_blk, h)
 
             def half():
                 b = self.tile(pool, self.b_at + s * (self.bn * BK) + h * (part_n * BK), (part_n, BK))
@@ -188,28 +198,28 @@ class BlockScaled(Cooperative):
                 half()
         pipe.release(i, pred=leader)
 
-    def k_range(self, pool, SB, pipe, acc, part, wg, leader, base, k0, k1, n_blk):
-        """k-blocks k0 .. k1-1 of a tile of block-column n_blk (``base``: the pipeline iteration of
-        its k-block 0), the first one starting the accumulator."""
+    def k_range(self, pool, SB, pipe, acc, part, wg, leader, base, k0, k1, m_blk, n_blk):
+        """k-blocks k0 .. k1-1 of tile (m_blk, n_blk) (``base``: the pipeline iteration of its k-block
+        0), the first one starting the accumulator."""
         step = self.k_block
 
         @T.macro
         def blocks():
-            step(pool, SB, pipe, acc, part, wg, leader, base + k0, k0, n_blk, True)
+            step(pool, SB, pipe, acc, part, wg, leader, base + k0, k0, m_blk, n_blk, True)
             for kb in T.serial(k0 + 1, k1):
-                step(pool, SB, pipe, acc, part, wg, leader, base + kb, kb, n_blk, False)
+                step(pool, SB, pipe, acc, part, wg, leader, base + kb, kb, m_blk, n_blk, False)
         blocks()
 
-    def consume(self, pool, SB, pipe, acc, part, wg, leader, it, n_blk):
+    def consume(self, pool, SB, pipe, acc, part, wg, leader, it, m_blk, n_blk):
         """The CTA's tile it, all k-blocks."""
-        self.k_range(pool, SB, pipe, acc, part, wg, leader, it * self.k_iters, 0, self.k_iters, n_blk)
+        self.k_range(pool, SB, pipe, acc, part, wg, leader, it * self.k_iters, 0, self.k_iters, m_blk, n_blk)
 
 
 class FP8StreamK(StreamKSchedule):
     """:class:`~kernels.parts.schedulers.stream_k.StreamKSchedule`'s split and order, its loops in the
     form the FP8 kernel emits: the producer binds the CTA's range ``b0, b1`` and each iteration ``i``;
     the consumers bind the range's tiles ``t0, t1`` and each piece's iteration of k-block 0
-    (``base``), and pass the piece's block-column to ``k_range(base, k0, k1, n_blk)`` (SB's blocks)."""
+    (``base``), and pass the piece's tile to ``k_range(base, k0, k1, m_blk, n_blk)`` (the scales' blocks)."""
 
     def produce_rest(self, cid, load):
         sk, k_iters, grid, bound = self.split, self.k_iters, self.grid, self._bound
@@ -234,21 +244,21 @@ class FP8StreamK(StreamKSchedule):
                 k0, k1 = sk.piece(t, b0, b1, T.max, T.min)
                 m_blk, n_blk = grid.coords(sk.dp_tiles + t)
                 base = sk.dp_waves * k_iters + t * k_iters - b0     # the iteration of k-block 0
-                k_range(base, k0, k1, n_blk)
+                k_range(base, k0, k1, m_blk, n_blk)
                 finish(m_blk, n_blk, k0, k1)
         rest()
 
 
 class FP8SplitK(SplitK):
     """:class:`~kernels.parts.schedulers.split_k.SplitK`'s units and order, its consumers' loop in the
-    form the FP8 kernel emits: each unit's slice through ``k_range(base, k0, k1, n_blk)`` (SB's
-    blocks need the block-column), then ``finish(m_blk, n_blk, tile, slice)``."""
+    form the FP8 kernel emits: each unit's slice through ``k_range(base, k0, k1, m_blk, n_blk)`` (the
+    scales' blocks need the tile), then ``finish(m_blk, n_blk, tile, slice)``."""
 
     def consume_rest(self, cid, k_range, finish):
         L = self.L
 
         @T.macro
         def slice_mma(j, t, s, m_blk, n_blk):
-            k_range(j * L - s * L, s * L, s * L + L, n_blk)
+            k_range(j * L - s * L, s * L, s * L + L, m_blk, n_blk)
             finish(m_blk, n_blk, t, s)
         self.walk(cid, slice_mma)
