@@ -5,6 +5,13 @@ Gemma-2-9B 3584 and the multiples of 1024), built on the CPU machine, checked on
 against torch in float64 for 1, 7, 33 and 1000 rows (fresh random inputs, outputs poisoned with
 NaN, and a guard row past the last one that must stay untouched).
 
+The gate/up GEMM with SiLU·up fused (``kernels/gemm.py`` ``act="silu_mul"``, behind
+``torch.ops.axe.gemm_silu_mul``) at Llama-3.1-8B's (2·14336 × 4096) and Llama-2-7B's (2·11008 ×
+4096) gate/up shapes: every configuration a decode bucket may pick (the candidates ``axe tune``
+measures, made to compose by ``kernels/gemm_select.py:act_config``) and the heuristic's for
+2048 rows, checked at 1, 7, 16, 64, 128 and 2048 rows (those each artifact takes) against the
+unfused MLP in float64, the weight interleaved here from the definition.
+
 Build and run (the artifact names all start with ``serving_``)::
 
     .venv/bin/python scripts/gpu_build.py --match 'serving_'
@@ -31,12 +38,17 @@ SHORT = {"float16": "f16", "bfloat16": "bf16"}
 
 
 def _builder(module, factory, *args):
+    """A build of ``module.factory(*args)`` for sm_90a; trailing ``(key, value)`` pairs in ``args``
+    are keywords."""
+    pos = tuple(a for a in args if not (isinstance(a, tuple) and len(a) == 2 and isinstance(a[0], str)))
+    kw = dict(a for a in args[len(pos):])
+
     def build():
         sys.path.insert(0, ROOT)
         import importlib
 
         import axe.lang as Ax
-        return Ax.compile_kernel(getattr(importlib.import_module(module), factory)(*args), "sm_90a")
+        return Ax.compile_kernel(getattr(importlib.import_module(module), factory)(*pos, **kw), "sm_90a")
     return build
 
 
@@ -44,7 +56,36 @@ def _rotary_name(hs, hq, hk, neox, dt, pdt):
     return f"serving_rotary_{'neox' if neox else 'gptj'}_{hs}_{hq}q{hk}k_{SHORT[dt]}_{pdt}"
 
 
+#: the fused gate/up GEMM: (2I, K) shapes and the row counts checked
+GATE_UP = ((2 * 14336, 4096), (2 * 11008, 4096))
+GATE_UP_ROWS = (1, 7, 16, 64, 128, 2048)
+
+
+def _gate_up_builds():
+    """``{name: (builder, rows it is checked at)}``: each distinct configuration of the decode
+    buckets' candidates and of the heuristic at 2048 rows, per shape."""
+    sys.path.insert(0, ROOT)
+    from kernels import gemm_select as sel
+    out = {}
+    for N, K in GATE_UP:
+        for bound in (16, 64, 128, 2048):
+            lo = max((b for b in sel.BUCKETS if b is not None and b < bound), default=0)
+            rows = tuple(m for m in GATE_UP_ROWS if lo < m <= bound)
+            configs = sel.candidates(bound, N, K) if bound <= sel.BM else [sel.heuristic(bound, N, K)]
+            for config in configs:
+                config = sel.act_config(config)
+                max_rows = sel.scheduled_rows(bound, config)
+                name = f"serving_gemm_silu_mul_{N}x{K}_m{bound}_{sel.name(config)}"
+                out[name] = (_builder("kernels.gemm", "make_dynamic", N, K, "bfloat16", "col", name, max_rows,
+                                      "silu_mul", *config.items()), rows)
+    return out
+
+
+GATE_UP_BUILDS = _gate_up_builds()
+
+
 BUILDS = {
+    **{name: build for name, (build, _) in GATE_UP_BUILDS.items()},
     **{f"serving_rmsnorm_{n}_bf16": _builder("kernels.rmsnorm", "dynamic", n, "bfloat16") for n in HIDDEN},
     **{f"serving_rmsnorm_{n}_f16": _builder("kernels.rmsnorm", "dynamic", n, "float16") for n in (2880, 8)},
     **{f"serving_fused_add_rmsnorm_{n}_bf16": _builder("kernels.rmsnorm", "dynamic_add", n, "bfloat16") for n in HIDDEN},
@@ -223,7 +264,34 @@ def check_rotary(kernel, torch):
             f"tokens {ROWS}: max err {worst:.1e} of max|ref| vs float64")
 
 
+def check_gemm_silu_mul(rows):
+    """The fused gate/up GEMM at each of ``rows``: ``silu(x·gateᵀ)·(x·upᵀ)`` against float64, the
+    weight interleaved from the definition (blocks of 128 rows: 64 gate rows, then the same 64 up
+    rows), the output NaN-poisoned with a guard row."""
+    def check(kernel, torch):
+        a = _args(kernel)
+        N, K = a["B_"]["shape"]
+        I, dt = N // 2, _dtype(torch, a["B_"])
+        g = torch.Generator(device="cuda").manual_seed(N + K)
+        gate, up = (torch.randn(I, K, device="cuda", dtype=dt, generator=g) * 0.03 for _ in range(2))
+        w = torch.stack([gate.view(-1, 64, K), up.view(-1, 64, K)], 1).reshape(N, K)
+        worst = 0.0
+        for m in rows:
+            x = torch.randn(m, K, device="cuda", dtype=dt, generator=g)
+            y, guard = _guarded(torch, m, I, dt)
+            kernel(x, w, y)
+            torch.cuda.synchronize()
+            xd = x.double()
+            want = torch.nn.functional.silu(xd @ gate.double().T) * (xd @ up.double().T)
+            worst = max(worst, _check(torch, y, want, f"gemm_silu_mul {m}x{N}x{K}"))
+            assert guard.isnan().all(), f"gemm_silu_mul {m}x{N}x{K}: wrote past the last row"
+        return f"{N}x{K} {a['B_']['dtype']}, rows {rows}: max err {worst:.1e} of max|ref| vs float64"
+    return check
+
+
 def _check_for(name):
+    if name in GATE_UP_BUILDS:
+        return check_gemm_silu_mul(GATE_UP_BUILDS[name][1])
     for prefix, fn in (("serving_rmsnorm_", check_rmsnorm), ("serving_fused_add_rmsnorm_", check_fused_add_rmsnorm),
                        ("serving_softmax_", check_softmax), ("serving_silu_and_mul_", check_silu_and_mul),
                        ("serving_rotary_", check_rotary)):
