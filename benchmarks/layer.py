@@ -12,6 +12,9 @@ the normed hidden state, so the post-attention norm and the MLP see a realistic 
 
 axe: ``fused_add_rmsnorm`` (in place, vLLM's convention), ``rotary_embedding`` (in place),
 ``gemm(h, W_gate_up, transpose_b=True)``, ``silu_and_mul``, ``gemm(act, W_down, transpose_b=True)``.
+axe_fused: the same with the activation in the gate/up GEMM's store,
+``gemm_silu_mul(h, W_gate_up_interleaved)`` (the weight interleaved once at set-up,
+``axe.torch.ops.interleave_gate_up``): one kernel and the 2·tokens·14336 intermediate fewer.
 torch: the same formulas with ``F.rms_norm``, slices and ``cat`` for the rotation, ``F.silu``,
 ``torch.matmul`` (cuBLAS), written functionally; torch.compile: that function compiled with
 inductor (``fullgraph=True``, one compile per token count).
@@ -25,14 +28,14 @@ Timing, per token count (1, 8, 64: decode; 2048: prefill) and mode:
 - ``graph``: the layer captured once into a CUDA graph and replayed
   (:func:`axe.torch.timing.graph_ms`): the kernels alone, as a decode step under CUDA graphs.
 
-The three sides take turns (``--rounds`` rounds, each timing every side once: one eager block of
+The four sides take turns (``--rounds`` rounds, each timing every side once: one eager block of
 ``--calls`` calls, or 10 replays), and each side's figure is its median round, so a drift of the
 GPU's clock or temperature during a row falls on every side alike.
 
 Two steps: here ``.venv/bin/python benchmarks/layer.py build`` puts every artifact into
 ``.carry/serving_cache`` (shared with benchmarks/torch_ops.py); on the GPU machine (no TVM)
 ``python3 benchmarks/layer.py run`` writes ``layer-<date>-<device>.json`` (rows ``tokens, mode,
-axe_ms, torch_ms, compile_ms``) under ``$OUT`` (else ``benchmarks/results``) and prints a table.
+axe_ms, axe_fused_ms, torch_ms, compile_ms``) under ``$OUT`` (else ``benchmarks/results``) and prints a table.
 """
 
 from __future__ import annotations
@@ -51,14 +54,23 @@ TOKENS = (1, 8, 64, 2048)
 
 
 def specs(tokens=TOKENS) -> list:
-    """``(jit kernel of axe.torch.ops.KERNELS, spec)`` of every artifact the layer launches."""
+    """``(jit kernel of axe.torch.ops.KERNELS, spec)`` of every artifact the layer launches: the
+    heuristic's GEMMs, and the fused gate/up GEMM's for the heuristic and for every GPU the tuning
+    table read here has picks for (its plain GEMM's picks made to compose with the act)."""
     from axe.torch import tune
+    from axe.torch.ops import spec_silu_mul_for
     out = [("fused_add_rmsnorm", {"n": HIDDEN, "dtype": "bfloat16"}), ("silu_and_mul", {"d": MLP, "dtype": "bfloat16"}),
            ("rotary_neox", {"head_size": HS, "q_heads": HQ, "kv_heads": HK, "is_neox": True, "dtype": "bfloat16",
                             "pos_dtype": "int64"})]
     for N, K in ((2 * MLP, HIDDEN), (HIDDEN, MLP)):
         for t in tokens:
             s = ("gemm_nt", tune.spec_for("", N, K, "bfloat16", "col", t))
+            if s not in out:
+                out.append(s)
+    devices = [""] + sorted({k.split("|")[0] for k in tune.table()})
+    for device in devices:
+        for t in tokens:
+            s = ("gemm_silu_mul", spec_silu_mul_for(device, 2 * MLP, HIDDEN, "bfloat16", t))
             if s not in out:
                 out.append(s)
     return out
@@ -96,6 +108,18 @@ def axe_layer(torch, w):
         ops.fused_add_rmsnorm(x, residual, w["post_norm"], EPS)
         act = ops.silu_and_mul(ops.gemm(x, w["gate_up"], True))
         return ops.gemm(act, w["down"], True), residual, q, k
+    return layer
+
+
+def axe_fused_layer(torch, w):
+    """:func:`axe_layer` with SiLU·up fused into the gate/up GEMM (``w["gate_up_interleaved"]``)."""
+    ops = torch.ops.axe
+
+    def layer(x, residual, positions, q, k):
+        ops.fused_add_rmsnorm(x, residual, w["in_norm"], EPS)
+        ops.rotary_embedding(positions, q, k, HS, w["rope"], True)
+        ops.fused_add_rmsnorm(x, residual, w["post_norm"], EPS)
+        return ops.gemm(ops.gemm_silu_mul(x, w["gate_up_interleaved"]), w["down"], True), residual, q, k
     return layer
 
 
@@ -139,6 +163,7 @@ def _ms(v, width: int) -> str:
 
 
 def build(args) -> int:
+    os.environ["AXE_CACHE_DIR"] = args.cache         # the cache's tuning table names the GPUs to build picks for
     from axe.torch import ops
     return 1 if ops.prebuild(specs(), args.cache, TARGET) else 0
 
@@ -149,14 +174,17 @@ def run(args) -> int:
     os.environ["AXE_CACHE_DIR"] = args.cache
     import torch
 
-    import axe.torch.ops  # noqa: F401  (registers torch.ops.axe)
+    from axe.torch.ops import interleave_gate_up  # (registers torch.ops.axe)
     from axe.torch.timing import burst_ms, capture, graph_ms, median, round_robin
     from dist_bench import versions
     w = weights(torch)
+    w["gate_up_interleaved"] = interleave_gate_up(w["gate_up"][:MLP], w["gate_up"][MLP:])
     compiled = torch.compile(torch_layer(torch, w), fullgraph=True, dynamic=False)
-    sides = {"axe": axe_layer(torch, w), "torch": torch_layer(torch, w), "compile": compiled}
+    sides = {"axe": axe_layer(torch, w), "axe_fused": axe_fused_layer(torch, w), "torch": torch_layer(torch, w),
+             "compile": compiled}
     rows, failed = [], 0
-    print(f"{'tokens':>6s} {'mode':6s} {'axe ms':>8s} {'torch ms':>9s} {'compile ms':>10s} {'compile/axe':>11s}")
+    print(f"{'tokens':>6s} {'mode':6s} {'axe ms':>8s} {'fused ms':>8s} {'torch ms':>9s} {'compile ms':>10s} "
+          f"{'compile/axe':>11s} {'compile/fused':>13s}")
     for t in args.tokens:
         try:
             errs = check(torch, t, sides)
@@ -189,9 +217,9 @@ def run(args) -> int:
                 row[f"{name}_ms"] = round(median(ms), 4)
             del timers, keep
             rows.append(row)
-            a, c = row.get("axe_ms"), row.get("compile_ms")
-            print(f"{t:6d} {mode:6s} {_ms(a, 8)} {_ms(row.get('torch_ms'), 9)} {_ms(c, 10)} "
-                  f"{(c / a if a and c else float('nan')):11.3f}", flush=True)
+            a, f, c = row.get("axe_ms"), row.get("axe_fused_ms"), row.get("compile_ms")
+            print(f"{t:6d} {mode:6s} {_ms(a, 8)} {_ms(f, 8)} {_ms(row.get('torch_ms'), 9)} {_ms(c, 10)} "
+                  f"{(c / a if a and c else float('nan')):11.3f} {(c / f if f and c else float('nan')):13.3f}", flush=True)
     result = {"benchmark": "layer", "model": "Llama-3.1-8B (norms, RoPE, MLP)", "date": datetime.date.today().isoformat(),
               "device": torch.cuda.get_device_name(), "versions": versions(), "rows": rows}
     write(result, args.json)

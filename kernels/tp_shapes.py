@@ -42,7 +42,10 @@ def gemm_rs_fits(M, N, K, world):
 def interleave(gate, up, bn=256):
     """The weight (N × K, an ``nn.Linear`` weight's rows) whose tiles of ``bn`` rows hold ``bn/2``
     gate rows then the same ``bn/2`` up rows (torch tensors ``gate``, ``up``: I × K, I a multiple
-    of ``bn/2``)."""
+    of ``bn/2``).  Law: row ``t·bn + c`` is ``gate[t·bn/2 + c]`` and row ``t·bn + bn/2 + c`` is
+    ``up[t·bn/2 + c]`` for c < bn/2.  ``bn=128`` is the one weight every tile of ``kernels/gemm.py``'s
+    ``act="silu_mul"`` takes (the transposed decode tile's 128 rows, split 64/64 over its two
+    warpgroups; wider tiles hold whole periods)."""
     import torch
     h = bn // 2
     if gate.shape != up.shape or gate.shape[0] % h:

@@ -9,7 +9,9 @@ launches, computing the kernel's reference).  The numerics of the kernels themse
 on the GPU (``tests/gpu/cases_serving.py``).
 """
 
+import json
 import os
+import sys
 
 import pytest
 import torch
@@ -159,3 +161,27 @@ def test_fake_opcheck_and_compile(ops):
     compiled = torch.compile(mlp, fullgraph=True, backend="aot_eager", dynamic=True)
     for m in (5, 3):
         torch.testing.assert_close(compiled(x[:m], w), mlp(x[:m], w))
+
+
+def test_layer_benchmark_builds_what_its_fused_side_launches(tmp_path, monkeypatch):
+    """``benchmarks/layer.py``'s ``specs()`` holds the fused GEMM's artifact of every token count,
+    for the heuristic and for each GPU of the cache's tuning table (its picks made to compose)."""
+    from axe.torch import ops, tune
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import layer
+    (tmp_path / "tune").mkdir()
+    pick = {"split_k": 1, "stages": 4, "tile_n": 128, "schedule": "pingpong"}
+    (tmp_path / "tune" / "gemm.json").write_text(json.dumps(
+        {"schema": 1, "picks": {f"GPU X|bfloat16|col|{2 * layer.MLP}x{layer.HIDDEN}|2048": {"config": pick}}}))
+    monkeypatch.setenv("AXE_CACHE_DIR", str(tmp_path))
+    tune.reload()
+    try:
+        got = [s for k, s in layer.specs() if k == "gemm_silu_mul"]
+        for device in ("", "GPU X"):
+            for t in layer.TOKENS:
+                assert ops.spec_silu_mul_for(device, 2 * layer.MLP, layer.HIDDEN, "bfloat16", t) in got
+        assert {"N": 2 * layer.MLP, "K": layer.HIDDEN, "dtype": "bfloat16", "b_major": "col", "split_k": 1, "stages": 4,
+                "tile_n": 128, "act": "silu_mul"} in got          # the ping-pong pick, made cooperative
+    finally:
+        monkeypatch.delenv("AXE_CACHE_DIR")
+        tune.reload()

@@ -250,16 +250,21 @@ def spec_gemm(b_major: str):
 _ACT_SPECS = tune.memo()
 
 
-def spec_gemm_silu_mul(A, B, C) -> dict:
-    """The fused gate/up GEMM's specialization: ``gemm``'s for the (2I, K) GEMM with B column-major
-    and M's bucket (:func:`spec_gemm`), made to compose with the SiLU·up store, with ``act``."""
-    N, K, dtype = int(B.shape[0]), int(A.shape[1]), _DTYPES.get(A.dtype, str(A.dtype))
-    key = (_device_name(A.device), N, K, dtype, tune.select().bucket(int(A.shape[0])))
+def spec_silu_mul_for(device: str, N: int, K: int, dtype: str, M: int) -> dict:
+    """The fused gate/up GEMM's specialization for M rows of an (N, K) weight on ``device`` (a GPU's
+    name): ``gemm``'s (:func:`axe.torch.tune.spec_for`, B column-major) made to compose with the
+    SiLU·up store (``kernels/gemm_select.py:act_config``), with ``act``; memoized per bucket."""
+    key = (device, N, K, dtype, tune.select().bucket(M))
     s = _ACT_SPECS.get(key)
     if s is None:
-        plain = tune.spec_for(key[0], N, K, dtype, "col", int(A.shape[0]))
-        s = _ACT_SPECS[key] = {**tune.select().act_config(plain), "act": "silu_mul"}
+        s = _ACT_SPECS[key] = {**tune.select().act_config(tune.spec_for(device, N, K, dtype, "col", M)), "act": "silu_mul"}
     return s
+
+
+def spec_gemm_silu_mul(A, B, C) -> dict:
+    """The fused gate/up GEMM's specialization for a call (:func:`spec_silu_mul_for`)."""
+    return spec_silu_mul_for(_device_name(A.device), int(B.shape[0]), int(A.shape[1]), _DTYPES.get(A.dtype, str(A.dtype)),
+                             int(A.shape[0]))
 
 
 def spec_silu(X, Y) -> dict:
