@@ -23,18 +23,11 @@ and C bind at launch, the persistent grid ``min(sms, tiles)`` an expression of i
 maps encoded from the tensors.
 """
 
-import math
-
 import axe.lang as Ax
 from kernels.gemm_config import (BK, BM, BN, MAX_BOUND, EPILOGUE, FUSED_EPILOGUE, GROUP, HALF, SMS, STAGES,  # noqa: F401
                                   PROGRAMMATIC_ROWS, TILE_N, Config)
+from kernels.gemm_store import ACTS, PERIOD, store
 from kernels.parts import CompositionError, Problem, compose
-from kernels.parts.epilogues.elementwise import Elementwise
-from kernels.parts.epilogues.handover import Handover, SplitKHandover
-from kernels.parts.epilogues.silu_mul import SiluMulStore
-from kernels.parts.epilogues.store import ChunkedStore
-from kernels.parts.epilogues.transposed_silu_mul import PERIOD, TransposedSiluMul
-from kernels.parts.epilogues.transposed_store import TransposedStore
 from kernels.parts.mainloops.neuron import NeuronCore
 from kernels.parts.mainloops.tcgen05 import Tcgen05
 from kernels.parts.mainloops.tma_wgmma import Cooperative, MulticastB, PingPong, WholeB
@@ -45,9 +38,6 @@ from kernels.parts.warp_specialized import THREADS, kernel
 
 #: trn1's block loop (its layouts carry the TensorE mapping)
 TARGETS = {"trn1": NeuronCore()}
-#: the activations fused into the store (``act``): ``silu_mul`` stores ``silu(gate)·up`` of a weight
-#: interleaved in periods of :data:`PERIOD` rows (``kernels.tp_shapes.interleave(gate, up, bn=PERIOD)``)
-ACTS = ("silu_mul",)
 SMEM_LIMIT = 227 * 1024
 
 
@@ -86,28 +76,7 @@ def gpu_parts(problem, cfg, gen, act=None):
         sched = SplitK(rows, cols, bm, bn, ctas, group, k_iters, cfg.split_k, HALF)
     else:
         sched = Persistent(rows, cols, bm, bn, ctas, group, stack=cfg.cluster)
-    if act is not None and cfg.epilogue_ops:
-        raise CompositionError(f"act={act!r} and epilogue_ops={cfg.epilogue_ops!r} are two fused epilogues; "
-                               "the GEMM composes one")
-    if problem.swap:
-        epi = (TransposedSiluMul if act else TransposedStore)(main, sched, problem.dtype)
-    elif act:
-        try:
-            epi = SiluMulStore(main, sched, problem.dtype, cfg.epilogue or math.gcd(EPILOGUE[gen], cfg.bn),
-                               cfg.epilogue_bufs, PERIOD)
-        except ValueError as err:
-            raise CompositionError(str(err).removeprefix("gemm: ")) from None
-    elif cfg.epilogue_ops:
-        epi = Elementwise(main, sched, problem.dtype, cfg.epilogue or FUSED_EPILOGUE[0],
-                          cfg.epilogue_bufs or FUSED_EPILOGUE[1], cfg.epilogue_ops)
-    else:
-        epi = ChunkedStore(main, sched, problem.dtype, cfg.epilogue or (cfg.bn if cfg.pingpong else math.gcd(EPILOGUE[gen], cfg.bn)),
-                           cfg.epilogue_bufs)
-    if cfg.stream_k:
-        epi = Handover(epi, k_iters)
-    elif cfg.split_k > 1:
-        epi = SplitKHandover(epi, cfg.split_k)
-    return compose(sched, main, epi)
+    return compose(sched, main, store(problem, main, sched, cfg, gen, act))
 
 
 def check(M, N, K, dtype, b_major):
