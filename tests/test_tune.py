@@ -85,3 +85,30 @@ def test_cli_plan(capsys):
     with pytest.raises(SystemExit):
         main(["tune", "gemm", "plan", "--shapes", "1024-4096"])
     assert "is not NxK" in capsys.readouterr().err
+
+
+def test_trusted_leaves_out_builds_that_spill():
+    assert tune.trusted({"resources": {"spill_stores": 0, "spill_loads": 0}})
+    assert tune.trusted({})                     # a launch.json without a ptxas report: nothing known to spill
+    assert not tune.trusted({"resources": {"spill_stores": 4, "spill_loads": 4}})
+    assert not tune.trusted({"resources": {"spill_stores": 0, "spill_loads": 8}})
+
+
+def test_run_never_picks_a_candidate_left_without_timer(cache):
+    """A candidate the timers leave out (its build spills: :func:`tune.graph_timers` gives it no
+    timer) is never the pick, even where it would be the fastest, and the log names it; a bucket
+    whose every candidate is left out is an error naming it."""
+    shape, bound, logs = (4096, 14336), 16, []
+    names = [gemm_select.name(c) for c in gemm_select.candidates(bound, *shape)]
+    fastest, spilling = names[0], names[0]
+
+    def timers(kernel, specs, M, N, K, dtype, layout):
+        ms = {n: (0.5 if n == fastest else 1.0 + i) for i, n in enumerate(specs)}
+        return {n: (lambda v=v: v) for n, v in ms.items() if n != spilling}
+    tune.run([shape], "bfloat16", "col", [bound], 3, log=logs.append, device="GPU", timers=timers)
+    pick = json.loads((cache / tune.TABLE).read_text())["picks"][tune.key("GPU", "bfloat16", "col", *shape, bound)]
+    assert gemm_select.name(pick["config"]) == names[1]
+    assert any(spilling in line and "left out" in line for line in logs)
+    with pytest.raises(RuntimeError, match="every candidate's build spills"):
+        tune.run([shape], "bfloat16", "col", [bound], 3, log=logs.append, device="GPU",
+                 timers=lambda *a: {})
