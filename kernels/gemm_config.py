@@ -16,9 +16,8 @@ TILE_K = (64, 128)
 #: the largest row bound a run-time M may be scheduled statically for (``make_dynamic(max_rows=)``):
 #: past it a bucket has enough block-rows to fill the GPU without splitting K
 MAX_BOUND = 1024
-#: the largest row bound (``max_rows``) of a runtime-M GEMM launched programmatically: measured on
-#: an H200 (2026-11-27, benchmarks/layer.py, CUDA graphs), programmatic launch made the decode
-#: layer 4-9% faster at 1-64 tokens and the 2048-token layer 5% slower, both eager and replayed
+#: the largest row bound (``max_rows``) of a runtime-M GEMM launched programmatically: it gains at
+#: decode and loses with many rows (the figures: docs/torch.md, "Programmatic launch and the decoder layer")
 PROGRAMMATIC_ROWS = 128
 HALF = BM // 2                      # rows per consumer warpgroup
 #: each target's epilogue chunk (columns per store): wgmma's 64×256 part in two 128-column chunks,

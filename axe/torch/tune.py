@@ -223,10 +223,8 @@ def measure(timers: dict, rounds: int) -> dict:
 
 
 def trusted(launch: dict) -> bool:
-    """Whether an artifact (its ``launch.json``) may be a pick: ptxas spilled nothing.  A wgmma kernel
-    that spills is left out: one such build (``gemm_fp8_splitk4_b64``) computed a wrong result under
-    compute-sanitizer's initcheck while passing every plain run, a fault not yet explained
-    (docs/reliability.md), and the heuristic's picks do not spill."""
+    """Whether an artifact (its ``launch.json``) may be a pick: ptxas spilled nothing (a spilling
+    wgmma build is not trusted to be right under every timing: docs/reliability.md)."""
     res = launch.get("resources") or {}
     return not (res.get("spill_stores") or res.get("spill_loads"))
 
