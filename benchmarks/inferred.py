@@ -272,8 +272,10 @@ def run(args):
     short = "h200" if "H200" in dev else "h100" if "H100" in dev else dev.split()[-1].lower()
     path = args.json or os.path.join(ROOT, "benchmarks", "results", f"inferred-{day}-{short}.json")
     os.makedirs(os.path.dirname(path), exist_ok=True)
+    sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+    from dist_bench import versions
     with open(path, "w") as f:
-        json.dump({"device": dev, "date": day, "timing": f"CUDA graph of {args.graph_calls} launches, median of "
+        json.dump({"device": dev, "date": day, "versions": versions(), "timing": f"CUDA graph of {args.graph_calls} launches, median of "
                    f"{args.rounds} interleaved rounds (5 replays each), us per launch",
                    "bound": f"each pair in its own process, killed after {args.timeout} s", "rows": rows}, f, indent=1)
     print(f"wrote {path}")
