@@ -12,9 +12,9 @@ os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
 from axe.torch import tp  # noqa: E402
 
 
-@pytest.mark.parametrize("M,N,K,w,path", [(8192, 14336, 4096, 2, "fused"), (2048, 14336, 4096, 2, "nccl"),
-                                          (8192, 14336, 4096, 4, "fused"), (8192 + 64, 14336, 4096, 2, "nccl"),
-                                          (4096, 14336, 4000, 2, "nccl")])
+@pytest.mark.parametrize("M,N,K,w,path", [(8192, 14336, 4096, 2, "fused"), (2048, 14336, 4096, 2, "nccl+axe"),
+                                          (8192, 14336, 4096, 4, "fused"), (8192 + 64, 14336, 4096, 2, "nccl+axe"),
+                                          (4096, 14336, 4000, 2, "nccl+axe")])
 def test_all_gather_choice_follows_the_kernel_and_the_threshold(M, N, K, w, path):
     c = tp.choose("all_gather_matmul", M, N, K, w)
     assert c.path == path, c
@@ -27,8 +27,8 @@ def test_all_gather_choice_follows_the_kernel_and_the_threshold(M, N, K, w, path
     assert (c.path == "fused") == (builds and M >= tp.FUSED_MIN_ROWS)
 
 
-@pytest.mark.parametrize("M,N,K,w,path", [(8192, 4096, 14336, 2, "fused"), (512, 4096, 14336, 4, "nccl"),
-                                          (128, 4096, 14336, 2, "nccl"), (8192, 4096, 14336, 8, "fused")])
+@pytest.mark.parametrize("M,N,K,w,path", [(8192, 4096, 14336, 2, "fused"), (512, 4096, 14336, 4, "nccl+axe"),
+                                          (128, 4096, 14336, 2, "nccl+axe"), (8192, 4096, 14336, 8, "fused")])
 def test_reduce_scatter_choice(M, N, K, w, path):
     assert tp.choose("matmul_reduce_scatter", M, N, K, w).path == path
     if M // w < 128:
@@ -37,7 +37,7 @@ def test_reduce_scatter_choice(M, N, K, w, path):
 
 def test_explain_names_the_path_and_why():
     line = tp.explain("all_gather_matmul", 2048, 14336, 4096, 2)
-    assert line.startswith("axe all_gather_matmul 2048x14336x4096 on 2 GPUs: nccl (M=2048 < 4096")
+    assert line.startswith("axe all_gather_matmul 2048x14336x4096 on 2 GPUs: nccl+axe (heuristic: M=2048 < 4096")
     with pytest.raises(ValueError, match="op must be"):
         tp.choose("all_reduce", 1, 1, 1, 2)
 
@@ -60,4 +60,4 @@ def test_axe_tp_command_prints_the_choice(capsys):
     from axe.cli import main
     assert main(["tp", "matmul_reduce_scatter", "8192", "4096", "14336", "--world", "4"]) == 0
     assert capsys.readouterr().out.strip() == tp.explain("matmul_reduce_scatter", 8192, 4096, 14336, 4)
-    assert "fused (M=8192 >= 4096" in tp.explain("matmul_reduce_scatter", 8192, 4096, 14336, 4)
+    assert "fused (heuristic: M=8192 >= 4096" in tp.explain("matmul_reduce_scatter", 8192, 4096, 14336, 4)

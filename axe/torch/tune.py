@@ -136,20 +136,25 @@ def key(device: str, dtype: str, layout, N: int, K: int, bound) -> str:
     return f"{device}|{dtype}|{lay}{N}x{K}|{'inf' if bound is None else bound}"
 
 
-def table_paths() -> list[Path]:
-    """The tuning tables read, first wins: the cache's own, then the shipped folders'."""
-    return [cache_root() / TABLE] + [d / TABLE for d in shipped_dirs()]
+def table_paths(name: Path = TABLE) -> list[Path]:
+    """The tuning tables ``name`` read, first wins: the cache's own, then the shipped folders'."""
+    return [cache_root() / name] + [d / name for d in shipped_dirs()]
+
+
+def read_tables(name: Path = TABLE) -> dict:
+    """Every pick of the tables ``name`` (:func:`table_paths`), a key's first table winning."""
+    picks = {}
+    for path in reversed(table_paths(name)):
+        if path.is_file():
+            picks.update(json.loads(path.read_text())["picks"])
+    return picks
 
 
 def table() -> dict:
     """Every pick known here (read once per process; :func:`reload` reads again)."""
     global _TABLE
     if _TABLE is None:
-        picks = {}
-        for path in reversed(table_paths()):
-            if path.is_file():
-                picks.update(json.loads(path.read_text())["picks"])
-        _TABLE = picks
+        _TABLE = read_tables(TABLE)
     return _TABLE
 
 
@@ -198,6 +203,13 @@ def sample_rows(bound, kernel: Tunable = GEMM) -> tuple:
     return (lo, bound) if bound <= sel.BM else (bound,)
 
 
+def plan_line(factory: str, target: str, spec: dict) -> str:
+    """One ``axe cache build --spec-file`` line: ``MODULE:FUNCTION TARGET NAME=VALUE ...`` (the
+    inverse of :func:`axe.torch.cache.parse_spec` on the words)."""
+    words = [f"{k}={json.dumps(v) if isinstance(v, bool) else v}" for k, v in sorted(spec.items())]
+    return " ".join([factory, target, *words])
+
+
 def plan(shapes, dtype, b_major, target="sm_90a", buckets=None, kernel: Tunable = GEMM) -> list[str]:
     """``axe cache build --spec-file`` lines: every candidate of every bucket of every (N, K)."""
     sel = kernel.select()
@@ -205,9 +217,7 @@ def plan(shapes, dtype, b_major, target="sm_90a", buckets=None, kernel: Tunable 
     for N, K in shapes:
         for bound in buckets or sel.BUCKETS:
             for config in sel.candidates(bound, N, K):
-                words = [f"{k}={json.dumps(v) if isinstance(v, bool) else v}"
-                         for k, v in sorted(spec(N, K, dtype, b_major, bound, config, kernel).items())]
-                line = " ".join([kernel.kernel, target, *words])
+                line = plan_line(kernel.kernel, target, spec(N, K, dtype, b_major, bound, config, kernel))
                 if line not in lines:
                     lines.append(line)
     return lines
@@ -285,9 +295,9 @@ def run(shapes, dtype, b_major, buckets=None, rounds=7, out=None, log=print, ker
     return rows
 
 
-def record(picks: dict, path=None):
-    """Merge ``picks`` into the table at ``path`` (default the cache's), written atomically."""
-    path = Path(path) if path else cache_root() / TABLE
+def record(picks: dict, path=None, name: Path = TABLE):
+    """Merge ``picks`` into the table at ``path`` (default the cache's table ``name``), written atomically."""
+    path = Path(path) if path else cache_root() / name
     path.parent.mkdir(parents=True, exist_ok=True)
     with _LOCK:
         old = json.loads(path.read_text())["picks"] if path.is_file() else {}
@@ -323,10 +333,20 @@ _HELP = {"gemm": "torch.ops.axe.gemm's configurations", "gemm_fp8": "torch.ops.a
          "B stored N x K)"}
 
 
+def subjects(subparsers):
+    """The subparsers of ``axe tune`` (one per subject: ``gemm``, ``gemm_fp8``, ``tp``), made on the
+    first call for the CLI's ``subparsers``: a module that tunes another subject adds its own parser
+    here (``axe tune tp``: :func:`axe.torch.tp.add_commands`) without this module importing it."""
+    t = subparsers.choices.get("tune")
+    if t is None:
+        t = subparsers.add_parser("tune", help="measure and keep the fastest configuration or path per shape")
+        t.set_defaults(tune_subjects=t.add_subparsers(dest="tune_kernel", required=True))
+    return t.get_default("tune_subjects")
+
+
 def add_commands(subparsers) -> None:
     """``axe tune {gemm, gemm_fp8} {plan, run}``, added to the CLI's ``subparsers``."""
-    t = subparsers.add_parser("tune", help="measure and keep the GEMM configuration per bucket of M")
-    sub = t.add_subparsers(dest="tune_kernel", required=True)
+    sub = subjects(subparsers)
     for kernel in KERNELS.values():
         g = sub.add_parser(kernel.name, help=f"{_HELP[kernel.name]} (plan: the builds; run: measure, on a GPU)")
         g.add_argument("action", choices=("plan", "run"))
