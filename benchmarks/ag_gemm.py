@@ -12,7 +12,10 @@ multiple of 128), ``axe_nccl`` (the non-fused path as :mod:`axe.torch.tp` runs i
 ``torch.ops.axe.gemm``, its M bucket's pick through the compiled launcher), ``axe_gemm`` (that GEMM
 of the gathered problem alone),
 ``axe_ce`` (the fused kernel with ``push="copy_engine"``: the runtime stages the rows with
-``cudaMemcpyAsync`` beside the kernel instead of the producer warps pushing them).
+``cudaMemcpyAsync`` beside the kernel instead of the producer warps pushing them).  ``axe``,
+``axe_nccl`` and ``nccl`` time :mod:`axe.torch.tp`'s three paths (fused, nccl+axe, nccl+cublas): each
+row records the pick ``axe tune tp`` would make from this run's figures (``axe_pick``, ``tuned``) and
+the op's own choice here and its time (``op_path``, ``op_source``, ``op_ms``; see ``gemm_rs.py``).
 
 Every side is checked against fp32 (``all_gather(A) · W_rᵀ``) before it is timed; timing as
 :mod:`dist_bench` says.  Usage: ``.venv/bin/python benchmarks/ag_gemm.py build --world 2 4 [--rows ...]``
@@ -147,8 +150,9 @@ def run_shape(args, model, M, n, k, rank, world, heap, group_name, setup_err):
                                       group_name, setup_err)
     ms, err_all, errs_all = check_and_time(args, SIDES, sides, ref, errs, rank, world, WARMUP, REPEATS, TOL)
     del ref, exact
-    row = dist_bench.figure_row(args, SIDES, rank, ms, err_all, errs_all, unbuilt, 2.0 * M * (n // world) * k,
-                                model=model, M=M, N=n, K=k, N_local=n // world, world=world, artifact=name)
+    row = dist_bench.figure_row(args, SIDES, rank, ms, err_all, errs_all, unbuilt, 2.0 * M * (n // world) * k, REPEATS,
+                                op="all_gather_matmul", model=model, M=M, N=n, K=k, N_local=n // world, world=world,
+                                artifact=name)
     del sides, a, w
     torch.cuda.empty_cache()
     return row
@@ -166,13 +170,16 @@ def report(args, rows, world):
     f = dist_bench.fmt
     print(f"\n{date}  {dev} x{world}  torch {torch.__version__}  -> {path}")
     print(f"{'model':15s} {'M':>5s} {'N×K':>11s} {'bare':>7s} {'nccl':>7s} {'symm_mem':>8s} {'axe':>9s} {'axe_ce':>9s} {'axe_nccl':>8s} "
-          f"{'axe_gemm':>8s} {'pick':>8s} {'vs nccl':>7s} {'vs symm':>7s} {'axe/bare':>8s}  (ms; vs = peer/pick)")
+          f"{'axe_gemm':>8s} {'pick':>11s} {'vs nccl':>7s} {'vs symm':>7s} {'axe/bare':>8s} {'op':>13s} {'op/nccl':>7s}  "
+          "(ms; pick: the tuned selection from this run; vs = peer/pick; op: the op's own choice (t: tuned table, "
+          "h: heuristic), op/nccl: nccl's time over the op's path's)")
     for r in rows:
         c = {s: f(v, ".3f") if v else r["status"][s] for s, v in r["ms"].items()}
         print(f"{r['model']:15s} {r['M']:5d} {r['N']:>5d}×{r['K']:<5d} {c['bare']:>7s} {c['nccl']:>7s} {c['symm_mem']:>8s} "
-              f"{c['axe']:>9s} {c['axe_ce']:>9s} {c['axe_nccl']:>8s} {c['axe_gemm']:>8s} {r['axe_pick'] or '-':>8s} "
+              f"{c['axe']:>9s} {c['axe_ce']:>9s} {c['axe_nccl']:>8s} {c['axe_gemm']:>8s} {r['axe_pick'] or '-':>11s} "
               f"{f(r['pick_vs_nccl'], '.3f'):>7s} {f(r['pick_vs_symm_mem'], '.3f'):>7s} "
-              f"{f(r['axe_over_bare_pct'], '+.1f', '%'):>8s}")
+              f"{f(r['axe_over_bare_pct'], '+.1f', '%'):>8s} {r['op_path'] + ' ' + r['op_source'][0]:>13s} "
+              f"{f(r['op_vs_nccl'], '.3f'):>7s}")
         for s, texts in r["errors"].items():
             print(f"  {s} FAILED: " + " | ".join(texts))
     dist_bench.print_goal(g)

@@ -146,15 +146,17 @@ def side_outcomes(args, all_sides, err_all, errs_all, ms=None, unbuilt=()):
     return out
 
 
-def figure_row(args, all_sides, rank, ms, err_all, errs_all, unbuilt, flops, **fields):
-    """A shape's JSON row — ``fields`` (model, sizes, ...), ``ms``, :func:`side_outcomes`, TFLOP/s per
-    GPU from ``flops`` per launch, :func:`summarize`'s pick and ratios — announced on rank 0."""
+def figure_row(args, all_sides, rank, ms, err_all, errs_all, unbuilt, flops, rounds, **fields):
+    """A shape's JSON row — ``fields`` (op, model, sizes, ...), ``ms``, :func:`side_outcomes`, TFLOP/s
+    per GPU from ``flops`` per launch, :func:`summarize`'s pick and ratios (``rounds``: the timing's
+    interleaved rounds) — announced on rank 0."""
     row = {**fields, "ms": ms, **side_outcomes(args, all_sides, err_all, errs_all, ms, unbuilt),
            "tflops_per_gpu": {s: flops / (v * 1e-3) / 1e12 for s, v in ms.items() if v}}
-    summarize(row, ms)
+    summarize(row, ms, rounds)
     if rank == 0:
         print(f"{row['model']} M={row['M']} {row['N']}x{row['K']} w{row['world']}: " + "  ".join(
-            f"{s} {v:.3f} ms" if v else f"{s} {row['status'][s]}" for s, v in ms.items()), flush=True)
+            f"{s} {v:.3f} ms" if v else f"{s} {row['status'][s]}" for s, v in ms.items())
+            + f"  pick {row['axe_pick']}, op {row['op_path']} ({row['op_source']})", flush=True)
     return row
 
 
@@ -253,39 +255,67 @@ def print_goal(g):
     print(f"goal ({g['goal']}): {'met' if g['met'] else 'NOT met'}" + "".join(f"\n  {m}" for m in g["misses"]))
 
 
-def summarize(row, ms):
-    """Add to ``row`` what a per-shape choice between axe's fused kernel and its non-fused path would
-    run (``axe_pick``, ``axe_pick_ms``), and the ratios against the peers and the bare GEMM; the
-    exposed communication is the fused kernel's time minus axe's own GEMM's."""
-    ax, nc, sm, ba, an, ag = (ms.get(s) for s in ("axe", "nccl", "symm_mem", "bare", "axe_nccl", "axe_gemm"))
+#: the sides that measure :mod:`axe.torch.tp`'s paths (:data:`axe.torch.tp_tune.PATHS`): the fused
+#: kernel as the op builds it (side ``axe``, not its variants), NCCL + ``torch.ops.axe.gemm``, NCCL + torch.mm
+PATH_SIDES = {"fused": "axe", "nccl+axe": "axe_nccl", "nccl+cublas": "nccl"}
+
+
+def summarize(row, ms, rounds):
+    """Add to ``row`` the ratios of the fused kernel (the faster of its variants, ``axe_fused``)
+    against the peers and the bare GEMM, the exposed communication (the fused kernel's time minus
+    axe's own GEMM's), and two picks among the op's paths (:data:`PATH_SIDES`):
+
+    - ``axe_pick`` (``axe_pick_ms``, ``axe_pick_side``, ``tuned``): what ``axe tune tp`` would record
+      for this bucket from this run's figures — :func:`axe.torch.tp_tune.entry` over the paths'
+      medians of ``rounds`` rounds — and ``pick_vs_nccl``, ``pick_vs_symm_mem``;
+    - ``op_path`` (``op_source``, ``op_why``, ``op_ms``, ``op_vs_nccl``): what the op itself chooses
+      here (:func:`axe.torch.tp.choose` for this GPU and world: its tuned table where one is read,
+      else the heuristic), timed by its path's side in this run."""
+    from axe.torch import tp, tp_tune
+    ax, nc, sm, ba, ag = (ms.get(s) for s in ("axe", "nccl", "symm_mem", "bare", "axe_gemm"))
     fused = [(v, s) for s, v in ms.items() if s in ("axe", "axe_ce", "axe_bulk", "axe_regs") and v]
     if fused:           # the fused kernel: the faster of its variants (SM push, copy engine, bulk push, adds)
         ax, row["axe_fused"] = min(fused)
-    pick = min([(v, s) for v, s in fused] + ([(an, "axe_nccl")] if an else [])) if fused or an else None
-    row["axe_pick"], row["axe_pick_ms"] = (pick[1], pick[0]) if pick else (None, None)
+    measured = {p: ms[s] for p, s in PATH_SIDES.items() if ms.get(s)}
+    tuned = row["tuned"] = tp_tune.entry(measured, [row["M"]], rounds) if measured else None
+    pick = measured[tuned["pick"]] if tuned else None
+    row["axe_pick"], row["axe_pick_ms"] = (tuned["pick"], pick) if tuned else (None, None)
+    row["axe_pick_side"] = PATH_SIDES[tuned["pick"]] if tuned else None
     row["axe_vs_nccl"] = nc / ax if ax and nc else None
     row["axe_vs_symm_mem"] = sm / ax if ax and sm else None
     row["axe_over_bare_pct"] = (ax / ba - 1) * 100 if ax and ba else None
     row["exposed_ms"] = ax - ag if ax and ag else None
-    row["pick_vs_nccl"] = nc / pick[0] if pick and nc else None
-    row["pick_vs_symm_mem"] = sm / pick[0] if pick and sm else None
+    row["pick_vs_nccl"] = nc / pick if pick and nc else None
+    row["pick_vs_symm_mem"] = sm / pick if pick and sm else None
+    c = tp.choose(row["op"], row["M"], row["N"], row["K"], row["world"], device=_device_name())
+    row["op_path"], row["op_source"], row["op_why"] = c.path, c.source, c.why
+    op_ms = ms.get(PATH_SIDES[c.path])
+    row["op_ms"] = op_ms
+    row["op_vs_nccl"] = nc / op_ms if op_ms and nc else None
     return row
 
 
+def _device_name():
+    """This GPU's name (what the op's tuned table is keyed by), None without one."""
+    import torch
+    return torch.cuda.get_device_name() if torch.cuda.is_available() else None
+
+
 def goal(rows):
-    """The goal check: on every shape the pick (fused or non-fused) faster than nccl and symm_mem; at
-    M = 8192 the fused kernel within 3% of the bare GEMM (the exchange hidden)."""
+    """The goal check: on every shape the op's own choice never slower than mm + NCCL (``op_vs_nccl``
+    at least 1) and the pick faster than symm_mem; at M = 8192 the fused kernel within 3% of the
+    bare GEMM (the exchange hidden)."""
     miss = []
     for r in rows:
         tag = f"{r['model']} M={r['M']} {r['N']}x{r['K']}"
-        tests = [("pick_vs_nccl", lambda v: v <= 1.0), ("pick_vs_symm_mem", lambda v: v <= 1.0)]
+        tests = [("op_vs_nccl", lambda v: v < 1.0), ("pick_vs_symm_mem", lambda v: v <= 1.0)]
         if r["M"] >= 8192:
             tests.append(("axe_over_bare_pct", lambda v: v > 3.0))
         for key, bad in tests:
             if r[key] is None or bad(r[key]):
                 miss.append(f"{tag}: {key} {'missing' if r[key] is None else format(r[key], '.3f')}")
-    return {"goal": "the pick (fused or non-fused) faster than both peers on every shape; at M = 8192 the fused "
-                    "kernel within 3% of bare", "met": not miss, "misses": miss}
+    return {"goal": "the op's choice never slower than mm + NCCL and the pick faster than symm_mem on every "
+                    "shape; at M = 8192 the fused kernel within 3% of bare", "met": not miss, "misses": miss}
 
 
 def launch(args, shapes, run_shape, report, pool_bytes):

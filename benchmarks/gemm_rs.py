@@ -9,7 +9,10 @@ ideal), ``nccl`` (torch.mm + ``dist.reduce_scatter_tensor``), ``symm_mem``
 (``torch.ops.symm_mem.fused_matmul_reduce_scatter``), ``axe`` (``kernels/gemm_rs.py`` through
 ``axe.runtime.distributed.DistKernel``), ``axe_nccl`` (the non-fused path as :mod:`axe.torch.tp` runs it:
 ``torch.ops.axe.gemm`` of the local problem — its M bucket's pick, the compiled launcher — then
-``dist.reduce_scatter_tensor``).
+``dist.reduce_scatter_tensor``).  ``axe``, ``axe_nccl`` and ``nccl`` time :mod:`axe.torch.tp`'s three paths
+(fused, nccl+axe, nccl+cublas): each row records the pick ``axe tune tp`` would make from this run's
+figures (``axe_pick``, ``tuned``) and the op's own choice here and its time (``op_path``, ``op_source``,
+``op_ms``: the tuned table beside the op cache, or in ``$AXE_SHIPPED_DIRS``, else the heuristic).
 
 Every side is checked before it is timed: fresh random data (randn × 0.5), outputs poisoned with
 NaN, reference = fp32 partials all-reduced (``bare``: the local fp32 partial), max abs err / max
@@ -175,8 +178,9 @@ def run_shape(args, model, M, n, k, rank, world, heap, group_name, setup_err):
                                       group_name, setup_err)
     ms, err_all, errs_all = check_and_time(args, SIDES, sides, ref, errs, rank, world, WARMUP, REPEATS, TOL)
     del part, ref
-    row = dist_bench.figure_row(args, SIDES, rank, ms, err_all, errs_all, unbuilt, 2.0 * M * n * kl,
-                                model=model, M=M, N=n, K=k, K_local=kl, world=world, artifact=name)
+    row = dist_bench.figure_row(args, SIDES, rank, ms, err_all, errs_all, unbuilt, 2.0 * M * n * kl, REPEATS,
+                                op="matmul_reduce_scatter", model=model, M=M, N=n, K=k, K_local=kl, world=world,
+                                artifact=name)
     del sides, a, w
     torch.cuda.empty_cache()
     return row
@@ -196,14 +200,18 @@ def report(args, rows, world):
     print(f"\n{date}  {dev} x{world}  torch {torch.__version__}  cuda {torch.version.cuda}  -> {path}")
     print(f"{'model':15s} {'M':>5s} {'N×K':>11s} {'w':>2s} {'bare':>7s} {'nccl':>7s} {'symm_mem':>8s} {'axe':>7s} {'axe_regs':>8s} "
           f"{'axe_nccl':>8s} {'vs nccl':>7s} {'vs symm':>7s} {'axe/bare':>8s} {'axe_gemm':>8s} {'axe_local':>9s} "
-          f"{'axe_nowait':>10s} {'axe_bulk':>9s}   "
-          "(ms per launch; vs = peer/fused (the faster of axe, axe_regs, axe_bulk); fused/bare - 1; axe_gemm, axe_local: see DIAGNOSTIC)")
+          f"{'axe_nowait':>10s} {'axe_bulk':>9s} {'pick':>11s} {'op':>13s} {'op/nccl':>7s}   "
+          "(ms per launch; vs = peer/fused (the faster of axe, axe_regs, axe_bulk); fused/bare - 1; axe_gemm, axe_local: see "
+          "DIAGNOSTIC; pick: the tuned selection from this run; op: the op's own choice (t: tuned table, h: heuristic), "
+          "op/nccl: nccl's time over the op's path's)")
     for r in rows:
         c = {s: f(v, ".3f") if v else r["status"][s] for s, v in r["ms"].items()}
         print(f"{r['model']:15s} {r['M']:5d} {r['N']:>5d}×{r['K']:<5d} {world:2d} {c['bare']:>7s} {c['nccl']:>7s} "
               f"{c['symm_mem']:>8s} {c['axe']:>7s} {c['axe_regs']:>8s} {c['axe_nccl']:>8s} {f(r['axe_vs_nccl'], '.3f'):>7s} "
               f"{f(r['axe_vs_symm_mem'], '.3f'):>7s} {f(r['axe_over_bare_pct'], '+.1f', '%'):>8s} "
-              f"{c['axe_gemm']:>8s} {c['axe_local']:>9s} {c['axe_nowait']:>10s} {c['axe_bulk']:>9s}")
+              f"{c['axe_gemm']:>8s} {c['axe_local']:>9s} {c['axe_nowait']:>10s} {c['axe_bulk']:>9s} "
+              f"{r['axe_pick'] or '-':>11s} {r['op_path'] + ' ' + r['op_source'][0]:>13s} "
+              f"{f(r['op_vs_nccl'], '.3f'):>7s}")
     for r in rows:
         for x in r["rel_err_per_rank"].get("axe", []) and [r["rel_err_per_rank"]["axe"]]:
             print(f"axe rel err {r['model']:15s} per rank: " + " ".join(f(e, ".2e") for e in x))

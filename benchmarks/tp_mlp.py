@@ -157,7 +157,7 @@ def run_shape(args, model, M, rank, world, heap, group_name, setup_err):
             dist.reduce_scatter_tensor(y, ops.gemm(a, wd, True))
         ag = DistKernel(art["ag"], heap) if built["ag"] else None
         rs = DistKernel(art["rs"], heap) if built["rs"] else None
-        steps = {"ag": "fused" if ag else "nccl", "rs": "fused" if rs else "nccl"}
+        steps = {"ag": "fused" if ag else "nccl+axe", "rs": "fused" if rs else "nccl+axe"}
         ya, yn = torch.empty(ml, h, device="cuda", dtype=bf), torch.empty(ml, h, device="cuda", dtype=bf)
 
         def axe_mlp():

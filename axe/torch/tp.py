@@ -97,8 +97,9 @@ def _choose(op, M, N, K, world, dtype, layout, device) -> Choice:
         if runs:
             figures = ", ".join(f"{p} {v:.3f} ms" for p, v in ms.items())
             left = f"; fused left out at M={M}: {unfit}" if unfit and "fused" in ms else ""
-            return Choice(tp_tune.decide(runs), f"measured on {device} x{world} at M={'/'.join(map(str, tuned['rows']))} "
-                          f"(bucket {tp_tune.bucket(M)}): {figures}{left}", "tuned", tuple(ms.items()))
+            rows = "/".join(map(str, tuned["rows"]))
+            return Choice(tp_tune.decide(runs), f"measured on {device} x{world} at M={rows} (bucket "
+                          f"{tp_tune.bucket(M)}): {figures}{left}", "tuned", tuple(ms.items()))
     none = f"no tuned entry for {device} x{world}; " if device else ""
     if unfit:
         return Choice("nccl+axe", f"{none}the fused kernel does not fit: {unfit}")
