@@ -52,6 +52,7 @@ from kernels import gemm
 from kernels.parts import CompositionError, Problem, compose
 from kernels.parts.epilogues.reduce_scatter import ReduceScatter
 from kernels.parts.epilogues.store import ChunkedStore
+from kernels.parts.schedulers.owner_rows import OwnerRows
 from kernels.parts.schedulers.owners import OwnerOrder
 from kernels.parts.schedulers.stream_k import StreamKSchedule
 from kernels.tp_shapes import gemm_rs_fits
@@ -65,15 +66,22 @@ def reference(A_parts, B_parts, world, b_major="col"):
     return total.chunk(world)
 
 
-def parts(problem, cfg, world, rs_comm, rs_push, rs_add="chunks"):
-    """``(scheduler, mainloop, epilogue)``: the owners' order, :func:`kernels.gemm.mainloop`'s sm_90a
-    mainloop, the reduce-scatter epilogue over its chunked store; composed, so a configuration that
-    cannot work (stream-K, CTA pairs, ping-pong) is refused naming the parts."""
+#: how the owners' order reads A (``rs_a``): one 3-D box per owner's row block of the (owner, rows, K)
+#: tensor (any M), or the one-GPU GEMM's 2-D boxes over the (world · rows, K) matrix (M/world a
+#: multiple of the 128-row tile)
+A_READS = {"owners": OwnerOrder, "rows": OwnerRows}
+
+
+def parts(problem, cfg, world, rs_comm, rs_push, rs_add="chunks", rs_a="owners"):
+    """``(scheduler, mainloop, epilogue)``: the owners' order (reading A as :data:`A_READS` says),
+    :func:`kernels.gemm.mainloop`'s sm_90a mainloop, the reduce-scatter epilogue over its chunked
+    store; composed, so a configuration that cannot work (stream-K, CTA pairs, ping-pong, 2-D boxes
+    over ragged owners) is refused naming the parts."""
     main = gemm.mainloop(problem, cfg, "wgmma")
     if cfg.stream_k:
         sched = StreamKSchedule(problem.M, problem.N, cfg.bm, cfg.bn, cfg.ctas, cfg.band, main.k_iters, gemm.HALF, cfg.bn)
     else:
-        sched = OwnerOrder(problem.M, problem.N, cfg.bm, cfg.bn, cfg.ctas, cfg.band, world, stack=cfg.cluster)
+        sched = A_READS[rs_a](problem.M, problem.N, cfg.bm, cfg.bn, cfg.ctas, cfg.band, world, stack=cfg.cluster)
     store = ChunkedStore(main, sched, problem.dtype, cfg.epilogue or gemm.EPILOGUE["wgmma"], cfg.epilogue_bufs)
     epi = ReduceScatter(store, sched, problem.M, problem.K, problem.N, world, problem.b_major, problem.b_shape,
                         rs_comm, rs_push, rs_add)
@@ -81,25 +89,31 @@ def parts(problem, cfg, world, rs_comm, rs_push, rs_add="chunks"):
 
 
 def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, rs_comm=True, rs_push="forward", rs_add="chunks",
-         **config):
+         rs_a="owners", **config):
     """The fused kernel (an :class:`axe.lang.Kernel`) for global M × N × K on ``world`` GPUs;
     ``config``: :class:`kernels.gemm.Config`'s keywords; ``rs_push``: ``"forward"`` or ``"bulk"``;
     ``rs_add``: ``"chunks"`` or ``"registers"`` (how an owner adds the peers' partials: the epilogue's);
+    ``rs_a``: ``"owners"`` or ``"rows"`` (how A's k-blocks are loaded: :data:`A_READS`);
     ``rs_comm=False`` / ``"nowait"``: the measurement aids (wrong results: nothing exchanged, or
     pushed without the owners waiting)."""
     why = gemm_rs_fits(M, N, K, world)
     if why:
         raise ValueError(f"gemm_rs: {why}")
     gemm.check(M, N, K, dtype, b_major)
+    if rs_a not in A_READS:
+        raise ValueError(f"gemm_rs: rs_a must be one of {sorted(A_READS)}, got {rs_a!r}")
     m, k = M // world, K // world        # each rank: its K slice of every owner's M/world rows
     cfg = gemm.Config.of(config, "gemm_rs")
-    problem = Problem(m, N, k, dtype, b_major, a_shape=(world, m, k))
+    problem = Problem(m, N, k, dtype, b_major, a_shape=(world, m, k) if rs_a == "owners" else (world * m, k))
+
+    def composed():
+        return parts(problem, cfg, world, rs_comm, rs_push, rs_add, rs_a)
     try:
-        parts(problem, cfg, world, rs_comm, rs_push, rs_add)
+        composed()
     except CompositionError as err:
         raise ValueError(f"gemm_rs: {err}") from None
-    return gemm.mesh_kernel("gemm_rs", name, world, problem, cfg, lambda: parts(problem, cfg, world, rs_comm, rs_push, rs_add),
-                            "the reduce-scatter epilogue", gemm.gpu_sizes(None, N, K))
+    return gemm.mesh_kernel("gemm_rs", name, world, problem, cfg, composed, "the reduce-scatter epilogue",
+                            gemm.gpu_sizes(None, N, K))
 
 
 def build(M, N, K, world, dtype="bfloat16", b_major="col", name=None, target="sm_90a", **kw):

@@ -72,14 +72,17 @@ def _short(dtype):
 
 
 #: gemm_rs variants: (name tag, shape, dtype, B layout, make's keywords) — the default forwarding
-#: push, the bulk push (rs_push="bulk") on one and on several tiles per CTA, and the owners adding
-#: the peers' partials through registers (rs_add="registers")
+#: push, the bulk push (rs_push="bulk") on one and on several tiles per CTA, the owners adding
+#: the peers' partials through registers (rs_add="registers"), and A read by the plain GEMM's 2-D
+#: boxes (rs_a="rows": whole-tile owners only, so not on "ragged")
 GEMM_CASES = ([(tag, tag, dt, bm, {}) for tag in GEMM_SHAPES for dt, bm in
                (("bfloat16", "col"), ("float16", "row"), ("bfloat16", "row"), ("float16", "col"))
                if not (tag in ("square", "multi") and bm == "row") and not (tag == "multi" and dt == "float16")]
               + [(t + "_bulk", t, "bfloat16", "col", {"rs_push": "bulk"}) for t in ("ragged", "multi")]
               + [(t + "_regs", t, dt, bm, {"rs_add": "registers"})
-                 for t, dt, bm in (("ragged", "bfloat16", "col"), ("ragged", "float16", "row"), ("multi", "bfloat16", "col"))])
+                 for t, dt, bm in (("ragged", "bfloat16", "col"), ("ragged", "float16", "row"), ("multi", "bfloat16", "col"))]
+              + [(t + "_rows", t, dt, "col", {"rs_a": "rows"})
+                 for t, dt in (("square", "bfloat16"), ("square", "float16"), ("multi", "bfloat16"))])
 
 BUILDS = {}
 for _w in WORLDS:

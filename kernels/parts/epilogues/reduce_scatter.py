@@ -68,7 +68,10 @@ class ReduceScatter:
         self.nsig = world * sched.m_tiles * sched.n_tiles * 2
         self.smem = inner.smem
         self.unused_params = (() if push == "forward" else ("Q_",)) + ("P_map",) + FUSED_PARAMS
-        self.producer_regs = PUSH_REGS if push == "forward" and comm is True else inner.producer_regs
+        # the forwarding warps push whenever anything is exchanged: also under "nowait", which only
+        # leaves out the owners' waits
+        self.forwards = push == "forward" and comm in (True, "nowait")
+        self.producer_regs = PUSH_REGS if self.forwards else inner.producer_regs
 
     m_maps = ()
 
@@ -177,7 +180,7 @@ class ReduceScatter:
 
     def producer_warps(self, dist):
         """Warp 2 + wg of the producer warpgroup forwards consumer warpgroup wg's halves."""
-        if self.comm is True and self.push == "forward":
+        if self.forwards:
             for wg in range(2):
                 with Ax.warps(2 + wg, 3 + wg):
                     self.forward(dist, wg)
