@@ -44,7 +44,8 @@ from .jit import JitKernel
 from .ops import ROOT, _DTYPES, _device_name
 
 __all__ = ["fused_all_gather_matmul", "fused_matmul_reduce_scatter", "all_gather_linear", "linear_reduce_scatter",
-           "choose", "explain", "Choice", "FUSED_MIN_ROWS", "plan", "path_timers", "add_commands"]
+           "choose", "explain", "Choice", "FUSED_MIN_ROWS", "FUSED_KERNEL", "fused_fits", "fused_spec", "local_gemm",
+           "paths", "plan", "path_timers", "add_commands"]
 
 #: rows (global M) from which the heuristic chooses the fused kernels (see the module docstring)
 FUSED_MIN_ROWS = 4096
