@@ -167,15 +167,17 @@ def name(config):
     return "_".join(f"{k}{int(v) if isinstance(v, bool) else v}" for k, v in sorted(config.items()))
 
 
-def act_config(config):
+def act_config(config, N):
     """``config`` (a configuration or an artifact's keywords) made to compose with a fused SiLU·up
     store (``make(..., act="silu_mul")``): the store needs the cooperative tile whose columns are
-    whole 128-column interleave periods, so ping-pong becomes the default persistent tile and a
-    narrower or odd tile 128 columns (with the deepest ring that fits); every other key is kept.
-    Law: a configuration that composes is returned unchanged."""
+    whole 128-column interleave periods and divide ``N`` (the weight's rows), so ping-pong
+    becomes the default persistent tile and a narrower, odd or non-dividing tile 128 columns (with
+    the deepest ring that fits); every other key is kept.  Law: a configuration that composes is
+    returned unchanged."""
     out = dict(config)
     if out.get("schedule") == "pingpong":
         del out["schedule"]
-    if out.get("tile_m", BM) == BM and out.get("tile_n", 256) % 128:
+    tile_n = out.get("tile_n", 256)
+    if out.get("tile_m", BM) == BM and (tile_n % 128 or N % tile_n):
         out.update(tile_n=128, stages=stages_for(128))
     return out

@@ -38,6 +38,7 @@ def store(problem, main, sched, cfg, gen, act=None):
         try:
             epi = SiluMulStore(main, sched, problem.dtype, cfg.epilogue or math.gcd(EPILOGUE[gen], cfg.bn),
                                cfg.epilogue_bufs, PERIOD)
+            epi.out_cols(problem.N)         # the tile divides N: refused at composition, not at the build
         except ValueError as err:
             raise CompositionError(str(err).removeprefix("gemm: ")) from None
     elif cfg.epilogue_ops:

@@ -77,7 +77,7 @@ def test_interleave_and_reference_are_the_unfused_mlp():
         interleave_gate_up(gate[:100], up[:100])
 
 
-@pytest.mark.parametrize("N", [n for n, _ in SHAPES])
+@pytest.mark.parametrize("N", [n for n, _ in SHAPES] + [2 * 2880])     # gpt-oss: N not a multiple of 256
 def test_act_config_composes_every_candidate(N):
     """Every bucket's candidates and heuristic pick, made to compose by ``act_config``, compose
     with the fused store (checked by ``make``, which composes the sm_90a parts); those that
@@ -85,7 +85,7 @@ def test_act_config_composes_every_candidate(N):
     for bound in gemm_select.BUCKETS:
         rows = bound if bound is not None and bound <= gemm_select.BM else None
         for config in gemm_select.candidates(bound, N, K) + [gemm_select.heuristic(bound or 8192, N, K)]:
-            fixed = gemm_select.act_config(config)
+            fixed = gemm_select.act_config(config, N)
             max_rows = gemm_select.scheduled_rows(bound, fixed) or rows
             gemm.make_dynamic(N, K, "bfloat16", "col", max_rows=max_rows, act="silu_mul", **fixed)
             try:

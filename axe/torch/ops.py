@@ -257,7 +257,7 @@ def spec_silu_mul_for(device: str, N: int, K: int, dtype: str, M: int) -> dict:
     key = (device, N, K, dtype, tune.select().bucket(M))
     s = _ACT_SPECS.get(key)
     if s is None:
-        s = _ACT_SPECS[key] = {**tune.select().act_config(tune.spec_for(device, N, K, dtype, "col", M)), "act": "silu_mul"}
+        s = _ACT_SPECS[key] = {**tune.select().act_config(tune.spec_for(device, N, K, dtype, "col", M), N), "act": "silu_mul"}
     return s
 
 

@@ -73,7 +73,7 @@ def _gate_up_builds():
             rows = tuple(m for m in GATE_UP_ROWS if lo < m <= bound)
             configs = sel.candidates(bound, N, K) if bound <= sel.BM else [sel.heuristic(bound, N, K)]
             for config in configs:
-                config = sel.act_config(config)
+                config = sel.act_config(config, N)
                 max_rows = sel.scheduled_rows(bound, config)
                 name = f"serving_gemm_silu_mul_{N}x{K}_m{bound}_{sel.name(config)}"
                 out[name] = (_builder("kernels.gemm", "make_dynamic", N, K, "bfloat16", "col", name, max_rows,

@@ -74,9 +74,27 @@ def _serving_specs():
     return [s for s in out if s[0] != "rmsnorm" or s[1]["n"] != 4096]     # rmsnorm 4096 bf16 is in SPECS already
 
 
+#: the fused gate/up GEMM's (I, K): a small one, and gpt-oss's 2880 (2I = 5760 is not a multiple of
+#: the 256-wide tile, so the selection takes 128-wide tiles there)
+SILU_MUL_SHAPES = ((1024, 1024), (2880, 2880))
+SILU_MUL_ROWS = (1, 7, 64, 300, 2048)
+
+
+def _silu_mul_specs():
+    """``gemm_silu_mul``'s specializations for SILU_MUL_ROWS (one per bucket of M, the heuristic's)."""
+    from axe.torch import ops
+    out = []
+    for i, k in SILU_MUL_SHAPES:
+        for m in SILU_MUL_ROWS:
+            s = ("gemm_silu_mul", ops.spec_silu_mul_for("", 2 * i, k, "bfloat16", m))
+            if s not in out:
+                out.append(s)
+    return out
+
+
 SPECS = [("rmsnorm", {"n": n, "dtype": dt}) for n in (1024, 4096) for dt in ("float16", "bfloat16")] + \
         [("softmax", {"n": n, "dtype": dt}) for n in (1024, 4096) for dt in ("float16", "bfloat16")] + _gemm_specs() + \
-        _serving_specs()
+        _serving_specs() + _silu_mul_specs()
 
 
 def build(args):
@@ -420,6 +438,46 @@ def check_serving_graph(ops, res):
     return "fused_add_rmsnorm -> rotary -> silu_and_mul captured once, 3 replays equal to eager"
 
 
+def _silu_mul_ref(x, g, u):
+    """silu(x·gᵀ)·(x·uᵀ) in fp32 from the dtype's operands."""
+    return torch.nn.functional.silu(x.float() @ g.float().T) * (x.float() @ u.float().T)
+
+
+def check_gemm_silu_mul(ops, res):
+    """``axe::gemm_silu_mul`` of an interleaved weight equals silu(x·gᵀ)·(x·uᵀ) for every row count
+    of SILU_MUL_ROWS and both shapes, eagerly, under torch.compile(fullgraph=True) and replayed
+    from a CUDA graph on new inputs."""
+    worst = 0.0
+    for i, k in SILU_MUL_SHAPES:
+        g = torch.randn(i, k, dtype=torch.bfloat16, device="cuda") / k ** 0.5
+        u = torch.randn(i, k, dtype=torch.bfloat16, device="cuda") / k ** 0.5
+        w = ops.interleave_gate_up(g, u)
+        for m in SILU_MUL_ROWS:
+            x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+            got = torch.ops.axe.gemm_silu_mul(x, w)
+            assert got.shape == (m, i), f"gemm_silu_mul {m}x{k} . {2 * i}x{k}: shape {tuple(got.shape)}"
+            worst = max(worst, _close(got, _silu_mul_ref(x, g, u), f"gemm_silu_mul M={m} I={i} K={k}", 2e-2))
+    torch._dynamo.reset()
+    f = torch.compile(lambda x, w: torch.ops.axe.gemm_silu_mul(x, w) * 2, fullgraph=True, dynamic=True)
+    for m in (7, 300):
+        x = torch.randn(m, k, dtype=torch.bfloat16, device="cuda")
+        _close(f(x, w), 2 * _silu_mul_ref(x, g, u), f"compiled gemm_silu_mul M={m}", 2e-2)
+    x = torch.randn(64, k, dtype=torch.bfloat16, device="cuda")
+    torch.ops.axe.gemm_silu_mul(x, w)               # loads the kernel off the capture
+    torch.cuda.synchronize()
+    cg = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(cg):
+        y = torch.ops.axe.gemm_silu_mul(x, w)
+    for r in range(3):
+        x.copy_(torch.randn_like(x) * (r + 1))
+        cg.replay()
+        torch.cuda.synchronize()
+        _close(y, _silu_mul_ref(x, g, u), f"gemm_silu_mul graph replay {r}", 2e-2)
+    res["gemm_silu_mul_max_rel_err"] = worst
+    return (f"(I, K) in {SILU_MUL_SHAPES} x M in {SILU_MUL_ROWS}, compiled (M 7, 300), 3 graph replays; "
+            f"worst rel err {worst:.1e}")
+
+
 def _gpu_us(fn, n=50):
     from axe.torch.timing import burst_ms
     return round(burst_ms(torch, fn, calls=n, blocks=1, warmup=5) * 1e3, 2)
@@ -462,7 +520,8 @@ def check_serving_speed(ops, res):
 
 
 CHECKS = [check_rows, check_gemm, check_missing, check_compile, check_graphs, check_overhead, check_speed,
-          check_readme, check_serving, check_serving_compile, check_serving_graph, check_serving_speed]
+          check_readme, check_serving, check_serving_compile, check_serving_graph, check_serving_speed,
+          check_gemm_silu_mul]
 
 
 def run(args):
