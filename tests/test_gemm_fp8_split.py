@@ -102,6 +102,21 @@ def test_builds_without_spills_and_with_the_workspace_their_units_need(built):
     assert args["W_"]["scratch"] and args["F_"]["scratch"]
 
 
+def test_every_consumer_warp_releases_its_slot(built):
+    """A slot's row scales are read by every consumer thread's own shared loads, so a slot is free
+    only once every warp is done: the empty barriers count 2 warpgroups x 4 warps (x the CTAs
+    sharing a slot), and every arrival follows a warp barrier (an arrival per warpgroup let the
+    producer refill a slot a slower warp still read)."""
+    import re
+    (M, N, K, kw), art = built
+    src = art.cuda_source
+    counts = [int(c) for c in re.findall(r"mbarrier_init_init_shared_b64\([^;]*\(uint\)(\d+)\);", src)]
+    assert counts.count(8 * kw.get("cluster", 1)) >= 2, counts     # empty: 8 arrivals (full: 3)
+    released = re.findall(r"warp_sync\(\);\s*if \(\(\(\(int\)threadIdx\.x\) % 32\) == 0\) \{\s*"
+                          r"tvm_builtin_ptx_mbarrier_arrive", src)
+    assert released, "no warp barrier before the consumers' lane-0 arrivals"
+
+
 def _bind(art, M, N, K):
     """The runtime's argument binding (device type cpu) of quantized M×N×K operands with the scratch
     the launcher appends; returns the binding."""

@@ -112,3 +112,28 @@ def test_tma_store_chosen_and_its_refusals_explained():
         return bad_store
     with pytest.raises(Exception, match="drop barrier="):
         Ax.build_func(bad_store)
+
+
+def _slots_kernel(pitch):
+    """A TMA load of 16 floats into slot ``s`` (a run-time index) of a (4, pitch) shared buffer."""
+    @Ax.kernel(name="slots")
+    def slots():
+        @T.prim_func
+        def slots(A_: T.Buffer((4, 16), "float32"), A_map: T.handle("tensormap")):
+            bx, tx_ = Ax.launch(1, 128)
+            A = Ax.param(A_, tensormap=A_map)
+            bar = Ax.cuda.mbarrier(count=1)
+            t = Ax.shared((4, pitch), "float32", name="t")
+            for s in T.serial(4):
+                Ax.copy(t[s:s + 1, 0:16], A[s:s + 1, :], schedule="tma", barrier=bar)
+        return slots
+    return slots
+
+
+def test_tma_refuses_shared_boxes_off_128_bytes():
+    """TMA writes shared memory at 128-byte aligned addresses: slots of 16 floats (64 bytes) are
+    refused, naming the buffer and the offset's modulus; slots of 32 floats are taken."""
+    with pytest.raises(Exception, match=r"shared t: a TMA box starts at element offset .*16·k \+ 0 elements of 4 bytes"):
+        Ax.build_func(_slots_kernel(16))
+    _, ctx = Ax.build_func(_slots_kernel(32))
+    assert [r.chosen for r in ctx.records] == ["tma"]

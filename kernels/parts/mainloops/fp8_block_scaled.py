@@ -52,6 +52,8 @@ from kernels.parts.tiles import block
 FP8 = "float8_e4m3fn"
 BM, BK = 128, 128
 PART = 128                          # columns per partial accumulator (one wgmma N), and of an SB block
+WARPS = 4                           # warps per consumer warpgroup
+SA_PITCH = 32                       # floats per row-scale slot at least: 128 bytes, TMA's shared alignment
 
 
 def fp8_tile(rows, cols=BK):
@@ -114,13 +116,24 @@ class BlockScaled(Cooperative):
     def setup(self):
         """The A tiles' row scales per slot; ``staged``: the shared buffer of SB per column group,
         rows (warpgroup, slot parity)."""
-        self.sa = Ax.shared((self.stages, self.sa_width), "float32", name="sa")
+        # a slot's row is at least 32 floats: TMA writes shared memory at 128-byte aligned addresses
+        self.sa = Ax.shared((self.stages, max(self.sa_width, SA_PITCH)), "float32", name="sa")
         if self.staged:
             self.sbg = Ax.shared((4, self.bn // self.group_n), "float32", name="sbg")
 
     def pipeline(self):
-        """full: the A, B and SA copies; empty: both consumers of every CTA of the pair."""
-        return Ax.cuda.pipeline(self.stages, producers=3, consumers=2, cluster=self.cluster)
+        """full: the A, B and SA copies; empty: every warp of both consumer warpgroups of every CTA
+        of the pair (:meth:`release`)."""
+        return Ax.cuda.pipeline(self.stages, producers=3, consumers=2 * WARPS, cluster=self.cluster)
+
+    def release(self, pipe, i):
+        """Free slot ``slot(i)``: each warp's threads read the slot's row scales ``sa`` with their own
+        shared loads, so every warp arrives once its lanes are done (a warp barrier, then lane 0).
+        One arrival per warpgroup would let the producer refill ``sa`` while a slower warp of the
+        group still reads it; the wgmma operands alone would not need this (the warpgroup's MMA
+        completes for all its warps at once)."""
+        Ax.cuda.warp_sync()
+        pipe.release(i, pred=self.tx % 32 == 0)
 
     def load(self, pool, pipe, A, B, SA, i, m_blk, n_blk, kb):
         """Producer: iteration i loads k-block kb of tile (m_blk, n_blk) — A, B and A's row scales —
@@ -139,7 +152,7 @@ class BlockScaled(Cooperative):
                 barrier=pipe.full, stage=s)
         self.b.load(self, pool, pipe, B, s, n_blk, kb, self.rank)
         r0 = self.sa_block(m_blk, n_blk) * self.sa_width
-        Ax.copy(self.sa[s:s + 1, :], SA[kb:kb + 1, r0:r0 + self.sa_width], barrier=pipe.full, stage=s)
+        Ax.copy(self.sa[s:s + 1, :self.sa_width], SA[kb:kb + 1, r0:r0 + self.sa_width], barrier=pipe.full, stage=s)
 
     def sa_block(self, m_blk, n_blk):
         """Which ``sa_width``-wide block of A's rows tile (m_blk, n_blk) reads: its block-row."""
@@ -196,7 +209,7 @@ class BlockScaled(Cooperative):
                     half()
             else:
                 half()
-        pipe.release(i, pred=leader)
+        self.release(pipe, i)
 
     def k_range(self, pool, SB, pipe, acc, part, wg, leader, base, k0, k1, m_blk, n_blk):
         """k-blocks k0 .. k1-1 of tile (m_blk, n_blk) (``base``: the pipeline iteration of its k-block

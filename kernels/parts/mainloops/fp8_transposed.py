@@ -53,7 +53,7 @@ class TransposedBlockScaled(BlockScaled):
 
     def sa_view(self, s, wg):
         """Slot s's row scales as a (1, tile_m) scale: accumulator column c takes row c's."""
-        return self.sa[s:s + 1, :]
+        return self.sa[s:s + 1, :self.sa_width]
 
     def sb_block(self, m_blk, n_blk, h):
         """The tile's 128 weight rows are SB's block m_blk."""

@@ -17,7 +17,7 @@ from .counters import count_done, wait_count
 from .flags import counter_publish, counter_wait, fence_gpu, flag_set, flag_take
 from .grid_dependency import grid_wait, launch_dependents, programmatic_launch
 from .hopper import (bulk_wait, dynamic_shared, elect_one, entry_registers, fence_proxy_async, fence_registers,
-                     min_blocks_per_sm, named_barrier, named_barrier_arrive, role, setmaxnreg, tma_store_wait,
+                     min_blocks_per_sm, named_barrier, named_barrier_arrive, role, setmaxnreg, tma_store_wait, warp_sync,
                      warpgroup_index, wgmma_wait)
 from .pipeline import Pipeline, pipeline
 from .staged_store import staged_store
@@ -32,7 +32,7 @@ __all__ = ["mbarrier", "mbarrier_wait",
            "count_done", "wait_count", "counter_publish", "counter_wait", "fence_gpu", "flag_set", "flag_take",
            "grid_wait", "launch_dependents", "programmatic_launch",
            "bulk_wait", "dynamic_shared", "elect_one", "entry_registers", "fence_proxy_async", "fence_registers",
-           "min_blocks_per_sm", "named_barrier", "named_barrier_arrive", "role", "setmaxnreg", "tma_store_wait",
+           "min_blocks_per_sm", "named_barrier", "named_barrier_arrive", "role", "setmaxnreg", "tma_store_wait", "warp_sync",
            "warpgroup_index", "wgmma_wait", "Pipeline", "pipeline", "staged_store",
            "tcgen05_commit", "cta_pair", "tcgen05_fence_after", "tcgen05_fence_before", "tmem", "tmem_free",
            "tmem_retype", "pack_pairs",

@@ -100,6 +100,14 @@ def named_barrier(barrier_id, threads: int | None = None):
                               T.uint32(n)))
 
 
+def warp_sync():
+    """``bar.warp.sync`` over the full warp: the warp's lanes meet, and their memory accesses
+    before it are ordered before every lane's accesses after it (e.g. before one lane signals for
+    the warp)."""
+    from tvm.script import tirx as T
+    T.evaluate(T.cuda.warp_sync())
+
+
 def named_barrier_arrive(barrier_id, threads: int):
     """``bar.arrive id, threads``: count this scope's threads on barrier ``id`` without waiting
     (the other ``threads`` minus these wait on it with :func:`named_barrier`): a one-way signal,

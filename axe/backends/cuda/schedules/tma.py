@@ -77,6 +77,25 @@ def _smem_offset(smem, off):
     return L.offset["m"] + off + smem.base
 
 
+#: TMA reads and writes shared memory at 128-byte aligned addresses (the allocations themselves are)
+SMEM_ALIGN = 128
+
+
+def _unaligned(smem, offset, elem_bytes):
+    """None if every value the element ``offset`` into ``smem``'s storage may take is a multiple of
+    :data:`SMEM_ALIGN` bytes (TVM's modular analysis: ``coeff·k + base``), else why not."""
+    import tvm
+    if isinstance(offset, int):
+        coeff, base = 0, offset
+    else:
+        m = tvm.sym.Analyzer().modular_set(offset)
+        coeff, base = int(m.coeff), int(m.base)
+    if (coeff * elem_bytes) % SMEM_ALIGN or (base * elem_bytes) % SMEM_ALIGN:
+        return (f"shared {smem.name}: a TMA box starts at element offset {offset} ({coeff}·k + {base} elements of "
+                f"{elem_bytes} bytes), not always a multiple of {SMEM_ALIGN} bytes (TMA's shared alignment)")
+    return None
+
+
 def _global_strides(t):
     """Per-dim element strides of the global root tensor (0 for an extent-1 dimension, which has
     no iter), or a reason."""
@@ -148,6 +167,10 @@ def tma_plan(call, ctx, store: bool = False):
     for x in range(prod(cshape)):
         (c,) = C.map(x)
         atoms.append((unflatten_index(x, cshape), c["m"] * span))
+    for _, off in atoms:
+        why = _unaligned(smem, _smem_offset(smem, off), eb)
+        if why:
+            return why
     root = glob.origin
     dims = [int(e) for e in reversed(root.shape)]
     spec = {
