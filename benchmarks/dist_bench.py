@@ -273,7 +273,7 @@ def summarize(row, ms, rounds):
       else the heuristic), timed by its path's side in this run."""
     from axe.torch import tp, tp_tune
     ax, nc, sm, ba, ag = (ms.get(s) for s in ("axe", "nccl", "symm_mem", "bare", "axe_gemm"))
-    fused = [(v, s) for s, v in ms.items() if s in ("axe", "axe_ce", "axe_bulk", "axe_regs") and v]
+    fused = [(v, s) for s, v in ms.items() if s in ("axe", "axe_ce", "axe_bulk", "axe_regs", "axe_rows") and v]
     if fused:           # the fused kernel: the faster of its variants (SM push, copy engine, bulk push, adds)
         ax, row["axe_fused"] = min(fused)
     measured = {p: ms[s] for p, s in PATH_SIDES.items() if ms.get(s)}

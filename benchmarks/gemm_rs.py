@@ -46,10 +46,13 @@ sys.path.insert(0, ROOT)
 from mlp_gemm import MODELS  # noqa: E402  (torch-free)
 
 MS = (128, 512, 2048, 8192)
-SIDES = ("bare", "nccl", "symm_mem", "axe", "axe_regs", "axe_nccl", "axe_gemm", "axe_local", "axe_nowait", "axe_bulk")
+SIDES = ("bare", "nccl", "symm_mem", "axe", "axe_regs", "axe_rows", "axe_nccl", "axe_gemm", "axe_local", "axe_local_rows",
+         "axe_nowait", "axe_bulk")
 #: diagnostic sides, to split axe's time: its one-GPU GEMM of the local problem (kernels/gemm.py), and
 #: the fused kernel with nothing exchanged (rs_comm=False: tile order and epilogues, wrong results)
-DIAGNOSTIC = ("axe_gemm", "axe_local", "axe_nowait")    # axe_nowait: pushes and signals, no waits
+DIAGNOSTIC = ("axe_gemm", "axe_local", "axe_local_rows", "axe_nowait")   # axe_nowait: pushes and signals, no waits
+#: axe_rows / axe_local_rows: the fused kernel / nothing exchanged with rs_a="rows" (A read with the plain
+#: GEMM's 2-D boxes; refused where M/w is not a multiple of 128)
 #: axe_bulk: the fused kernel with rs_push="bulk" (checked like axe; the consumers' bulk copies push);
 #: axe_regs: with rs_add="registers" (checked like axe; an owner adds each peer's half-tile through
 #: registers, one load latency, instead of chunk by chunk through shared memory)
@@ -86,11 +89,14 @@ def build(args):
             t = time.time()
             todo = {"": lambda: gemm_rs.build(m, n, k, world, dtype="bfloat16", b_major="col", name=name),
                     "_regs": lambda: gemm_rs.build(m, n, k, world, dtype="bfloat16", b_major="col", name=name + "_regs",
-                                                   rs_add="registers")}
+                                                   rs_add="registers"),
+                    "_rows": lambda: gemm_rs.build(m, n, k, world, dtype="bfloat16", b_major="col", name=name + "_rows",
+                                                   rs_a="rows")}
             if args.diagnostics:
                 todo.update({s: functools.partial(gemm_rs.build, m, n, k, world, dtype="bfloat16", b_major="col",
                                                   name=name + s, **kw)
                              for s, kw in (("_local", dict(rs_comm=False)), ("_nowait", dict(rs_comm="nowait")),
+                                           ("_local_rows", dict(rs_comm=False, rs_a="rows")),
                                            ("_bulk", dict(rs_push="bulk")))})
             built = []
             for suffix, make in todo.items():
@@ -130,8 +136,8 @@ def make_sides(sel, a, w, rank, world, M, n, heap, artifact, group_name, setup_e
     sides["symm_mem"] = (lambda: torch.ops.symm_mem.fused_matmul_reduce_scatter(a, wt, "sum", 0, group_name),
                          None, sync)   # returns a fresh tensor: nothing to poison
     #: side -> artifact suffix (DistKernel: the fused ones; None: torch.ops.axe.gemm from the op cache)
-    arts = {"axe": "", "axe_regs": "_regs", "axe_nccl": None, "axe_gemm": None, "axe_local": "_local",
-            "axe_nowait": "_nowait", "axe_bulk": "_bulk"}
+    arts = {"axe": "", "axe_regs": "_regs", "axe_rows": "_rows", "axe_nccl": None, "axe_gemm": None,
+            "axe_local": "_local", "axe_local_rows": "_local_rows", "axe_nowait": "_nowait", "axe_bulk": "_bulk"}
     unbuilt = {s for s, x in arts.items()
                if s in sel and x is not None and not os.path.exists(os.path.join(artifact + x, "launch.json"))}
     for s, suffix in arts.items():
@@ -153,7 +159,7 @@ def make_sides(sel, a, w, rank, world, M, n, heap, artifact, group_name, setup_e
                 continue
             k = DistKernel(artifact + suffix, heap)
             out = torch.empty(M // world, n, device=a.device, dtype=a.dtype)
-            poison = out if s in ("axe", "axe_regs", "axe_bulk") else None     # local, nowait: wrong by design
+            poison = out if s in ("axe", "axe_regs", "axe_rows", "axe_bulk") else None   # local, nowait: wrong by design
             sides[s] = (lambda k=k, out=out: (k(a, w, out), out)[1], poison, k.synchronize)
         except Exception as e:
             errs[s] = why(e, rank)
@@ -173,7 +179,8 @@ def run_shape(args, model, M, n, k, rank, world, heap, group_name, setup_err):
     part = a.float() @ w.float().t()
     ref = {"bare": part.clone(), "axe_gemm": part.clone()}
     dist.all_reduce(part)
-    ref.update({s: part[rank * ml:(rank + 1) * ml] for s in ("nccl", "symm_mem", "axe", "axe_regs", "axe_nccl", "axe_bulk")})
+    ref.update({s: part[rank * ml:(rank + 1) * ml]
+                for s in ("nccl", "symm_mem", "axe", "axe_regs", "axe_rows", "axe_nccl", "axe_bulk")})
     sides, errs, unbuilt = make_sides(args.sides, a, w, rank, world, M, n, heap, os.path.join(args.artifacts, name),
                                       group_name, setup_err)
     ms, err_all, errs_all = check_and_time(args, SIDES, sides, ref, errs, rank, world, WARMUP, REPEATS, TOL)
@@ -199,17 +206,17 @@ def report(args, rows, world):
     f = dist_bench.fmt
     print(f"\n{date}  {dev} x{world}  torch {torch.__version__}  cuda {torch.version.cuda}  -> {path}")
     print(f"{'model':15s} {'M':>5s} {'N×K':>11s} {'w':>2s} {'bare':>7s} {'nccl':>7s} {'symm_mem':>8s} {'axe':>7s} {'axe_regs':>8s} "
-          f"{'axe_nccl':>8s} {'vs nccl':>7s} {'vs symm':>7s} {'axe/bare':>8s} {'axe_gemm':>8s} {'axe_local':>9s} "
-          f"{'axe_nowait':>10s} {'axe_bulk':>9s} {'pick':>11s} {'op':>13s} {'op/nccl':>7s}   "
-          "(ms per launch; vs = peer/fused (the faster of axe, axe_regs, axe_bulk); fused/bare - 1; axe_gemm, axe_local: see "
+          f"{'axe_rows':>8s} {'axe_nccl':>8s} {'vs nccl':>7s} {'vs symm':>7s} {'axe/bare':>8s} {'axe_gemm':>8s} {'axe_local':>9s} "
+          f"{'local_rows':>10s} {'axe_nowait':>10s} {'axe_bulk':>9s} {'pick':>11s} {'op':>13s} {'op/nccl':>7s}   "
+          "(ms per launch; vs = peer/fused (the faster of axe, axe_regs, axe_rows, axe_bulk); fused/bare - 1; axe_gemm, axe_local: see "
           "DIAGNOSTIC; pick: the tuned selection from this run; op: the op's own choice (t: tuned table, h: heuristic), "
           "op/nccl: nccl's time over the op's path's)")
     for r in rows:
         c = {s: f(v, ".3f") if v else r["status"][s] for s, v in r["ms"].items()}
         print(f"{r['model']:15s} {r['M']:5d} {r['N']:>5d}×{r['K']:<5d} {world:2d} {c['bare']:>7s} {c['nccl']:>7s} "
-              f"{c['symm_mem']:>8s} {c['axe']:>7s} {c['axe_regs']:>8s} {c['axe_nccl']:>8s} {f(r['axe_vs_nccl'], '.3f'):>7s} "
+              f"{c['symm_mem']:>8s} {c['axe']:>7s} {c['axe_regs']:>8s} {c['axe_rows']:>8s} {c['axe_nccl']:>8s} {f(r['axe_vs_nccl'], '.3f'):>7s} "
               f"{f(r['axe_vs_symm_mem'], '.3f'):>7s} {f(r['axe_over_bare_pct'], '+.1f', '%'):>8s} "
-              f"{c['axe_gemm']:>8s} {c['axe_local']:>9s} {c['axe_nowait']:>10s} {c['axe_bulk']:>9s} "
+              f"{c['axe_gemm']:>8s} {c['axe_local']:>9s} {c['axe_local_rows']:>10s} {c['axe_nowait']:>10s} {c['axe_bulk']:>9s} "
               f"{r['axe_pick'] or '-':>11s} {r['op_path'] + ' ' + r['op_source'][0]:>13s} "
               f"{f(r['op_vs_nccl'], '.3f'):>7s}")
     for r in rows:
