@@ -28,7 +28,7 @@ read off the tensors at launch):
 5. :func:`~kernels.moe_gemm.make_grouped_gemm` with ``act=None`` — grouped GEMM 2:
    ``y = h · w2[e]ᵀ`` (P × 2048).
 6. :func:`make_combine` — ``out[t] = Σ_k weights[t, k] · y[pos[t, k]]`` in fp32: the ``gather``
-   operator into registers (8 rows per token), then a weighted sum.
+   operator into registers (the top-k rows, in groups where they are many), then a weighted sum.
 
 This module holds the kernels around the GEMMs (route, align, permute, combine) and
 :func:`builds`; the grouped GEMM is :mod:`kernels.moe_gemm` and the fused pair (both GEMMs in one
@@ -65,7 +65,9 @@ ALIGN_SPLIT_THREADS = 512   # the split alignment (make_align_split): threads pe
 ALIGN_SPLIT_TOKENS = 128    # tokens per CTA (at least),
 ALIGN_SPLIT_CTAS = 64       # and CTAs at most (co-resident: each waits for all the others' histograms)
 PERMUTE_ROWS = 16        # rows gathered per permute CTA (256 threads: 16 chunks of 16 bytes each)
-COMBINE_THREADS = 256
+COMBINE_THREADS = 256    # the combine's threads at most,
+COMBINE_VEC = 8          # elements each moves per vector (16 bytes of 16-bit values),
+COMBINE_ROW_WORDS = 64   # and 32-bit registers of gathered rows each holds at once
 
 
 def make_route(dtype="bfloat16", experts=E, topk=TOPK):
@@ -128,6 +130,20 @@ def make_route(dtype="bfloat16", experts=E, topk=TOPK):
     return moe_route
 
 
+def lanes(experts):
+    """The experts the alignment scans: ``experts`` rounded up to a multiple of 32 (one warp
+    scans them, lane l taking ``experts / 32`` of them), the ones past the real experts empty."""
+    return -(-experts // 32) * 32
+
+
+def check_align(experts, pad, bm, threads):
+    """An alignment's conditions: one thread per scanned expert (:func:`lanes`), segments of
+    ``pad`` rows (a multiple of 16) tiling ``bm``-row tiles."""
+    if not 1 <= experts or lanes(experts) > threads or pad % 16 or bm % pad:
+        raise ValueError(f"moe_align: experts={experts} must be in [1, {threads}] (one thread per expert), "
+                         f"pad={pad} a multiple of 16 that divides bm={bm}")
+
+
 def _align_buffers(ids_, pos_, sorted_, tiles_, trows_, n_tok, P, MT, topk):
     """An alignment kernel's tensors: ids and pos (T, topk), sorted_ids (P,), tile_expert (MT,),
     tile_rows (MT, 2), int32, their extents bound at launch."""
@@ -144,7 +160,8 @@ def _align_scan(cnt, off, cur, toff, meta, tiles, trows, tx, bm, pad, experts, w
     ``toff``, lane 31 writes ``meta`` = (m-tiles, padded rows, 0, 0); after a CTA barrier, thread
     e writes expert e's m-tiles into ``tiles`` and ``trows`` (the law:
     :func:`kernels.parts.schedulers.padding.tiles`).  ``write``: where meta and the tables are written
-    (default: this CTA; every CTA of a split alignment scans, one writes)."""
+    (default: this CTA; every CTA of a split alignment scans, one writes).  ``experts``: a
+    multiple of 32 (:func:`lanes`; the counts of the experts past the real ones are zero)."""
     from tvm.script.ir_builder import IRBuilder
     from tvm.script.ir_builder import tirx as IRB
     per = experts // 32
@@ -198,10 +215,8 @@ def make_align(bm, pad=None, experts=E, topk=TOPK):
     :func:`kernels.parts.schedulers.padding.tiles`.  ``P`` and ``MT`` are the capacities the caller allocated
     (:func:`kernels.moe_host.Layer`); ``meta`` = (m-tiles, padded rows, 0, 0)."""
     pad = pad or bm
-    if experts % 32 or experts > ALIGN_THREADS or pad % 16 or bm % pad:
-        raise ValueError(f"moe_align: experts={experts} must be a multiple of 32 up to {ALIGN_THREADS}, "
-                         f"pad={pad} a multiple of 16 that divides bm={bm}")
-    nt = ALIGN_THREADS
+    check_align(experts, pad, bm, ALIGN_THREADS)
+    nt, ex = ALIGN_THREADS, lanes(experts)
 
     @Ax.kernel(name=align_name(bm, pad), outputs=("sorted_ids", "tile_expert", "tile_rows", "meta", "pos"),
                threads=nt, dynamic=("T", "P", "MT"))
@@ -216,12 +231,12 @@ def make_align(bm, pad=None, experts=E, topk=TOPK):
             Ax.cuda.programmatic_launch()
             bx, tx = Ax.launch(1, nt)
             Ax.cuda.grid_wait()
-            cnt = T.alloc_buffer((experts,), "int32", scope="shared")
-            cur = T.alloc_buffer((experts,), "int32", scope="shared")
-            off = T.alloc_buffer((experts + 1,), "int32", scope="shared")
-            toff = T.alloc_buffer((experts + 1,), "int32", scope="shared")
+            cnt = T.alloc_buffer((ex,), "int32", scope="shared")
+            cur = T.alloc_buffer((ex,), "int32", scope="shared")
+            off = T.alloc_buffer((ex + 1,), "int32", scope="shared")
+            toff = T.alloc_buffer((ex + 1,), "int32", scope="shared")
             n = n_tok * topk
-            if tx < experts:
+            if tx < ex:
                 cnt[tx] = 0
             T.tvm_storage_sync("shared")
             # consecutive (token, k) pairs across the threads (batching 4 tokens' ids per thread
@@ -232,7 +247,7 @@ def make_align(bm, pad=None, experts=E, topk=TOPK):
             for j in T.serial((P + nt - 1 - tx) // nt):
                 srt[tx + j * nt] = -1
             T.tvm_storage_sync("shared")
-            _align_scan(cnt, off, cur, toff, meta, tiles, trows, tx, bm, pad, experts)
+            _align_scan(cnt, off, cur, toff, meta, tiles, trows, tx, bm, pad, ex)
             for j in T.serial((n + nt - 1 - tx) // nt):     # each (token, k) takes a row
                 a = tx + j * nt
                 p = T.cuda.atomic_add(T.address_of(cur[ids[a // topk, a % topk]]), 1)
@@ -255,10 +270,8 @@ def make_align_split(bm, pad=None, experts=E, topk=TOPK):
     segment by all CTAs, so no row is written twice and nothing waits on another CTA's stores.
     CTA 0 writes the tile tables and ``meta``."""
     pad = pad or bm
-    if experts % 32 or experts > ALIGN_SPLIT_THREADS or pad % 16 or bm % pad:
-        raise ValueError(f"moe_align: experts={experts} must be a multiple of 32 up to {ALIGN_SPLIT_THREADS}, "
-                         f"pad={pad} a multiple of 16 that divides bm={bm}")
-    nt, gmax, tpc = ALIGN_SPLIT_THREADS, ALIGN_SPLIT_CTAS, ALIGN_SPLIT_TOKENS
+    check_align(experts, pad, bm, ALIGN_SPLIT_THREADS)
+    nt, gmax, tpc, ex = ALIGN_SPLIT_THREADS, ALIGN_SPLIT_CTAS, ALIGN_SPLIT_TOKENS, lanes(experts)
 
     @Ax.kernel(name=align_name(bm, pad, split=True), outputs=("sorted_ids", "tile_expert", "tile_rows", "meta", "pos"),
                threads=nt, dynamic=("T", "P", "MT"))
@@ -279,13 +292,13 @@ def make_align_split(bm, pad=None, experts=E, topk=TOPK):
             G = T.min(gmax, (n_tok + tpc - 1) // tpc)
             chunk = (n_tok + G - 1) // G
             lo = bx * chunk
-            cnt = T.alloc_buffer((experts,), "int32", scope="shared")       # this CTA's, then the totals
+            cnt = T.alloc_buffer((ex,), "int32", scope="shared")       # this CTA's, then the totals
             mine = T.alloc_buffer((experts,), "int32", scope="shared")      # rows before this CTA's, per expert
-            cur = T.alloc_buffer((experts,), "int32", scope="shared")
-            off = T.alloc_buffer((experts + 1,), "int32", scope="shared")
-            toff = T.alloc_buffer((experts + 1,), "int32", scope="shared")
+            cur = T.alloc_buffer((ex,), "int32", scope="shared")
+            off = T.alloc_buffer((ex + 1,), "int32", scope="shared")
+            toff = T.alloc_buffer((ex + 1,), "int32", scope="shared")
             acc = T.alloc_buffer((2,), "int32", scope="local")
-            if tx < experts:
+            if tx < ex:
                 cnt[tx] = 0
             T.tvm_storage_sync("shared")
             for j in T.serial((chunk * topk + nt - 1) // nt):
@@ -311,7 +324,7 @@ def make_align_split(bm, pad=None, experts=E, topk=TOPK):
                 cnt[tx] = acc[0]
                 mine[tx] = acc[1]
             T.tvm_storage_sync("shared")
-            _align_scan(cnt, off, cur, toff, meta, tiles, trows, tx, bm, pad, experts, write=bx == 0)
+            _align_scan(cnt, off, cur, toff, meta, tiles, trows, tx, bm, pad, ex, write=bx == 0)
             if tx < experts:
                 cur[tx] = off[tx] + mine[tx]
                 if tx % G == bx:        # expert tx's padding rows
@@ -361,19 +374,58 @@ def make_permute(dtype="bfloat16", hidden=HIDDEN):
     return moe_permute
 
 
+def combine_split(hidden):
+    """``(threads, chunks)`` of the combine for rows of ``hidden`` elements: each thread moves
+    ``chunks`` vectors of 8 (16 bytes) per row, ``threads · chunks · 8 = hidden``, with the fewest
+    chunks that keep ``threads`` at most :data:`COMBINE_THREADS` (a row is covered exactly, so no
+    thread is predicated off)."""
+    if hidden % COMBINE_VEC:
+        raise ValueError(f"moe_combine: hidden={hidden} must be a multiple of {COMBINE_VEC} (16-byte vectors)")
+    vectors = hidden // COMBINE_VEC
+    chunks = next(c for c in range(-(-vectors // COMBINE_THREADS), vectors + 1) if vectors % c == 0)
+    return vectors // chunks, chunks
+
+
+def _weighted_rows(acc, W, Y, pos, bx, topk, group, threads, chunks, dtype):
+    """``acc += Σ_k W[bx, k] · y[pos[bx, k]]`` (this thread's ``chunks`` vectors of every row), the
+    ``topk`` rows gathered into registers ``group`` at a time: a loop over the whole groups (none
+    where one group holds them all) and the remaining rows after it."""
+    from tvm.script.ir_builder import IRBuilder
+    from tvm.script.ir_builder import tirx as IRB
+    vec = COMBINE_VEC
+
+    def rows_from(k0, rows):
+        R = Ax.registers((rows, Y.shape[1]), dtype, f"S[({rows},{chunks},{threads},{vec}):({chunks * vec},{vec},1@tx,1)]",
+                         name="rows")
+        gather(R, Y, Ax.view(pos, S[rows], (rows,), base=bx * topk + k0))
+        rv = IRBuilder.name("rv", R.flat())
+        with IRB.unroll(rows) as k:
+            with IRB.unroll(chunks * vec) as j:
+                T.buffer_store(acc, acc[j] + W[bx, k0 + k] * T.cast(rv[k * chunks * vec + j], "float32"), [j])
+
+    whole, rest = divmod(topk, group)
+    if whole == 1:
+        rows_from(0, group)
+    elif whole:
+        with IRB.serial(whole) as g:
+            rows_from(g * group, group)
+    if rest:
+        rows_from(whole * group, rest)
+
+
 def make_combine(dtype="bfloat16", hidden=HIDDEN, topk=TOPK):
     """``moe_combine(y (P, hidden), pos (T, topk), weights (T, topk) fp32, out (T, hidden))``:
-    ``out[t] = Σ_k weights[t, k] · y[pos[t, k]]`` summed in fp32, one CTA per token."""
+    ``out[t] = Σ_k weights[t, k] · y[pos[t, k]]`` summed in fp32, one CTA per token
+    (:func:`combine_split`'s threads).  The rows are gathered into registers
+    :data:`COMBINE_ROW_WORDS` 32-bit words per thread at a time (all ``topk`` rows at once when
+    they fit, else in groups), each group summed before the next is loaded."""
     check_dtype(dtype, "moe_combine")
-    vec = 8                                  # 16 bytes of 16-bit values per thread and row chunk
-    width = COMBINE_THREADS * vec
-    if hidden % width:
-        raise ValueError(f"moe_combine: hidden={hidden} must be a multiple of {width}")
-    c = hidden // width
-    rows_l = f"S[({topk},{c},{COMBINE_THREADS},{vec}):({c * vec},{vec},1@tx,1)]"
-    out_l = f"S[({c},{COMBINE_THREADS},{vec}):({vec},1@tx,1)]"
+    vec = COMBINE_VEC
+    threads, c = combine_split(hidden)
+    group = max(1, min(topk, COMBINE_ROW_WORDS * 2 // (c * vec)))
+    out_l = f"S[({c},{threads},{vec}):({vec},1@tx,1)]"
 
-    @Ax.kernel(name=f"moe_combine_{dtype}", outputs=("out",), threads=COMBINE_THREADS, dynamic=("T", "P"))
+    @Ax.kernel(name=f"moe_combine_{dtype}", outputs=("out",), threads=threads, dynamic=("T", "P"))
     def moe_combine():
         @T.prim_func
         def moe_combine(y_: T.handle, pos_: T.handle, w_: T.handle, out_: T.handle):
@@ -384,22 +436,17 @@ def make_combine(dtype="bfloat16", hidden=HIDDEN, topk=TOPK):
             W = T.match_buffer(w_, (n_tok, topk), "float32")
             O_ = T.match_buffer(out_, (n_tok, hidden), dtype, align=16)
             Ax.cuda.programmatic_launch()
-            bx, tx = Ax.launch([n_tok], COMBINE_THREADS)
+            bx, tx = Ax.launch([n_tok], threads)
             Ax.cuda.grid_wait()
             Y = Ax.param(static_rows(Y_, 2, hidden), name="y")
-            ix = Ax.view(Ax.param(static_rows(POS_, 1, topk), name="pos"), S[topk], (topk,), base=bx * topk)
+            pos = Ax.param(static_rows(POS_, 1, topk), name="pos")
             O = Ax.view(Ax.param(static_rows(O_, 1, hidden), name="out"), S[(1, hidden)], (1, hidden), base=bx * hidden)
-            R = Ax.registers((topk, hidden), dtype, rows_l, name="rows")
             acc = T.alloc_buffer((c * vec,), "float32", scope="local")
             res = Ax.registers((1, hidden), dtype, out_l, name="res")
-            gather(R, Y, ix)
-            rv = R.flat()
-            ov = res.flat()
             for j in T.unroll(c * vec):
                 acc[j] = T.float32(0)
-            for k in T.unroll(topk):
-                for j in T.unroll(c * vec):
-                    acc[j] = acc[j] + W[bx, k] * T.cast(rv[k * c * vec + j], "float32")
+            _weighted_rows(acc, W, Y, pos, bx, topk, group, threads, c, dtype)
+            ov = res.flat()
             for j in T.unroll(c * vec):
                 ov[j] = T.cast(acc[j], dtype)
             Ax.copy(O, res)

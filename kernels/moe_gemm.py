@@ -16,14 +16,15 @@ store.  The design choices and their measurements: ``docs/moe.md``.
 from tvm.script import tirx as T
 
 import axe.lang as Ax
-from kernels.moe_host import DTYPES, E, HIDDEN, INTER
+from kernels.moe_host import DTYPES, E, HIDDEN, INTER, PANEL
 from kernels.parts import compose
 from kernels.parts.epilogues.fused import STORE_ROWS, FusedHandover, FusedStore
 from kernels.parts.mainloops.gathered_rows import GATHER_WARPS, GatheredRows, Ring
 from kernels.parts.schedulers.grouped import Grouped, GroupedStreamK
 from kernels.parts.tiles import static_rows, unbake_rows
 
-BK, SMS, GROUP = 64, 132, 16
+BK, SMS, GROUP = PANEL, 132, 16
+ROW_ELEMENTS = 8         # 16 bytes of 16-bit elements: TMA's row-stride unit
 PRODUCER_REGS, CONSUMER_REGS = 40, 232
 GATHER_REGS = 56         # a producer warp that gathers rows computes addresses for 16 cp.async per stage
 
@@ -34,24 +35,39 @@ def check_dtype(dtype, what):
 
 
 def check(n, k, bm, bn, bk, act, pad):
-    """The tile's conditions (``pad``: already defaulted to ``bm``)."""
+    """The tile's conditions (``pad``: already defaulted to ``bm``).  Neither ``n_out`` nor ``k``
+    need be a multiple of the tile: the last column block and the last k-block reach past them,
+    TMA zero-fills what they load there (the weights' and h's maps have the true extents) and
+    clips what the epilogue stores (a gate box of GEMM 1's last block reads up rows into columns
+    that are never stored).  Rows of 16 bytes are TMA's unit, so both are multiples of
+    :data:`ROW_ELEMENTS`."""
     if bm not in (64, 128) or bn not in (96, 128, 256) or act not in (None, "silu_mul") or (bn == 96 and not act):
         raise ValueError(f"moe_gemm: bm must be 64 or 128, bn 128 or 256 (or 96 with silu_mul: 48 gate + 48 up "
                          f"rows), act None or 'silu_mul' (got {bm}, {bn}, {act!r})")
     if pad % STORE_ROWS or bm % pad:
         raise ValueError(f"moe_gemm: pad={pad} must be a multiple of {STORE_ROWS} that divides bm={bm}")
-    half = bn // 2 if act else bn
     n_out = n // 2 if act else n
-    if n_out % half or k % bk:
-        raise ValueError(f"moe_gemm: n_out={n_out} must be a multiple of {half} and k={k} of {bk}")
-    if k // bk < 2:         # the mainloop's first and last k-blocks are distinct iterations
-        raise ValueError(f"moe_gemm: k={k} is a single k-block of bk={bk}; use bk <= {k // 2}")
+    if n % (2 if act else 1) or n_out % ROW_ELEMENTS or k % ROW_ELEMENTS:
+        raise ValueError(f"moe_gemm: n_out={n_out} and k={k} must be multiples of {ROW_ELEMENTS} (16-byte rows for "
+                         f"TMA){' and n even (gate and up halves)' if act else ''}")
+    if -(-k // bk) < 2:         # the mainloop's first and last k-blocks are distinct iterations
+        raise ValueError(f"moe_gemm: k={k} is a single k-block of bk={bk}; use bk < {k}")
+
+
+def check_gather(k, bk):
+    """A gathered A (``gather_rows``): its cp.async copies whole rows of a k-block, with no
+    column bound, so ``bk`` must divide ``k``."""
+    if k % bk:
+        raise ValueError(f"moe_gemm: gather_rows copies whole {bk}-column k-blocks of x's rows; k={k} must be a "
+                         f"multiple of bk={bk}")
 
 
 def gemm_parts(n, k, dtype, bm, bn, bk, act, pad, gather_rows):
     """``(mainloop, epilogue)`` of one grouped GEMM (new objects: they keep a build's state)."""
     pad = pad or bm
     check(n, k, bm, bn, bk, act, pad)
+    if gather_rows:
+        check_gather(k, bk)
     main = GatheredRows(n, k, dtype, bm, bn, bk, act is not None, gather_rows)
     return main, FusedStore(main, dtype, act, pad)
 
@@ -67,7 +83,7 @@ def parts(n, k, dtype, bm, bn, bk, stages, act, pad, gather_rows, ctas, stream_k
     """``(scheduler, mainloop, epilogue)`` composed, over their :class:`Ring`."""
     main, epi = gemm_parts(n, k, dtype, bm, bn, bk, act, pad, gather_rows)
     Ring([(main, epi)], stages)
-    n_tiles = (n // 2 if act else n) // epi.half
+    n_tiles = -(-(n // 2 if act else n) // epi.half)
     if stream_k:
         return compose(GroupedStreamK(n_tiles, main.k_iters, ctas, GROUP), main,
                        FusedHandover(epi, main.k_iters, main.consumers))

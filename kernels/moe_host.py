@@ -6,6 +6,8 @@ from kernels.parts.schedulers.padding import capacity, tile_capacity
 
 E, TOPK, HIDDEN, INTER = 128, 8, 2048, 768       # Qwen3-30B-A3B's MoE block
 DTYPES = ("bfloat16", "float16")
+#: the smallest k-block, one 128-byte swizzle panel of 16-bit elements (the grouped GEMMs' default bk)
+PANEL = 64
 
 #: tile configurations: ``small`` (bm 64, bn 128) for few tokens per expert, ``large`` beyond;
 #: the ``*_pad16`` twins pad each expert's rows to 16 instead of a whole tile (tiles then reach into
@@ -74,6 +76,18 @@ def gemm_keywords(config):
     configuration builds :func:`kernels.moe.make_experts` from ``CONFIGS[config]`` itself.)"""
     kw = {k: v for k, v in CONFIGS[config].items() if k not in ("bn1", "fused", "split_align")}
     return dict(kw, bn=CONFIGS[config].get("bn1", kw["bn"])), {k: v for k, v in kw.items() if k != "gather_rows"}
+
+
+def fit_depth(kw, k, gathers):
+    """GEMM keywords ``kw`` (of :func:`gemm_keywords`) with the k-block depth ``bk`` fitted to
+    ``k``: a gathering GEMM copies whole k-blocks of x's rows (no column bound), so its ``bk``
+    divides ``k``, and every GEMM runs at least two k-blocks; where the configuration's ``bk``
+    breaks either, one swizzle panel (:data:`PANEL`).  ``kw`` itself where it fits (the
+    configuration's tuned shapes keep their keywords, and so their artifacts)."""
+    bk = kw.get("bk", PANEL)
+    if (gathers and k % bk) or -(-k // bk) < 2:
+        return dict(kw, bk=PANEL)
+    return kw
 
 
 def gemm_config(config):

@@ -146,10 +146,10 @@ def test_fused_moe_refuses_other_modes(loads, change, match):
 
 
 @pytest.mark.parametrize("shape, match", [
-    (dict(E=48), "E=48 experts"),
-    (dict(H=2880), "H=2880"),
-    (dict(I=320), "I=320"),
-    (dict(I=128), "I=128"),
+    (dict(E=513, H=128, I=72), "E=513 experts"),
+    (dict(H=2888), "H=2888"),
+    (dict(I=324), "I=324"),
+    (dict(I=64), "I=64"),
 ])
 def test_fused_moe_refuses_unbuilt_shapes(shape, match):
     x, w1, w2, w, ids = moe_inputs(2, **shape)

@@ -28,10 +28,15 @@ multiple of 48, else ``small_gather`` —, ``small_gather``, ``large_gather_sa``
 artifacts per (E, H, I, top_k, dtype), listed by :func:`specs`.
 
 Shapes the kernels are built for (refused otherwise, naming the argument and the condition):
-``E`` a multiple of 32 up to 512 (the alignment scans 32 experts per lane, the many-CTA form has
-512 threads); ``H`` a multiple of 2048 (the combine's 256 threads move 8 elements each per row
-chunk; GEMM 2's 256-wide tiles); ``I`` a multiple of 128, at least 256 (GEMM 2's k-blocks of
-128, at least two; GEMM 1's 128-wide SiLU·up halves).
+``E`` from 1 to 512 (the many-CTA alignment has 512 threads, one per expert); ``H`` a multiple of
+64, at least 128 (GEMM 1 gathers x's rows by ``cp.async`` in whole k-blocks of 64 columns — one
+128-byte swizzle panel —, at least two); ``I`` a multiple of 8, more than 64 (h's rows are
+16-byte multiples for TMA; GEMM 2 runs at least two k-blocks of 64).  Tiles need not divide ``H``
+or ``I``: the last column block and k-block of each GEMM reach past them, TMA zero-fills what they
+load there and clips what they store (:func:`kernels.moe_gemm.check`); the combine's threads
+cover a row exactly (:func:`kernels.moe.combine_split`); the alignment scans the experts rounded
+up to a multiple of 32, the ones past E empty.  The k-block depth is the configuration's where it
+fits (:func:`kernels.moe_host.fit_depth`).
 
 Buffers are allocated per call through torch's allocator, so CUDA graphs capture the call (call it
 once first: the first call of a configuration builds or loads its kernels).  The fake
@@ -53,10 +58,10 @@ __all__ = ["fused_moe", "KERNELS", "specs", "config", "check", "SPLIT_FROM"]
 _INT32 = 2**31 - 1
 #: the largest expert count the many-CTA alignment (512 threads, one per expert) takes
 MAX_EXPERTS = 512
-#: row lengths the combine and GEMM 2 need: H a multiple of this
-H_MULTIPLE = 2048
-#: I a multiple of this, and at least 2 of them (GEMM 2's k-blocks of 128)
-I_MULTIPLE = 128
+#: H a multiple of this, at least 2 of them: GEMM 1 gathers x's rows in whole k-blocks of 64 columns
+H_MULTIPLE = 64
+#: I a multiple of this (16-byte rows of h for TMA), more than I_LEAST (two k-blocks of GEMM 2)
+I_MULTIPLE, I_LEAST = 8, 64
 #: token counts from which the configuration aligns on many CTAs (kernels.moe_host.CONFIG_BY_TOKENS' last bound + 1)
 SPLIT_FROM = 513
 
@@ -145,18 +150,22 @@ def check(hidden_states, w1, w2, topk_weights, topk_ids, inplace=False, activati
     for name, t in (("topk_ids", topk_ids), ("topk_weights", topk_weights)):
         if t.device != hidden_states.device:
             raise ValueError(f"axe::fused_moe: {name} is on {t.device}, hidden_states on {hidden_states.device}")
-    if E % 32 or not 32 <= E <= MAX_EXPERTS:
-        raise ValueError(f"axe::fused_moe: w1 holds E={E} experts; the alignment kernels take a multiple of 32 "
-                         f"up to {MAX_EXPERTS}")
-    if H % H_MULTIPLE:
-        raise ValueError(f"axe::fused_moe: hidden_states has H={H} columns; the combine kernel needs a multiple "
-                         f"of {H_MULTIPLE} (256 threads x 8 elements per row chunk)")
-    if I % I_MULTIPLE or I < 2 * I_MULTIPLE:
-        raise ValueError(f"axe::fused_moe: w2 has I={I} columns (the intermediate size); the grouped GEMMs need a "
-                         f"multiple of {I_MULTIPLE}, at least {2 * I_MULTIPLE} (two k-blocks of GEMM 2)")
-    for name, t in (("hidden_states", hidden_states), ("w1", w1), ("w2", w2)):
-        if t.numel() > _INT32:
-            raise ValueError(f"axe::fused_moe: {name} has {t.numel()} elements; the kernels index with int32")
+    if not 1 <= E <= MAX_EXPERTS:
+        raise ValueError(f"axe::fused_moe: w1 holds E={E} experts; the many-CTA alignment takes at most "
+                         f"{MAX_EXPERTS} (one thread per expert)")
+    if H % H_MULTIPLE or H < 2 * H_MULTIPLE:
+        raise ValueError(f"axe::fused_moe: hidden_states has H={H} columns; GEMM 1 gathers x's rows in whole "
+                         f"k-blocks of {H_MULTIPLE} columns (cp.async of 128-byte swizzle panels, no column bound), "
+                         f"at least two: H must be a multiple of {H_MULTIPLE}, at least {2 * H_MULTIPLE}")
+    if I % I_MULTIPLE or I <= I_LEAST:
+        raise ValueError(f"axe::fused_moe: w2 has I={I} columns (the intermediate size); it must be a multiple of "
+                         f"{I_MULTIPLE} (16-byte rows of the intermediate for TMA) and more than {I_LEAST} "
+                         f"(GEMM 2 runs at least two k-blocks of {I_LEAST})")
+    # x (and out, its shape) is indexed element-wise with int32; the weights only through TMA's
+    # per-dimension coordinates, so DeepSeek-V3's 7.5e9-element w1 is fine
+    if hidden_states.numel() > _INT32:
+        raise ValueError(f"axe::fused_moe: hidden_states has {hidden_states.numel()} elements; the kernels index it "
+                         "with int32")
     return T, E, H, I, top_k, dt
 
 
@@ -176,6 +185,7 @@ def specs(cfg: str, E: int, H: int, I: int, top_k: int, dtype: str) -> dict:
     host = _host()
     kw = host.CONFIGS[cfg]
     g1, g2 = host.gemm_keywords(host.gemm_config(cfg))
+    g1, g2 = host.fit_depth(g1, H, g1.get("gather_rows", False)), host.fit_depth(g2, I, False)
     align = {"bm": kw["bm"], "pad": kw.get("pad", kw["bm"]), "experts": E, "topk": top_k}
     return {"align": ("align_split" if kw.get("split_align") else "align", align),
             "gemm1": ("gemm", dict(n=2 * I, k=H, dtype=dtype, act="silu_mul", experts=E, **g1)),
@@ -184,9 +194,10 @@ def specs(cfg: str, E: int, H: int, I: int, top_k: int, dtype: str) -> dict:
 
 
 def all_specs(E: int, H: int, I: int, top_k: int, dtype: str) -> list:
-    """Every ``(name in KERNELS, spec)`` the op may launch for this shape, whatever T (each once)."""
+    """Every ``(name in KERNELS, spec)`` the op may launch for this shape, whatever T (each once,
+    in the same order in every process)."""
     out = []
-    for cfg in {config(t, I) for t in (1, SPLIT_FROM - 1, SPLIT_FROM)}:
+    for cfg in sorted({config(t, I) for t in (1, SPLIT_FROM - 1, SPLIT_FROM)}):
         for pair in specs(cfg, E, H, I, top_k, dtype).values():
             if pair not in out:
                 out.append(pair)

@@ -7,6 +7,8 @@ is negative, each thread arriving on the stage's barrier with ``cp.async.mbarrie
 and whose B tile is the expert's rows of a 3-D weight tensor (box ``(1, rows, bk)`` at the tile's
 expert).  With ``paired`` (GEMM 1's SiLU·up) the B tile is ``bn/2`` gate rows then the matching
 ``bn/2`` up rows (two TMA boxes), so accumulator columns c and c + bn/2 pair up in one thread.
+Tiles need not divide n or k: a tile has ``ceil(k / bk)`` k-blocks, and boxes reaching past the
+weights' (or A's) extents read zeros, which TMA fills (a gathered A: only where ``bk`` divides k).
 
 Contract (to the grouped kernels): ``a_operands(A_, S_, A_map)`` (the A parameter and the index),
 ``load(pool, pipe, A, B, SRT, i, r0, n_blk, e, kb, one)`` (producer: pipeline iteration i holds
@@ -42,7 +44,8 @@ class GatheredRows(Cooperative):
     name = "TMA + wgmma, gathered rows"
 
     def __init__(self, n, k, dtype, bm, bn, bk, paired, gather_rows):
-        super().__init__(dtype, "col", bm, bn, bk, 1, k // bk, 0, WholeB())
+        # a gathered A is only composed where bk divides k (kernels.moe_gemm.check_gather)
+        super().__init__(dtype, "col", bm, bn, bk, 1, -(-k // bk), 0, WholeB())
         self.n, self.k, self.paired, self.gather_rows = n, k, paired, gather_rows
         self.consumers = bm // HALF
         # arrivals per slot: one per TMA copy (expect_tx), or one per producer thread for the gather
