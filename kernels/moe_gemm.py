@@ -40,7 +40,8 @@ def check(n, k, bm, bn, bk, act, pad):
     TMA zero-fills what they load there (the weights' and h's maps have the true extents) and
     clips what the epilogue stores (a gate box of GEMM 1's last block reads up rows into columns
     that are never stored).  Rows of 16 bytes are TMA's unit, so both are multiples of
-    :data:`ROW_ELEMENTS`."""
+    :data:`ROW_ELEMENTS`; the first column block and k-block lie inside them (the operands'
+    static extents bound every slice)."""
     if bm not in (64, 128) or bn not in (96, 128, 256) or act not in (None, "silu_mul") or (bn == 96 and not act):
         raise ValueError(f"moe_gemm: bm must be 64 or 128, bn 128 or 256 (or 96 with silu_mul: 48 gate + 48 up "
                          f"rows), act None or 'silu_mul' (got {bm}, {bn}, {act!r})")
@@ -50,6 +51,9 @@ def check(n, k, bm, bn, bk, act, pad):
     if n % (2 if act else 1) or n_out % ROW_ELEMENTS or k % ROW_ELEMENTS:
         raise ValueError(f"moe_gemm: n_out={n_out} and k={k} must be multiples of {ROW_ELEMENTS} (16-byte rows for "
                          f"TMA){' and n even (gate and up halves)' if act else ''}")
+    half = bn // 2 if act else bn
+    if half > n_out:            # the first column block's boxes lie inside the operands
+        raise ValueError(f"moe_gemm: a tile of {half} output columns (bn={bn}) is wider than n_out={n_out}")
     if -(-k // bk) < 2:         # the mainloop's first and last k-blocks are distinct iterations
         raise ValueError(f"moe_gemm: k={k} is a single k-block of bk={bk}; use bk < {k}")
 

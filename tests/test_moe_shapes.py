@@ -1,5 +1,5 @@
-"""``torch.ops.axe.fused_moe`` for every real MoE shape (E 1..512, H a multiple of 64, I a
-multiple of 8, top_k 1..E), on the CPU.
+"""``torch.ops.axe.fused_moe`` for every real MoE shape (E 1..512, H a multiple of 64 from 256, I
+a multiple of 8 from 128, top_k 1..E), on the CPU.
 
 - the op's refusals name the argument and the condition; every shape it accepts passes the
   kernels' own conditions (the grouped GEMM's, the gather's, the combine's, the alignment's) and
@@ -28,7 +28,7 @@ MODELS = [("deepseek-v3", 256, 7168, 2048, 8), ("gpt-oss-20b", 32, 2880, 2880, 4
           ("qwen3-235b", 128, 4096, 1536, 8), ("qwen3-30b", 128, 2048, 768, 8), ("e128-h2304", 128, 2304, 768, 8),
           ("dsv3-e64", 64, 7168, 2048, 8)]
 #: odd shapes the stand-in runs use: E not a multiple of 32, tiles dividing neither H nor I, top_k = E
-ODD = [(5, 192, 72, 3), (8, 128, 200, 2), (40, 320, 136, 40)]
+ODD = [(5, 320, 136, 3), (8, 256, 200, 2), (40, 384, 264, 40)]
 
 
 def meta_args(T, E, H, I, top_k, device="meta"):
@@ -62,9 +62,9 @@ def kernel_refusal(E, H, I, top_k):
 @pytest.mark.parametrize("shape, match", [
     ((513, 256, 128, 8), "E=513 experts.*at most 512"),
     ((8, 2888, 768, 2), "H=2888 columns.*multiple of 64"),
-    ((8, 64, 768, 2), "H=64 columns.*at least 128"),
-    ((8, 2048, 68, 2), "I=68 columns.*multiple of 8"),
-    ((8, 2048, 64, 2), "I=64 columns.*more than 64"),
+    ((8, 192, 768, 2), "H=192 columns.*at least 256"),
+    ((8, 2048, 132, 2), "I=132 columns.*multiple of 8"),
+    ((8, 2048, 120, 2), "I=120 columns.*at least 128"),
     ((8, 2048, 768, 9), "top_k=9 columns.*\\[1, E=8\\]"),
 ])
 def test_refusals_name_argument_and_condition(shape, match):
@@ -80,7 +80,7 @@ def test_accepted_shapes_are_the_kernels_shapes():
         assert kernel_refusal(E, H, I, k) is None, (E, H, I, k)
     for E in (1, 5, 33, 512):
         for H in range(8, 2 * 4096, 8 * 37):
-            for I in (60, 64, 68, 72, 100, 768, 1000, 2880):
+            for I in (64, 100, 120, 128, 132, 136, 768, 1000, 2880):
                 for k in sorted({1, min(E, 8), E}):
                     try:
                         moe_ops.check(*meta_args(1, E, H, I, k))
@@ -155,13 +155,13 @@ def test_fake_opcheck_and_compile_for_real_models(loads):
         for _, E, H, I, k in MODELS:
             assert torch.ops.axe.fused_moe(*meta_args(9, E, H, I, k, device="cpu")).shape == (9, H)
     assert not loads
-    args = moe_inputs(5, E=5, H=192, I=72, top_k=3)
+    args = moe_inputs(5, E=5, H=320, I=136, top_k=3)
     torch.library.opcheck(torch.ops.axe.fused_moe.default, args,
                           test_utils=("test_schema", "test_faketensor", "test_aot_dispatch_dynamic"))
     compiled = torch.compile(lambda *a: torch.ops.axe.fused_moe(*a) * 2, fullgraph=True, backend="aot_eager",
                              dynamic=True)
     for T in (5, 11):
-        args = moe_inputs(T, E=5, H=192, I=72, top_k=3, seed=T)
+        args = moe_inputs(T, E=5, H=320, I=136, top_k=3, seed=T)
         assert torch.equal(compiled(*args), torch.ops.axe.fused_moe(*args) * 2)
 
 
@@ -233,3 +233,43 @@ def test_gpu_cases_check_every_artifact():
     assert all(cases._tokens_of(art) for art in cases.CHECKS)
     assert {(8, 4096, 14336, 2), (32, 2880, 2880, 4), (64, 7168, 2048, 8), (128, 2304, 768, 8),
             (128, 2048, 768, 8)} <= set(cases.SHAPES.values())
+
+
+@pytest.mark.parametrize("T", [3, 600])
+def test_odd_shape_calls_bind_to_the_built_kernels(tmp_path, monkeypatch, T):
+    """E = 5, H = 320, I = 136, top_k = 3 (few tokens: the one-CTA alignment, 64-row tiles; 600:
+    the many-CTA one, 128-row tiles): each launch of the op against the artifact TVM + nvcc build
+    for it — the runtime's ``bind_arguments`` (device type cpu) checks count, dtypes, extents and
+    alignment of every argument and the scratch it appends — then the stand-in computes."""
+    pytest.importorskip("tvm")
+    monkeypatch.setenv("CUDA_PATH", "/usr/local/cuda")
+    from axe.backends.cuda.artifact import Artifact
+    from axe.runtime.launcher import bind_arguments
+    from axe.torch.cache import ArtifactCache
+    cache, bound = ArtifactCache(tmp_path, shipped=[]), []
+
+    def binding(jk, name):
+        def load(device, spec):
+            launch = Artifact.load(str(jk.artifact_path("sm_90a", spec))).launch
+            run = STANDINS[name](spec)
+
+            def call(*args):
+                scratch = [torch.zeros(a["shape"], dtype=getattr(torch, a["dtype"])) for a in launch["args"]
+                           if a.get("scratch")]
+                bound.append((launch["name"], bind_arguments(launch, (*args, *scratch), device_type="cpu").block))
+                run(*args)
+            return call
+        return load
+
+    for name, jk in moe_ops.KERNELS.items():
+        monkeypatch.setattr(jk, "_cache", cache)
+        monkeypatch.setattr(jk, "progress", False)
+        monkeypatch.setattr(jk, "load", binding(jk, name))
+    x, w1, w2, w, ids = moe_inputs(T, E=5, H=320, I=136, top_k=3)
+    out = torch.ops.axe.fused_moe(x, w1, w2, w, ids)
+    ref = moe_ops.reference(x, w1, w2, w, ids)
+    assert ((out.float() - ref).norm() / ref.norm()) < 1e-2
+    assert [n.split("_bfloat16")[0] for n, _ in bound] == [
+        "moe_align_bm64_pad16" if T < moe_ops.SPLIT_FROM else "moe_align_bm128_pad16_split", "moe_gemm_silu_mul",
+        "moe_gemm_plain", "moe_combine"]
+    assert bound[-1][1][0] == 40        # the combine: 320 = 40 threads x 1 vector of 8

@@ -146,10 +146,10 @@ def test_fused_moe_refuses_other_modes(loads, change, match):
 
 
 @pytest.mark.parametrize("shape, match", [
-    (dict(E=513, H=128, I=72), "E=513 experts"),
+    (dict(E=513, H=256, I=128), "E=513 experts"),
     (dict(H=2888), "H=2888"),
     (dict(I=324), "I=324"),
-    (dict(I=64), "I=64"),
+    (dict(I=120), "I=120"),
 ])
 def test_fused_moe_refuses_unbuilt_shapes(shape, match):
     x, w1, w2, w, ids = moe_inputs(2, **shape)

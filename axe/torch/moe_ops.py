@@ -29,9 +29,10 @@ artifacts per (E, H, I, top_k, dtype), listed by :func:`specs`.
 
 Shapes the kernels are built for (refused otherwise, naming the argument and the condition):
 ``E`` from 1 to 512 (the many-CTA alignment has 512 threads, one per expert); ``H`` a multiple of
-64, at least 128 (GEMM 1 gathers x's rows by ``cp.async`` in whole k-blocks of 64 columns — one
-128-byte swizzle panel —, at least two); ``I`` a multiple of 8, more than 64 (h's rows are
-16-byte multiples for TMA; GEMM 2 runs at least two k-blocks of 64).  Tiles need not divide ``H``
+64, at least 256 (GEMM 1 gathers x's rows by ``cp.async`` in whole k-blocks of 64 columns — one
+128-byte swizzle panel —; GEMM 2's widest tile has 256 columns of H); ``I`` a multiple of 8, at
+least 128 (h's rows are 16-byte multiples for TMA; GEMM 1's widest tile has 128 columns of I).
+Tiles need not divide ``H``
 or ``I``: the last column block and k-block of each GEMM reach past them, TMA zero-fills what they
 load there and clips what they store (:func:`kernels.moe_gemm.check`); the combine's threads
 cover a row exactly (:func:`kernels.moe.combine_split`); the alignment scans the experts rounded
@@ -58,10 +59,12 @@ __all__ = ["fused_moe", "KERNELS", "specs", "config", "check", "SPLIT_FROM"]
 _INT32 = 2**31 - 1
 #: the largest expert count the many-CTA alignment (512 threads, one per expert) takes
 MAX_EXPERTS = 512
-#: H a multiple of this, at least 2 of them: GEMM 1 gathers x's rows in whole k-blocks of 64 columns
-H_MULTIPLE = 64
-#: I a multiple of this (16-byte rows of h for TMA), more than I_LEAST (two k-blocks of GEMM 2)
-I_MULTIPLE, I_LEAST = 8, 64
+#: H a multiple of H_MULTIPLE (GEMM 1 gathers x's rows in whole k-blocks of 64 columns), at least
+#: H_LEAST (GEMM 2's widest tile: 256 columns)
+H_MULTIPLE, H_LEAST = 64, 256
+#: I a multiple of I_MULTIPLE (16-byte rows of h for TMA), at least I_LEAST (GEMM 1's widest tile:
+#: 128 SiLU·up columns)
+I_MULTIPLE, I_LEAST = 8, 128
 #: token counts from which the configuration aligns on many CTAs (kernels.moe_host.CONFIG_BY_TOKENS' last bound + 1)
 SPLIT_FROM = 513
 
@@ -153,14 +156,14 @@ def check(hidden_states, w1, w2, topk_weights, topk_ids, inplace=False, activati
     if not 1 <= E <= MAX_EXPERTS:
         raise ValueError(f"axe::fused_moe: w1 holds E={E} experts; the many-CTA alignment takes at most "
                          f"{MAX_EXPERTS} (one thread per expert)")
-    if H % H_MULTIPLE or H < 2 * H_MULTIPLE:
-        raise ValueError(f"axe::fused_moe: hidden_states has H={H} columns; GEMM 1 gathers x's rows in whole "
-                         f"k-blocks of {H_MULTIPLE} columns (cp.async of 128-byte swizzle panels, no column bound), "
-                         f"at least two: H must be a multiple of {H_MULTIPLE}, at least {2 * H_MULTIPLE}")
-    if I % I_MULTIPLE or I <= I_LEAST:
+    if H % H_MULTIPLE or H < H_LEAST:
+        raise ValueError(f"axe::fused_moe: hidden_states has H={H} columns; it must be a multiple of {H_MULTIPLE} "
+                         f"(GEMM 1 gathers x's rows in whole k-blocks of {H_MULTIPLE} columns: cp.async of 128-byte "
+                         f"swizzle panels, no column bound) and at least {H_LEAST} (GEMM 2's widest tile)")
+    if I % I_MULTIPLE or I < I_LEAST:
         raise ValueError(f"axe::fused_moe: w2 has I={I} columns (the intermediate size); it must be a multiple of "
-                         f"{I_MULTIPLE} (16-byte rows of the intermediate for TMA) and more than {I_LEAST} "
-                         f"(GEMM 2 runs at least two k-blocks of {I_LEAST})")
+                         f"{I_MULTIPLE} (16-byte rows of the intermediate for TMA) and at least {I_LEAST} "
+                         f"(GEMM 1's widest tile)")
     # x (and out, its shape) is indexed element-wise with int32; the weights only through TMA's
     # per-dimension coordinates, so DeepSeek-V3's 7.5e9-element w1 is fine
     if hidden_states.numel() > _INT32:
