@@ -21,7 +21,7 @@ import pytest
 import torch
 
 from axe.torch import moe_ops
-from test_torch_moe_fp8_ops import STANDINS, moe_inputs
+from test_torch_moe_fp8_ops import STANDINS, bind_to_builds, moe_inputs
 
 #: (name, E, H, I, top_k) of real models; the GPU cases run the ones marked there
 MODELS = [("deepseek-v3", 256, 7168, 2048, 8), ("gpt-oss-20b", 32, 2880, 2880, 4), ("mixtral-8x7b", 8, 4096, 14336, 2),
@@ -241,30 +241,7 @@ def test_odd_shape_calls_bind_to_the_built_kernels(tmp_path, monkeypatch, T):
     the many-CTA one, 128-row tiles): each launch of the op against the artifact TVM + nvcc build
     for it — the runtime's ``bind_arguments`` (device type cpu) checks count, dtypes, extents and
     alignment of every argument and the scratch it appends — then the stand-in computes."""
-    pytest.importorskip("tvm")
-    monkeypatch.setenv("CUDA_PATH", "/usr/local/cuda")
-    from axe.backends.cuda.artifact import Artifact
-    from axe.runtime.launcher import bind_arguments
-    from axe.torch.cache import ArtifactCache
-    cache, bound = ArtifactCache(tmp_path, shipped=[]), []
-
-    def binding(jk, name):
-        def load(device, spec):
-            launch = Artifact.load(str(jk.artifact_path("sm_90a", spec))).launch
-            run = STANDINS[name](spec)
-
-            def call(*args):
-                scratch = [torch.zeros(a["shape"], dtype=getattr(torch, a["dtype"])) for a in launch["args"]
-                           if a.get("scratch")]
-                bound.append((launch["name"], bind_arguments(launch, (*args, *scratch), device_type="cpu").block))
-                run(*args)
-            return call
-        return load
-
-    for name, jk in moe_ops.KERNELS.items():
-        monkeypatch.setattr(jk, "_cache", cache)
-        monkeypatch.setattr(jk, "progress", False)
-        monkeypatch.setattr(jk, "load", binding(jk, name))
+    bound = bind_to_builds(monkeypatch, tmp_path, {jk: STANDINS[n] for n, jk in moe_ops.KERNELS.items()})
     x, w1, w2, w, ids = moe_inputs(T, E=5, H=320, I=136, top_k=3)
     out = torch.ops.axe.fused_moe(x, w1, w2, w, ids)
     ref = moe_ops.reference(x, w1, w2, w, ids)
@@ -272,4 +249,4 @@ def test_odd_shape_calls_bind_to_the_built_kernels(tmp_path, monkeypatch, T):
     assert [n.split("_bfloat16")[0] for n, _ in bound] == [
         "moe_align_bm64_pad16" if T < moe_ops.SPLIT_FROM else "moe_align_bm128_pad16_split", "moe_gemm_silu_mul",
         "moe_gemm_plain", "moe_combine"]
-    assert bound[-1][1][0] == 40        # the combine: 320 = 40 threads x 1 vector of 8
+    assert bound[-1][1].block[0] == 40      # the combine: 320 = 40 threads x 1 vector of 8

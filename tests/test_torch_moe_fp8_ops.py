@@ -296,17 +296,17 @@ def test_compile_fullgraph(loads):
 
 # --- the same calls bound against real artifacts ---------------------------------------------------
 
-def test_calls_bind_to_the_built_kernels(tmp_path, monkeypatch):
-    """The ops' launches against the artifacts TVM + nvcc build for them: the runtime's
-    ``bind_arguments`` (device type cpu) checks every argument against each ``launch.json`` —
-    count, dtypes, static and run-time extents, alignment — with the scratch the runtime appends;
-    the stand-ins then compute.  The smallest shapes the kernels take (~20 s of builds)."""
+def bind_to_builds(monkeypatch, tmp_path, laws):
+    """Each ``JitKernel`` of ``laws`` (``{kernel: law}``) loads the artifact TVM + nvcc build for
+    its spec (into a cache under ``tmp_path``); a launch binds its arguments and the scratch the
+    runtime appends to that ``launch.json`` (``bind_arguments``, device type cpu), then the law
+    computes.  Returns the list that collects ``(artifact name, Bound)`` of every launch."""
     pytest.importorskip("tvm")
     monkeypatch.setenv("CUDA_PATH", "/usr/local/cuda")
     from axe.backends.cuda.artifact import Artifact
     from axe.runtime.launcher import bind_arguments
     from axe.torch.cache import ArtifactCache
-    cache, grids = ArtifactCache(tmp_path, shipped=[]), []
+    cache, launches = ArtifactCache(tmp_path, shipped=[]), []
 
     def bound(jk, law):
         def load(device, spec):
@@ -316,18 +316,25 @@ def test_calls_bind_to_the_built_kernels(tmp_path, monkeypatch):
             def call(*args):
                 scratch = [torch.zeros(a["shape"], dtype=getattr(torch, a["dtype"])) for a in launch["args"]
                            if a.get("scratch")]
-                grids.append((launch["name"], bind_arguments(launch, (*args, *scratch), device_type="cpu").grid))
+                launches.append((launch["name"], bind_arguments(launch, (*args, *scratch), device_type="cpu")))
                 run(*args)
             return call
         return load
 
-    for name, jk in moe_ops.KERNELS.items():
+    for jk, law in laws.items():
         monkeypatch.setattr(jk, "_cache", cache)
         monkeypatch.setattr(jk, "progress", False)
-        monkeypatch.setattr(jk, "load", bound(jk, STANDINS[name]))
-    monkeypatch.setattr(fp8_ops.KERNEL, "_cache", cache)
-    monkeypatch.setattr(fp8_ops.KERNEL, "progress", False)
-    monkeypatch.setattr(fp8_ops.KERNEL, "load", bound(fp8_ops.KERNEL, _fp8))
+        monkeypatch.setattr(jk, "load", bound(jk, law))
+    return launches
+
+
+def test_calls_bind_to_the_built_kernels(tmp_path, monkeypatch):
+    """The ops' launches against the artifacts TVM + nvcc build for them: the runtime's
+    ``bind_arguments`` (device type cpu) checks every argument against each ``launch.json`` —
+    count, dtypes, static and run-time extents, alignment — with the scratch the runtime appends;
+    the stand-ins then compute.  The smallest shapes the kernels take (~20 s of builds)."""
+    grids = bind_to_builds(monkeypatch, tmp_path, {**{jk: STANDINS[n] for n, jk in moe_ops.KERNELS.items()},
+                                                   fp8_ops.KERNEL: _fp8})
     x, w1, w2, w, ids = moe_inputs(3, E=32, H=2048, I=256, top_k=2)
     out = torch.ops.axe.fused_moe(x, w1, w2, w, ids)
     ref = moe_ops.reference(x, w1, w2, w, ids)
