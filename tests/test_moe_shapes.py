@@ -219,20 +219,50 @@ def test_alignment_and_combine_build(name, spec, threads):
         assert f"int cnt_ptr[{moe.lanes(spec['experts'])}];" in art.cuda_source
 
 
-def test_gpu_cases_check_every_artifact():
-    """``tests/gpu/cases_moe_shapes.py``: one artifact per (shape, kernel) the op may launch, each
-    built and checked, each checked at some T of the cases (the configuration that launches it)."""
+def _gpu_cases():
     import importlib.util
     import os
     path = os.path.join(os.path.dirname(__file__), "gpu", "cases_moe_shapes.py")
     spec = importlib.util.spec_from_file_location("cases_moe_shapes", path)
     cases = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(cases)
+    return cases
+
+
+def test_gpu_cases_check_every_artifact():
+    """``tests/gpu/cases_moe_shapes.py``: one artifact per (shape, kernel) the op may launch, each
+    built and checked, each checked at some T of the cases (the configuration that launches it)."""
+    cases = _gpu_cases()
     want = sum(len(moe_ops.all_specs(*dims, "bfloat16")) for dims in cases.SHAPES.values())
     assert len(cases.CHECKS) == want and set(cases.BUILDS) == set(cases.CHECKS)
     assert all(cases._tokens_of(art) for art in cases.CHECKS)
     assert {(8, 4096, 14336, 2), (32, 2880, 2880, 4), (64, 7168, 2048, 8), (128, 2304, 768, 8),
             (128, 2048, 768, 8)} <= set(cases.SHAPES.values())
+
+
+def test_gpu_cases_run_the_op_on_their_artifacts(monkeypatch, tmp_path):
+    """The GPU cases' plumbing on the CPU, for an odd shape: each artifact's check runs the op
+    with every kernel loaded by its artifact name from the check's folder (here: stand-ins keyed
+    by that name), at the T that launch it, and passes against the reference."""
+    from types import SimpleNamespace
+
+    from axe import runtime
+    cases = _gpu_cases()
+    monkeypatch.setattr(cases, "SHAPES", {"odd": (5, 320, 136, 3)})
+    monkeypatch.setattr(cases, "TOKENS", (1, 7, 300, 600))
+    monkeypatch.setattr(cases, "DEVICE", "cpu")
+    arts = cases._artifacts()
+    loaded = []
+
+    def load(path):
+        _, name, spec = arts[path.rsplit("/", 1)[1]]
+        loaded.append(path.rsplit("/", 1)[1])
+        return STANDINS[name](spec)
+    monkeypatch.setattr(runtime, "load", load)
+    for art in sorted(arts):
+        detail = cases.check_op(SimpleNamespace(artifact=SimpleNamespace(path=str(tmp_path / art))), torch)
+        assert detail.startswith("odd (5, 320, 136, 3): T=") and "skewed" in detail
+    assert set(loaded) == set(arts)
 
 
 @pytest.mark.parametrize("T", [3, 600])

@@ -27,6 +27,7 @@ SHAPES = {"mixtral": (8, 4096, 14336, 2), "gptoss": (32, 2880, 2880, 4), "dsv3e6
 TOKENS = (1, 7, 300, 2048)
 TOL = 2e-2
 DTYPE = "bfloat16"
+DEVICE = "cuda"     # (the CPU test of these cases runs them on stand-ins: tests/test_moe_shapes.py)
 
 
 def _ops():
@@ -106,9 +107,9 @@ def _weights(torch, shape):
     if shape not in _WEIGHTS:
         _WEIGHTS.clear()
         E, H, I, _ = SHAPES[shape]
-        g = torch.Generator(device="cuda").manual_seed(0)
-        _WEIGHTS[shape] = ((torch.randn(E, 2 * I, H, device="cuda", generator=g) / H ** 0.5).bfloat16(),
-                           (torch.randn(E, H, I, device="cuda", generator=g) / I ** 0.5).bfloat16())
+        g = torch.Generator(device=DEVICE).manual_seed(0)
+        _WEIGHTS[shape] = ((torch.randn(E, 2 * I, H, device=DEVICE, generator=g) / H ** 0.5).bfloat16(),
+                           (torch.randn(E, H, I, device=DEVICE, generator=g) / I ** 0.5).bfloat16())
     return _WEIGHTS[shape]
 
 
@@ -117,7 +118,7 @@ def _run(torch, folder, shape, T):
     ops = _ops()
     E, H, I, k = SHAPES[shape]
     w1, w2 = _weights(torch, shape)
-    g = torch.Generator(device="cuda").manual_seed(T)
+    g = torch.Generator(device=DEVICE).manual_seed(T)
     load, saved = _loading_from(folder, shape), {n: jk.load for n, jk in ops.KERNELS.items()}
     done = []
     from kernels.moe_host import route_reference
@@ -125,8 +126,8 @@ def _run(torch, folder, shape, T):
         for n, jk in ops.KERNELS.items():
             jk.load = load(n)
         for routing, hot in (("softmax", 0.0), ("skewed", 10.0)):
-            x = torch.randn(T, H, device="cuda", generator=g).bfloat16()
-            logits = torch.randn(T, E, device="cuda", generator=g)
+            x = torch.randn(T, H, device=DEVICE, generator=g).bfloat16()
+            logits = torch.randn(T, E, device=DEVICE, generator=g)
             logits[:, :4] += hot
             ids, w = route_reference(logits, k)
             out = torch.ops.axe.fused_moe(x, w1, w2, w, ids)
