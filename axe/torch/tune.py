@@ -233,8 +233,9 @@ def measure(timers: dict, rounds: int) -> dict:
 
 
 def trusted(launch: dict) -> bool:
-    """Whether an artifact (its ``launch.json``) may be a pick: ptxas spilled nothing (a spilling
-    wgmma build is not trusted to be right under every timing: docs/reliability.md)."""
+    """Whether an artifact (its ``launch.json``) may be a pick: ptxas spilled nothing.  A spilling
+    build keeps mainloop values in local memory: not what a pick should ship when another candidate
+    does not (it was first left out for a wrong result later traced to a race, docs/reliability.md)."""
     res = launch.get("resources") or {}
     return not (res.get("spill_stores") or res.get("spill_loads"))
 
