@@ -280,3 +280,19 @@ def test_odd_shape_calls_bind_to_the_built_kernels(tmp_path, monkeypatch, T):
         "moe_align_bm64_pad16" if T < moe_ops.SPLIT_FROM else "moe_align_bm128_pad16_split", "moe_gemm_silu_mul",
         "moe_gemm_plain", "moe_combine"]
     assert bound[-1][1].block[0] == 40      # the combine: 320 = 40 threads x 1 vector of 8
+
+
+def test_deepseek_v3_weights_reach_the_gemms_by_tma_alone():
+    """DeepSeek-V3's w1 (256 × 4096 × 7168: 7.5e9 elements, past int32) is accepted: each GEMM
+    reads its weights only through a 3-D tensor map (no element index in the CUDA), and the maps
+    of the full tensors pass the encoder's checks (dims, byte strides, the covered span)."""
+    from axe.backends.cuda.tensormap import tiled_args
+    E, H, I, k = 256, 7168, 2048, 8
+    moe_ops.check(*meta_args(1, E, H, I, k))
+    for role, shape in (("gemm1", (E, 2 * I, H)), ("gemm2", (E, H, I))):
+        name, spec = moe_ops.specs(moe_ops.config(300, I), E, H, I, k, "bfloat16")[role]
+        art = _build(name, spec)
+        assert "B__ptr" not in art.cuda_source
+        b_map = {t["param"]: t for t in art.launch["tensormaps"]}["B_map"]
+        dims, strides, _, _ = tiled_args(b_map, 1 << 20, shape, (shape[1] * shape[2], shape[2], 1), 2, "bfloat16")
+        assert dims == list(reversed(shape)) and strides == [shape[2] * 2, shape[1] * shape[2] * 2]
