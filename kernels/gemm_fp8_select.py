@@ -114,8 +114,7 @@ def candidates(bound, N, K):
     schedule).  Split-K takes tile widths :func:`splits_width` allows."""
     ws = widths(N, bound)
     if bound is not None and bound <= BM:
-        # below 128 rows also the transposed decode tile bound×128 (unmeasured: measured only, never
-        # the heuristic's pick, until a GPU sweep fits it into the cost model)
+        # below 128 rows also the transposed decode tile bound×128 (the heuristic's pick: decode_tile)
         swapped = [dict(tile_m=bound, stages=TILE_M_STAGES[bound], split_k=s) for s in splits(K)
                    if bound in TILE_M_STAGES and N >= BM]
         return swapped + [dict(bn=bn, stages=STAGES[bn], split_k=s) for bn in ws for s in splits(K)
@@ -129,17 +128,34 @@ def candidates(bound, N, K):
 
 
 def heuristic(M, N, K, sms=SMS):
-    """A configuration for M×N×K without measuring: over the candidates of M's bucket that are not
-    CTA pairs nor the transposed decode tile (the model has no term for them; the decode tile is
-    unmeasured), the one of least :func:`cost` over the bound's
-    block-rows (an unbounded bucket counted as 8192 rows; a decode bucket with its fitted
-    constants); ties go to fewer slices, then the wider tile.  ``max_rows`` is added where :func:`scheduled_rows` says."""
+    """A configuration for M×N×K without measuring: in a bucket the transposed decode tile serves
+    (bound 16 or 64, N ≥ 128) that tile (:func:`decode_tile`), otherwise :func:`modelled`'s pick."""
+    bound = bucket(M)
+    if bound in TILE_M_STAGES and N >= BM:
+        return with_bound(bound, decode_tile(bound, N, K, sms))
+    return modelled(M, N, K, sms)
+
+
+def modelled(M, N, K, sms=SMS):
+    """Over the candidates of M's bucket that are not CTA pairs nor the decode tile (the model has
+    no term for them), the one of least :func:`cost` over the bound's block-rows (an unbounded
+    bucket counted as 8192 rows; a decode bucket with its fitted constants); ties go to fewer
+    slices, then the wider tile.  ``max_rows`` is added where :func:`scheduled_rows` says."""
     bound = bucket(M)
     rows, decode = -(-(bound or 8192) // BM), bound is not None and bound <= BM
     cands = [c for c in candidates(bound, N, K) if c.get("cluster", 1) == 1 and "tile_m" not in c]
     best = min(cands, key=lambda c: (cost(N, K, c["bn"], c.get("split_k", 1), sms, rows, decode), c.get("split_k", 1),
                                      -c["bn"]))
     return with_bound(bound, best)
+
+
+def decode_tile(bound, N, K, sms=SMS):
+    """The transposed decode tile of bucket ``bound`` (``tile_m`` = the bound), cut in the most
+    slices of :func:`splits` whose units (N/128 weight tiles × slices) still fit one wave of ``sms``
+    CTAs (the measurements behind the rule: docs/gemm_fp8.md, "The transposed decode tile")."""
+    tiles = -(-N // BM)
+    slices = max((s for s in splits(K) if tiles * s <= sms), default=1)
+    return dict(tile_m=bound, stages=TILE_M_STAGES[bound], split_k=slices)
 
 
 def with_bound(bound, config):
