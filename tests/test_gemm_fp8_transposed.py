@@ -175,9 +175,10 @@ def test_refusals_name_the_parameter_and_the_condition():
         G.make(16, 2112, 256, tile_m=16, split_k=2)
 
 
-def test_tune_candidates_hold_the_decode_tile_and_the_heuristic_does_not_pick_it():
+def test_tune_candidates_hold_the_decode_tile_and_the_heuristic_picks_it():
     """Buckets 16 and 64: the decode tile of the bucket's height with every split K allows, built
-    by make_dynamic at the bound; bucket 128 and wider: none; the heuristic's pick is a 128-row tile."""
+    by make_dynamic at the bound, and the heuristic's pick (``decode_tile``); bucket 128 and wider:
+    none, and a 128-row tile is picked."""
     for bound in (16, 64):
         cands = [c for c in SEL.candidates(bound, 4096, 14336) if "tile_m" in c]
         assert [c["split_k"] for c in cands] == list(SEL.splits(14336))
@@ -185,4 +186,9 @@ def test_tune_candidates_hold_the_decode_tile_and_the_heuristic_does_not_pick_it
         G.make_dynamic(4096, 14336, **SEL.with_bound(bound, cands[-1]))
     assert not [c for b in (128, 256, None) for c in SEL.candidates(b, 4096, 14336) if "tile_m" in c]
     for M in (1, 7, 16, 33, 64):
+        pick = SEL.heuristic(M, 4096, 14336)
+        assert pick["tile_m"] == (16 if M <= 16 else 64) and pick in [SEL.with_bound(pick["max_rows"], c)
+                                                                       for c in SEL.candidates(pick["max_rows"], 4096, 14336)]
+        G.make_dynamic(4096, 14336, **pick)
+    for M in (65, 128, 1000):
         assert "tile_m" not in SEL.heuristic(M, 4096, 14336)
