@@ -31,7 +31,7 @@ TOKENS = (1, 7, 8, 9, 100, 512, 513, 2048)
 MOE_TOL = 2e-2
 #: (name, N, K): DeepSeek-V3's fused q_a + kv_a projection and its shared-expert down projection
 FP8_SHAPES = [("ds_qkv_a", 2112, 7168), ("ds_o", 7168, 2048)]
-FP8_MS = (1, 128, 129, 300)
+FP8_MS = (1, 7, 16, 17, 64, 128, 129, 300)   # the decode tile (buckets 16, 64), the 128-row tile above
 FP8_TOL = 1e-2
 
 
