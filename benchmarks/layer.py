@@ -55,19 +55,20 @@ TOKENS = (1, 8, 64, 2048)
 
 def specs(tokens=TOKENS) -> list:
     """``(jit kernel of axe.torch.ops.KERNELS, spec)`` of every artifact the layer launches: the
-    heuristic's GEMMs, and the fused gate/up GEMM's for the heuristic and for every GPU the tuning
-    table read here has picks for (its plain GEMM's picks made to compose with the act)."""
+    GEMMs and the fused gate/up GEMMs of the heuristic and of every GPU the tuning table read here
+    has picks for (the fused ones: its plain GEMM's picks made to compose with the act)."""
     from axe.torch import tune
     from axe.torch.ops import spec_silu_mul_for
     out = [("fused_add_rmsnorm", {"n": HIDDEN, "dtype": "bfloat16"}), ("silu_and_mul", {"d": MLP, "dtype": "bfloat16"}),
            ("rotary_neox", {"head_size": HS, "q_heads": HQ, "kv_heads": HK, "is_neox": True, "dtype": "bfloat16",
                             "pos_dtype": "int64"})]
-    for N, K in ((2 * MLP, HIDDEN), (HIDDEN, MLP)):
-        for t in tokens:
-            s = ("gemm_nt", tune.spec_for("", N, K, "bfloat16", "col", t))
-            if s not in out:
-                out.append(s)
     devices = [""] + sorted({k.split("|")[0] for k in tune.table()})
+    for device in devices:
+        for N, K in ((2 * MLP, HIDDEN), (HIDDEN, MLP)):
+            for t in tokens:
+                s = ("gemm_nt", tune.spec_for(device, N, K, "bfloat16", "col", t))
+                if s not in out:
+                    out.append(s)
     for device in devices:
         for t in tokens:
             s = ("gemm_silu_mul", spec_silu_mul_for(device, 2 * MLP, HIDDEN, "bfloat16", t))

@@ -164,8 +164,9 @@ def test_fake_opcheck_and_compile(ops):
 
 
 def test_layer_benchmark_builds_what_its_fused_side_launches(tmp_path, monkeypatch):
-    """``benchmarks/layer.py``'s ``specs()`` holds the fused GEMM's artifact of every token count,
-    for the heuristic and for each GPU of the cache's tuning table (its picks made to compose)."""
+    """``benchmarks/layer.py``'s ``specs()`` holds the plain and the fused GEMM's artifact of every
+    token count, for the heuristic and for each GPU of the cache's tuning table (the fused ones its
+    picks made to compose)."""
     from axe.torch import ops, tune
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
     import layer
@@ -177,9 +178,13 @@ def test_layer_benchmark_builds_what_its_fused_side_launches(tmp_path, monkeypat
     tune.reload()
     try:
         got = [s for k, s in layer.specs() if k == "gemm_silu_mul"]
+        plain = [s for k, s in layer.specs() if k == "gemm_nt"]
         for device in ("", "GPU X"):
             for t in layer.TOKENS:
                 assert ops.spec_silu_mul_for(device, 2 * layer.MLP, layer.HIDDEN, "bfloat16", t) in got
+                for N, K in ((2 * layer.MLP, layer.HIDDEN), (layer.HIDDEN, layer.MLP)):
+                    assert tune.spec_for(device, N, K, "bfloat16", "col", t) in plain, (device, N, K, t)
+        assert {**pick, "N": 2 * layer.MLP, "K": layer.HIDDEN, "dtype": "bfloat16", "b_major": "col"} in plain
         assert {"N": 2 * layer.MLP, "K": layer.HIDDEN, "dtype": "bfloat16", "b_major": "col", "split_k": 1, "stages": 4,
                 "tile_n": 128, "act": "silu_mul"} in got          # the ping-pong pick, made cooperative
     finally:
