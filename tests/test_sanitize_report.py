@@ -75,3 +75,24 @@ def test_other_libraries_reports_are_listed_not_judged():
     errors = {"racecheck": {"(not axe)": ["Error: Race reported between Read access at nvjet_sm90"]}}
     text, clean = san.table(["k"], ["racecheck"], {"racecheck": {"k": "ok"}}, errors)
     assert clean and "(not axe)" in text and "1 err" in text
+
+
+def test_a_kernel_named_otherwise_is_attributed_to_its_artifacts(tmp_path):
+    """An artifact whose launch.json names another kernel (a case's artifact holding a shared
+    kernel) gets that kernel's errors, all of its holders when several; unknown kernels stay
+    "(not axe)"."""
+    import json
+    for art, kernel in (("moeop_a_combine", "moe_combine_bfloat16_kernel"), ("moeop_b_combine", "moe_combine_bfloat16_kernel"),
+                        ("vcopy", "vcopy_kernel"), ("empty", None)):
+        (tmp_path / art).mkdir()
+        if kernel:
+            (tmp_path / art / "launch.json").write_text(json.dumps({"kernel": kernel}))
+    known = san.kernel_owners(str(tmp_path))
+    assert known["moe_combine_bfloat16"] == "moeop_a_combine|moeop_b_combine" and known["vcopy"] == "vcopy"
+    log = ("========= Uninitialized __global__ memory read of size 16 bytes\n"
+           "=========     at moe_combine_bfloat16_kernel+0x170\n"
+           "========= Invalid __global__ read of size 4 bytes\n=========     at other_kernel+0x10\n"
+           "========= ERROR SUMMARY: 2 errors\n")
+    errors, _ = san.parse_report(log, known)
+    assert errors == {"moeop_a_combine|moeop_b_combine": ["Uninitialized __global__ memory read of size 16 bytes"],
+                      "(not axe)": ["Invalid __global__ read of size 4 bytes"]}

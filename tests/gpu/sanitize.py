@@ -50,11 +50,31 @@ def sanitizer_command(tool: str, log: str, kernels: str = "") -> list[str]:
     return ["compute-sanitizer", "--tool", tool, "--print-limit", "200", "--log-file", log, *only, *TOOL_ARGS[tool]]
 
 
+def kernel_owners(art_dir: str) -> dict[str, str]:
+    """``{kernel name without "_kernel": artifact label}`` of the artifacts in ``art_dir``: each
+    artifact's own name, and the kernel its ``launch.json`` names (a case's artifact may hold a
+    kernel named otherwise, e.g. ``moeop_gptoss_combine`` holds ``moe_combine_bfloat16_kernel``);
+    a kernel held by several artifacts is labelled with all of them, joined by ``|``."""
+    import json
+    owners: dict[str, set] = {}
+    for name in sorted(os.listdir(art_dir)):
+        owners.setdefault(name, set()).add(name)
+        try:
+            with open(os.path.join(art_dir, name, "launch.json")) as f:
+                kernel = json.load(f).get("kernel", "")
+        except (OSError, ValueError):
+            continue
+        if kernel.endswith("_kernel") and kernel[:-len("_kernel")] != name:
+            owners.setdefault(kernel[:-len("_kernel")], set()).add(name)
+    return {k: "|".join(sorted(v - {k}) or [k]) for k, v in owners.items()}
+
+
 def parse_report(text: str, known=None) -> tuple[dict[str, list[str]], list[int]]:
     """The sanitizer log ``text`` → ({kernel artifact name or "(not axe)": [error headline, ...]},
     [each process's ERROR SUMMARY count]).  An error is a ``=========`` line that does not
-    continue a block (continuations are indented); it belongs to the first ``<artifact>_kernel``
-    name in its block (a C name outside any namespace, one of ``known`` when given)."""
+    continue a block (continuations are indented); it belongs to the first ``<name>_kernel`` in its
+    block (a C name outside any namespace): the artifact ``known`` maps that name to
+    (:func:`kernel_owners`), or the name itself when ``known`` is None."""
     errors: dict[str, list[str]] = {}
     summaries = [int(m.group(1)) for m in _SUMMARY.finditer(text)]
     block: list[str] = []
@@ -64,8 +84,8 @@ def parse_report(text: str, known=None) -> tuple[dict[str, list[str]], list[int]
             return
         head = block[0]
         api = _API.search(head)
-        names = [m.group(1) for line in block for m in _KERNEL.finditer(line)
-                 if known is None or m.group(1) in known]
+        names = [m.group(1) if known is None else known[m.group(1)] for line in block
+                 for m in _KERNEL.finditer(line) if known is None or m.group(1) in known]
         key = f"(host API: {api.group(1)})" if api else names[0] if names else "(not axe)"
         errors.setdefault(key, []).append(head)
         block.clear()
@@ -182,7 +202,7 @@ def main(argv=None):
         out.close()
         print(f"{t}: exit {p.returncode} after {time.time() - t0:.0f} s", flush=True)
     art_dir = os.path.join(ROOT, ".carry", "artifacts")
-    known = set(os.listdir(art_dir)) if os.path.isdir(art_dir) else None
+    known = kernel_owners(art_dir) if os.path.isdir(art_dir) else None
     results, errors, names = {}, {}, set()
     for t in tools:
         stdout = ""
