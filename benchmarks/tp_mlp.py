@@ -96,6 +96,13 @@ def _ops(m, h, i, world):
             dist_bench.gemm_op(h, i // world, m)]
 
 
+def _untimed(side, sides, errors):
+    """Why a side has no time: ``not built`` (its fused kernel does not fit the shape, so the side
+    was never set up) or ``FAIL`` (it was set up, or a rank's ``errors`` dict names it: it failed
+    its check or its launch)."""
+    return "FAIL" if side in sides or any(e and e.get(side) for e in errors) else "not built"
+
+
 def run_shape(args, model, M, rank, world, heap, group_name, setup_err):
     """Check, then time every side on one (model, M); returns the JSON row (the same on all ranks)."""
     import torch
@@ -193,7 +200,8 @@ def run_shape(args, model, M, rank, world, heap, group_name, setup_err):
     row["axe_best_ms"] = best
     row["fastest"] = min(((v, s) for s, v in ms.items() if v), default=(None, None))[1]
     if rank == 0:
-        print(f"{model} M={M} w{world}: " + "  ".join(f"{s} {v:.3f} ms" if v else f"{s} FAIL" for s, v in ms.items())
+        print(f"{model} M={M} w{world}: " + "  ".join(f"{s} {v:.3f} ms" if v else f"{s} {_untimed(s, sides, errs_all)}"
+                                                      for s, v in ms.items())
               + f"  (axe steps {steps})", flush=True)
     torch.cuda.empty_cache()
     return row
