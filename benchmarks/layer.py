@@ -62,18 +62,11 @@ def specs(tokens=TOKENS) -> list:
     out = [("fused_add_rmsnorm", {"n": HIDDEN, "dtype": "bfloat16"}), ("silu_and_mul", {"d": MLP, "dtype": "bfloat16"}),
            ("rotary_neox", {"head_size": HS, "q_heads": HQ, "kv_heads": HK, "is_neox": True, "dtype": "bfloat16",
                             "pos_dtype": "int64"})]
-    devices = [""] + sorted({k.split("|")[0] for k in tune.table()})
-    for device in devices:
-        for N, K in ((2 * MLP, HIDDEN), (HIDDEN, MLP)):
-            for t in tokens:
-                s = ("gemm_nt", tune.spec_for(device, N, K, "bfloat16", "col", t))
-                if s not in out:
-                    out.append(s)
-    for device in devices:
+    for device in [""] + sorted({k.split("|")[0] for k in tune.table()}):
         for t in tokens:
-            s = ("gemm_silu_mul", spec_silu_mul_for(device, 2 * MLP, HIDDEN, "bfloat16", t))
-            if s not in out:
-                out.append(s)
+            todo = [("gemm_nt", tune.spec_for(device, N, K, "bfloat16", "col", t)) for N, K in ((2 * MLP, HIDDEN), (HIDDEN, MLP))]
+            todo.append(("gemm_silu_mul", spec_silu_mul_for(device, 2 * MLP, HIDDEN, "bfloat16", t)))
+            out += [s for s in todo if s not in out]
     return out
 
 
@@ -98,29 +91,23 @@ def inputs(torch, tokens: int) -> tuple:
             rnd(tokens, HQ * HS), rnd(tokens, HK * HS))
 
 
-def axe_layer(torch, w):
+#: the gate/up projection and its activation, ``(ops, w, x) -> act``: two kernels, or one whose store
+#: applies the activation (the weight interleaved once at set-up, ``w["gate_up_interleaved"]``)
+GATE_UP = {"axe": lambda ops, w, x: ops.silu_and_mul(ops.gemm(x, w["gate_up"], True)),
+           "axe_fused": lambda ops, w, x: ops.gemm_silu_mul(x, w["gate_up_interleaved"])}
+
+
+def axe_layer(torch, w, gate_up=GATE_UP["axe"]):
     """The layer from axe ops: ``f(x, residual, positions, q, k) -> (out, residual, q, k)``; x,
-    residual, q and k are updated in place (vLLM's convention for the fused norm and the rotation)."""
+    residual, q and k are updated in place (vLLM's convention for the fused norm and the rotation);
+    ``gate_up``: the MLP's first half (:data:`GATE_UP`)."""
     ops = torch.ops.axe
 
     def layer(x, residual, positions, q, k):
         ops.fused_add_rmsnorm(x, residual, w["in_norm"], EPS)
         ops.rotary_embedding(positions, q, k, HS, w["rope"], True)
         ops.fused_add_rmsnorm(x, residual, w["post_norm"], EPS)
-        act = ops.silu_and_mul(ops.gemm(x, w["gate_up"], True))
-        return ops.gemm(act, w["down"], True), residual, q, k
-    return layer
-
-
-def axe_fused_layer(torch, w):
-    """:func:`axe_layer` with SiLU·up fused into the gate/up GEMM (``w["gate_up_interleaved"]``)."""
-    ops = torch.ops.axe
-
-    def layer(x, residual, positions, q, k):
-        ops.fused_add_rmsnorm(x, residual, w["in_norm"], EPS)
-        ops.rotary_embedding(positions, q, k, HS, w["rope"], True)
-        ops.fused_add_rmsnorm(x, residual, w["post_norm"], EPS)
-        return ops.gemm(ops.gemm_silu_mul(x, w["gate_up_interleaved"]), w["down"], True), residual, q, k
+        return ops.gemm(gate_up(ops, w, x), w["down"], True), residual, q, k
     return layer
 
 
@@ -181,7 +168,7 @@ def run(args) -> int:
     w = weights(torch)
     w["gate_up_interleaved"] = interleave_gate_up(w["gate_up"][:MLP], w["gate_up"][MLP:])
     compiled = torch.compile(torch_layer(torch, w), fullgraph=True, dynamic=False)
-    sides = {"axe": axe_layer(torch, w), "axe_fused": axe_fused_layer(torch, w), "torch": torch_layer(torch, w),
+    sides = {**{name: axe_layer(torch, w, f) for name, f in GATE_UP.items()}, "torch": torch_layer(torch, w),
              "compile": compiled}
     rows, failed = [], 0
     print(f"{'tokens':>6s} {'mode':6s} {'axe ms':>8s} {'fused ms':>8s} {'torch ms':>9s} {'compile ms':>10s} "

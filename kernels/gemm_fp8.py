@@ -195,10 +195,10 @@ def kernel(M, N, K, sched, main, epi, sms):
             out = Ax.registers((HALF, bn), "bfloat16", acc_layout, name="out")
             for j in T.serial(sched.trips(sched.count(cid))):
                 m_blk, n_blk = sched.coords(cid, j, main.rank)
-                main.consume(pool, SB, pipe, acc, part, wg, leader, j, m_blk, n_blk)
+                main.consume(pool, SB, pipe, acc, part, wg, j, m_blk, n_blk)
                 epi.store(acc, out, cbuf, C, None, wg, leader, m_blk, n_blk)
             sched.consume_rest(cid, lambda base, k0, k1, m_blk, n_blk: main.k_range(pool, SB, pipe, acc, part, wg,
-                                                                                    leader, base, k0, k1, m_blk, n_blk),
+                                                                                    base, k0, k1, m_blk, n_blk),
                                lambda m_blk, n_blk, k0, k1: epi.finish(acc, out, cbuf, C, cid, wg, leader,
                                                                        m_blk, n_blk, k0, k1, part))
             Ax.cuda.tma_store_wait(0, pred=leader)

@@ -8,6 +8,9 @@ says why not in one line.
 """
 
 TILE_ROWS = 128          # the cooperative tile's rows (kernels.gemm_config.BM)
+#: rows of one interleave period of the fused gate/up weight that ``kernels/gemm.py``'s
+#: ``act="silu_mul"`` takes in every tile (the transposed decode tile's 128 weight rows)
+GATE_UP_PERIOD = 128
 
 
 def ag_gemm_fits(M, N, K, world):

@@ -705,8 +705,9 @@ gemm = _define("gemm(Tensor a, Tensor b, bool transpose_b=False) -> Tensor", _ge
 
 # --- gemm_silu_mul ---------------------------------------------------------------------------
 
-#: rows of one interleave period of the fused gate/up weight (``kernels/gemm.py``'s ``PERIOD``)
-GATE_UP_PERIOD = 128
+def _gate_up_period() -> int:
+    """Rows of one interleave period of the fused gate/up weight (``kernels.tp_shapes.GATE_UP_PERIOD``)."""
+    return tune._module("tp_shapes").GATE_UP_PERIOD
 
 
 def interleave_gate_up(w_gate, w_up):
@@ -714,7 +715,7 @@ def interleave_gate_up(w_gate, w_up):
     (I, K each, I a multiple of 64): (2I, K), each block of 128 rows 64 gate rows then the same 64
     up rows (``kernels.tp_shapes.interleave(w_gate, w_up, bn=128)``).  Law:
     ``gemm_silu_mul(x, interleave_gate_up(g, u), True) == silu(x @ g.T) * (x @ u.T)``."""
-    return tune._module("tp_shapes").interleave(w_gate, w_up, bn=GATE_UP_PERIOD)
+    return tune._module("tp_shapes").interleave(w_gate, w_up, bn=_gate_up_period())
 
 
 def _gemm_silu_mul_shape(a, b, transpose_b: bool):
@@ -729,9 +730,10 @@ def _gemm_silu_mul_shape(a, b, transpose_b: bool):
     if b.shape[1] != a.shape[1]:
         raise ValueError(f"axe::{op}: x is {a.shape[0]}x{a.shape[1]} but w is {b.shape[0]}x{b.shape[1]}: w's rows "
                          "must be as long as x's")
-    if b.shape[0] % GATE_UP_PERIOD:
+    period = _gate_up_period()
+    if b.shape[0] % period:
         raise ValueError(f"axe::{op}: w has {b.shape[0]} rows; the interleaved gate/up weight has a multiple of "
-                         f"{GATE_UP_PERIOD} (gate and up rows in blocks of {GATE_UP_PERIOD // 2})")
+                         f"{period} (gate and up rows in blocks of {period // 2})")
     return int(a.shape[0]), int(b.shape[0]) // 2
 
 

@@ -19,14 +19,13 @@ over k (a split tile's fp32 partials are added before the act), written once.
 import axe.lang as Ax
 from kernels.parts.epilogues.silu_mul import silu_mul
 from kernels.parts.epilogues.transposed_store import TransposedStore
+from kernels.tp_shapes import GATE_UP_PERIOD as PERIOD      # the interleave's period: one transposed tile's weight rows
 
 #: the named barrier the two consumer warpgroups meet at (1, 2: their own epilogue barriers)
 HANDOVER = 5
 #: floats between the up buffer's rows beyond its own: a quarter-warp's four fragment rows then
 #: fall 8 banks apart (a pitch of 64 floats put a warp's 8 rows on the same banks: 8-way conflicts)
 PAD = 8
-#: rows of the interleave's period: one transposed tile's weight rows (the cooperative tile's BM)
-PERIOD = 128
 
 
 class TransposedSiluMul(TransposedStore):

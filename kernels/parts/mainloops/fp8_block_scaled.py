@@ -20,7 +20,7 @@ shared memory (two buffers by slot parity, one named barrier), read as a (1, 3) 
 Contract (to :mod:`kernels.gemm_fp8`'s kernel): ``launch(sms, threads)`` (the CTA's index and
 thread index; keeps its rank in a pair and its thread index), ``setup()`` (the scale slots),
 ``pipeline()``, ``load(pool, pipe, A, B, SA, i, m_blk, n_blk, kb)`` (producer),
-``consume(pool, SB, pipe, acc, part, wg, leader, it, m_blk, n_blk)`` and ``k_range(..., base, k0,
+``consume(pool, SB, pipe, acc, part, wg, it, m_blk, n_blk)`` and ``k_range(..., base, k0,
 k1, m_blk, n_blk)`` (consumers: all k-blocks of the CTA's tile it, or k-blocks [k0, k1) of a stream-K piece),
 ``teardown()``; the geometry of :class:`~.tma_wgmma.Cooperative` (``part``, ``acc_layout()``,
 ``row0``) and of the partial accumulator (``part_n``, ``part_layout()``).  :class:`FP8StreamK` and
@@ -186,7 +186,7 @@ class BlockScaled(Cooperative):
         """SB's column for k-block kb: kb, or past K (a split-K slice's zero-filled k-blocks) the last."""
         return T.min(kb, self.k_iters - 1) if self.past_k else kb
 
-    def k_block(self, pool, SB, pipe, acc, part, wg, leader, i, kb, m_blk, n_blk, first):
+    def k_block(self, pool, SB, pipe, acc, part, wg, i, kb, m_blk, n_blk, first):
         """Slot of iteration i (k-block kb): wgmma each 128-column half (or, ``staged``, the whole
         tile) into the partial accumulator, scale it by its k-block's scales and add it into acc."""
         s = pipe.slot(i)
@@ -211,21 +211,21 @@ class BlockScaled(Cooperative):
                 half()
         self.release(pipe, i)
 
-    def k_range(self, pool, SB, pipe, acc, part, wg, leader, base, k0, k1, m_blk, n_blk):
+    def k_range(self, pool, SB, pipe, acc, part, wg, base, k0, k1, m_blk, n_blk):
         """k-blocks k0 .. k1-1 of tile (m_blk, n_blk) (``base``: the pipeline iteration of its k-block
         0), the first one starting the accumulator."""
         step = self.k_block
 
         @T.macro
         def blocks():
-            step(pool, SB, pipe, acc, part, wg, leader, base + k0, k0, m_blk, n_blk, True)
+            step(pool, SB, pipe, acc, part, wg, base + k0, k0, m_blk, n_blk, True)
             for kb in T.serial(k0 + 1, k1):
-                step(pool, SB, pipe, acc, part, wg, leader, base + kb, kb, m_blk, n_blk, False)
+                step(pool, SB, pipe, acc, part, wg, base + kb, kb, m_blk, n_blk, False)
         blocks()
 
-    def consume(self, pool, SB, pipe, acc, part, wg, leader, it, m_blk, n_blk):
+    def consume(self, pool, SB, pipe, acc, part, wg, it, m_blk, n_blk):
         """The CTA's tile it, all k-blocks."""
-        self.k_range(pool, SB, pipe, acc, part, wg, leader, it * self.k_iters, 0, self.k_iters, m_blk, n_blk)
+        self.k_range(pool, SB, pipe, acc, part, wg, it * self.k_iters, 0, self.k_iters, m_blk, n_blk)
 
 
 class FP8StreamK(StreamKSchedule):
