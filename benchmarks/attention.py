@@ -17,7 +17,8 @@ Two modes:
   peer that could not run, why; ``axe_ms`` is the default configuration, ``axe_configs_ms`` adds the
   configurations of ``kernels/parts/attention_variants.py`` (``--variants``).  ``--shape-timeout S``
   runs each shape in a child process killed after S seconds; the row then says ``timed_out`` (a
-  hung kernel cannot be stopped from the process that launched it).
+  hung kernel cannot be stopped from the process that launched it).  ``--sustain S`` also runs each
+  side back to back for S seconds while NVML samples the SM clock and the power (row ``sustained``).
 
 FLOPs: ``4 · batch · heads · seq² · head_dim`` (Q·Kᵀ and P·V), halved when causal (the convention of
 FlashAttention's benchmarks).  Tensors are ``(batch, seq, heads, head_dim)``; the SDPA peers get the
@@ -214,6 +215,8 @@ def run_shape(torch, rt, args, seq, d, causal):
             z.synchronize()
             times[s].append(a.elapsed_time(z) / args.iters)
     ms = {s: median(t) for s, t in times.items()}
+    if args.sustain:
+        row["sustained"] = {s: sustained(torch, fn, args.sustain) for s, fn in sides.items()}
     fl = flops(seq, d, causal)
     row["axe_ms"] = ms.get("axe")
     row["axe_configs_ms"] = {s: t for s, t in ms.items() if s.startswith("axe")}
@@ -230,6 +233,45 @@ def run_shape(torch, rt, args, seq, d, causal):
     return row
 
 
+def sustained(torch, fn, seconds):
+    """``fn`` run back to back for ``seconds`` while NVML samples the SM clock and the board power
+    every 50 ms: ``{ms, sm_mhz, watts, min_mhz}`` over the second half (after the clock settled) —
+    does a side run at a lower clock than another under the power cap?"""
+    import threading
+    import time
+
+    import pynvml
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+    samples, stop = [], threading.Event()
+
+    def poll():
+        while not stop.is_set():
+            samples.append((time.time(), pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                            pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0))
+            time.sleep(0.05)
+    fn()
+    torch.cuda.synchronize()
+    th = threading.Thread(target=poll)
+    th.start()
+    t0 = time.time()
+    calls, marks = 0, []
+    while time.time() - t0 < seconds:
+        for _ in range(10):
+            fn()
+        calls += 10
+        torch.cuda.synchronize()
+        marks.append((time.time(), calls))
+    stop.set()
+    th.join()
+    half = t0 + (marks[-1][0] - t0) / 2
+    t_mid, c_mid = next(m for m in marks if m[0] >= half)
+    late = [x for x in samples if x[0] >= half] or samples
+    return {"ms": (marks[-1][0] - t_mid) / max(marks[-1][1] - c_mid, 1) * 1e3,
+            "sm_mhz": sum(x[1] for x in late) / len(late), "watts": sum(x[2] for x in late) / len(late),
+            "min_mhz": min(x[1] for x in late)}
+
+
 def _shape_in_child(args, seq, d, causal):
     """One shape in a child process bounded by ``--shape-timeout`` seconds (a kernel that hangs cannot
     be stopped from inside the process that launched it): its row, or a row that says it timed out."""
@@ -240,7 +282,7 @@ def _shape_in_child(args, seq, d, causal):
         out = os.path.join(tmp, "row.json")
         cmd = [sys.executable, os.path.abspath(__file__), "--one", str(seq), str(d), str(int(causal)), "--json", out,
                "--artifacts", args.artifacts, "--iters", str(args.iters), "--rounds", str(args.rounds),
-               "--peers", *args.peers, "--variants", *args.variants]
+               "--peers", *args.peers, "--variants", *args.variants, "--sustain", str(args.sustain)]
         try:
             subprocess.run(cmd, timeout=args.shape_timeout, check=True)
             with open(out) as f:
@@ -285,6 +327,9 @@ def run(args):
                       + (f"  best peer/axe {r['axe_vs_best']:.3f}x" if r["axe_vs_best"] else "")
                       + (f" ({r['axe_fastest_config']}: {r['axe_fastest_vs_best']:.3f}x)" if r["axe_fastest_vs_best"] else "")
                       + (f"  why: {r['why']}" if r["why"] else ""), flush=True)
+                for side, x in r.get("sustained", {}).items():
+                    print(f"    sustained {side:14s} {x['ms']:.3f} ms/call at {x['sm_mhz']:.0f} MHz (min {x['min_mhz']}), "
+                          f"{x['watts']:.0f} W", flush=True)
     date = datetime.date.today().isoformat()
     path = args.json or os.path.join(os.environ.get("OUT", os.path.join(ROOT, "benchmarks", "results")),
                                      f"attention-{date}-{device_tag()}.json")
@@ -318,6 +363,9 @@ def main(argv=None):
     ap.add_argument("--shape-timeout", type=int, default=0,
                     help="run each shape in a child process killed after this many seconds, recorded as timed "
                          "out in the JSON (0: in this process, unbounded)")
+    ap.add_argument("--sustain", type=float, default=0,
+                    help="also run each side back to back for this many seconds while NVML samples the SM clock and "
+                         "power (row 'sustained')")
     ap.add_argument("--one", type=int, nargs=3, metavar=("SEQ", "D", "CAUSAL"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     args.out = args.artifacts

@@ -39,7 +39,24 @@ SHAPES = [("llama8b_up", 14336, 4096), ("llama8b_down", 4096, 14336), ("llama70b
           ("llama70b_down", 8192, 28672)]
 #: the middle buckets also fit on two more down projections (Gemma-2-9B, Qwen3-32B)
 SHAPES_MID = SHAPES + [("gemma9b_down", 3584, 14336), ("qwen32b_down", 5120, 25600)]
+#: with ``--shapes``, any MLP weight of ``benchmarks/mlp_gemm.py`` by its label ``Model_proj``
+#: (``Gemma-2-27B_up``), beside the labels above
 DTYPE = "bfloat16"
+
+
+def shapes(mid=False, only=None):
+    """``[(label, N, K)]``: the decode or middle sweep's shapes, or those named in ``only`` (labels of
+    :data:`SHAPES_MID` or ``Model_proj`` of the 16 MLP weights); an unknown name is a ``SystemExit``
+    listing the known ones."""
+    if not only:
+        return SHAPES_MID if mid else SHAPES
+    from mlp_gemm import SHAPES as MLP
+    known = {label: (label, n, k) for label, n, k in SHAPES_MID}
+    known.update({f"{m}_{p}": (f"{m}_{p}", n, k) for m, p, n, k in MLP})
+    missing = [o for o in only if o not in known]
+    if missing:
+        raise SystemExit(f"unknown shapes {missing}; known: {', '.join(known)}")
+    return [known[o] for o in only]
 
 
 def artifact(bound, cfg):
@@ -65,10 +82,10 @@ def configs(n, k, ms):
     return out
 
 
-def build(only=None, mid=False):
+def build(only=None, mid=False, names=None):
     os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
     from kernels import gemm
-    for label, n, k in (SHAPES_MID if mid else SHAPES):
+    for label, n, k in shapes(mid, names):
         for cname, (cfg, rows) in configs(n, k, MS_MID if mid else MS).items():
             tag = f"{label}__{cname}"
             if only and not any(o in tag for o in only):
@@ -106,7 +123,7 @@ def read_rate(torch, gib=4, reps=5):
     return best
 
 
-def run(path, rounds, mid=False):
+def run(path, rounds, mid=False, names=None):
     import torch
 
     import axe.runtime as rt
@@ -116,7 +133,7 @@ def run(path, rounds, mid=False):
     rate = read_rate(torch)
     print(f"{dev}: read rate {rate / 1e12:.2f} TB/s", flush=True)
     rows = []
-    for label, n, k in (SHAPES_MID if mid else SHAPES):
+    for label, n, k in shapes(mid, names):
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         loaded = {d.split("__", 1)[1]: rt.load(d) for d in sorted(glob.glob(os.path.join(OUT, f"{label}__*")))}
         for m in (MS_MID if mid else MS):
@@ -160,7 +177,7 @@ def once(label, m, configs):
     import torch
 
     import axe.runtime as rt
-    n, k = next((n, k) for lab, n, k in SHAPES_MID if lab == label)
+    (_, n, k), = shapes(True, [label])
     w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
     a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
     c = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
@@ -177,6 +194,7 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--only", nargs="*", help="build the artifacts whose names contain one of these")
     ap.add_argument("--mid", action="store_true", help="the middle buckets (M 256, 512, 1024) instead of decode")
+    ap.add_argument("--shapes", nargs="*", help="build/run: these shapes' labels only (see shapes())")
     ap.add_argument("--shape", help="once: the shape label")
     ap.add_argument("--m", type=int, default=1, help="once: the row count")
     ap.add_argument("--configs", nargs="*", default=(), help="once: the candidates' names")
@@ -184,10 +202,10 @@ def main(argv=None):
     if args.mode == "once":
         return once(args.shape, args.m, args.configs)
     if args.mode == "build":
-        return build(args.only, args.mid)
+        return build(args.only, args.mid, args.shapes)
     if not glob.glob(os.path.join(OUT, "*", "launch.json")):
         raise SystemExit(f"no artifacts in {OUT}: run `benchmarks/gemm_decode.py build` on the CPU machine")
-    return run(args.json, args.rounds, args.mid)
+    return run(args.json, args.rounds, args.mid, args.shapes)
 
 
 if __name__ == "__main__":

@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """What cuBLAS runs for the benchmark's shapes, and one launch of each side for a profiler (GPU, no TVM).
 
-``python3 benchmarks/profile_gemm.py names`` prints, for every M = 8192 MLP shape and dtype of
-``benchmarks/gemm.py``, the kernel(s) torch.matmul launches with their grid, block, registers and
-shared memory (from a torch.profiler trace): the tile, cluster and split strategy cuBLAS picked.
+``python3 benchmarks/profile_gemm.py names [--m M ...]`` prints, for every MLP shape and dtype of
+``benchmarks/gemm.py`` at M = 8192 (or the given row counts), the kernel(s) torch.matmul launches
+with their grid, block, registers and shared memory (from a torch.profiler trace): the tile,
+cluster and split strategy cuBLAS picked.
 
 ``python3 benchmarks/profile_gemm.py once N K [--dtype float16] [--artifacts DIR]`` launches the axe
 artifact for (N, K) once and torch.matmul once on the same data, checked against each other, for
@@ -25,12 +26,17 @@ sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
 
 
-def names(dtypes):
+def names(dtypes, ms=None):
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     from gemm import M
     from mlp_gemm import SHAPES
+    for m in ms or (M,):
+        _names(torch, profile, ProfilerActivity, SHAPES, dtypes, m)
+
+
+def _names(torch, profile, ProfilerActivity, SHAPES, dtypes, M):
     seen = {}
     for dtype in dtypes:
         tdt = getattr(torch, dtype)
@@ -51,7 +57,7 @@ def names(dtypes):
                                     e["args"].get("registers per thread"), e["args"].get("shared memory"),
                                     e.get("dur")) for e in kernels]
             for name, grid, block, regs, smem, dur in seen[(n, k, dtype)]:
-                print(f"{dtype:8s} {n:6d}x{k:<6d} {name[:110]:110s} grid {grid} block {block} regs {regs} "
+                print(f"M={M:<5d} {dtype:8s} {n:6d}x{k:<6d} {name[:160]:160s} grid {grid} block {block} regs {regs} "
                       f"smem {smem} {dur} us", flush=True)
             del a, w
 
@@ -120,6 +126,7 @@ if __name__ == "__main__":
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("names")
     p.add_argument("--dtypes", nargs="*", default=["float16", "bfloat16"])
+    p.add_argument("--m", type=int, nargs="*", help="row counts (default: 8192)")
     p = sub.add_parser("once")
     p.add_argument("n", type=int)
     p.add_argument("k", type=int)
@@ -133,7 +140,7 @@ if __name__ == "__main__":
     p.add_argument("--artifacts", default=os.path.join(ROOT, ".carry", "gemm_bench"))
     args = ap.parse_args()
     if args.cmd == "names":
-        sys.exit(names(args.dtypes))
+        sys.exit(names(args.dtypes, args.m))
     if args.cmd == "sustain":
         sys.exit(sustain(args.n, args.k, args.dtype, args.artifacts, args.seconds))
     sys.exit(once(args.n, args.k, args.dtype, args.artifacts))

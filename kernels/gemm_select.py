@@ -46,6 +46,10 @@ def stages_for(tile_n, tile_m=BM, dtype_bytes=2, tile_k=BK):
     return min(8, (SMEM - chunk) // slot)
 
 
+#: the third tile width a middle bucket tries: with a few block-rows, 128 × 192 tiles fill a last wave
+#: that 128 × 256 tiles leave partly empty (Gemma-2-27B's up projection at 256 rows: 288 tiles of 256
+#: columns are 2.2 waves of 132 SMs, 384 of 192 columns 2.9)
+MID_TILE = 192
 #: the slice counts a middle bucket tries: with a few block-rows the tile count is rarely a multiple
 #: of the SMs, and 3 or 6 slices can fill the last wave where 2 and 4 leave it half empty
 MID_SPLITS = (1, 2, 3, 4, 6)
@@ -74,7 +78,8 @@ def candidates(bound, N, K):
     width with every split of K (deepest ring), and below 128 rows the transposed decode tile
     ``bound``×128 with every split; above them what a run-time M schedules (the persistent tile
     128×256 or 128×128, ping-pong), and in a middle bucket (≤ :data:`MAX_BOUND` rows) also the
-    tiles 128 and 256 wide cut in K as :data:`MID_SPLITS` allows.  Stream-K is not one: bounded to
+    run-time-M tile :data:`MID_TILE` wide and the tiles 128, :data:`MID_TILE` and 256 wide cut in K
+    as :data:`MID_SPLITS` allows.  Stream-K is not one: bounded to
     these buckets it measured 1.1–2.5× slower than the best split on an H100
     (benchmarks/results/gemm_mid-2026-11-27-h100.json)."""
     if bound is not None and bound <= BM:
@@ -86,8 +91,9 @@ def candidates(bound, N, K):
     runtime = [dict(), dict(tile_n=128, stages=stages_for(128)), dict(schedule="pingpong")]
     if bound is None or bound > MAX_BOUND:
         return runtime
-    return runtime + [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in (128, 256) if tn <= N
-                      for s in splits(K, MID_SPLITS) if s > 1]
+    return runtime + [dict(tile_n=MID_TILE, stages=stages_for(MID_TILE))] + \
+        [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in (128, MID_TILE, 256) if tn <= N
+         for s in splits(K, MID_SPLITS) if s > 1]
 
 
 #: the heuristic's cost model (units: k-columns of B streamed by one SM): a k-block costs its tile's
@@ -137,19 +143,19 @@ def heuristic(M, N, K, sms=SMS, b_major="col"):
     the transposed decode tile as tall as the bucket, cut in K as :func:`swap_cost` says among
     :func:`swap_splits`; the
     128-row decode bucket (or B row-major): the candidate of least :func:`cost` (ties: fewer slices,
-    then 128, 64, 256 columns), the deepest ring that fits; a middle bucket: the tile 256 or 128
-    wide and the split of K of least :func:`cost` over the bound's block-rows (ties: fewer slices,
-    then 256 columns; uncut: the run-time-M artifact); otherwise the default (the persistent
+    then 128, 64, 256 columns), the deepest ring that fits; a middle bucket: the tile 256,
+    :data:`MID_TILE` or 128 wide and the split of K of least :func:`cost` over the bound's block-rows
+    (ties: fewer slices, then wider; uncut: the run-time-M artifact); otherwise the default (the persistent
     128×256 tile)."""
     bound = bucket(M)
     if bound is None or bound > MAX_BOUND:
         return dict()
     if bound > BM:
         rows = -(-bound // BM)
-        tn, s = min(((tn, s) for tn in (256, 128) if tn <= N for s in splits(K, MID_SPLITS)),
+        tn, s = min(((tn, s) for tn in (256, MID_TILE, 128) if tn <= N for s in splits(K, MID_SPLITS)),
                     key=lambda c: (cost(N, K, c[0], c[1], sms, rows), c[1], -c[0]))
         if s == 1:
-            return dict() if tn == 256 else dict(tile_n=128, stages=stages_for(128))
+            return dict() if tn == 256 else dict(tile_n=tn, stages=stages_for(tn))
         return dict(tile_n=tn, split_k=s, stages=stages_for(tn))
     if bound < BM and b_major == "col" and N >= BM:
         split = min(swap_splits(N, K, sms), key=lambda s: (swap_cost(N, K, bound, s, sms), s))

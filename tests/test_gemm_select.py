@@ -186,3 +186,27 @@ def test_transposed_decode_tile_refusals():
         Config(tile_k=128, cluster=2)
     with pytest.raises(ValueError, match="128-deep .tile_k. tile"):
         gemm.build(128, 1024, 72, tile_k=128, tile_n=128, stages=3)
+
+
+def test_decode_benchmark_names_any_mlp_weight():
+    """``benchmarks/gemm_decode.py --shapes``: the middle sweep's labels and the 16 MLP weights by
+    ``Model_proj`` (N, K as mlp_gemm lists them); an unknown label is refused naming the known ones."""
+    import sys
+    sys.path.insert(0, "benchmarks")
+    import gemm_decode
+    from mlp_gemm import MODELS
+    h, i = MODELS["Gemma-2-27B"]
+    assert gemm_decode.shapes(True, ["Gemma-2-27B_up", "llama8b_down"]) == [
+        ("Gemma-2-27B_up", i, h), ("llama8b_down", 4096, 14336)]
+    assert gemm_decode.shapes(True) == gemm_decode.SHAPES_MID
+    with pytest.raises(SystemExit, match="unknown shapes.*GPT-3-175B_down"):
+        gemm_decode.shapes(True, ["nope"])
+
+
+def test_middle_buckets_try_the_192_column_tile():
+    """Gemma-2-27B's up projection at 256 rows: 288 tiles of 256 columns are 2.2 waves of 132 SMs (3
+    waves' time), 384 of 192 columns 2.9 — the model prefers the narrower tile, a run-time-M artifact;
+    where 256 columns fill the waves (Llama-3.1-70B's up at 1024 rows: 8 × 112 tiles) they stay."""
+    assert gemm_select.heuristic(256, 36864, 4608) == {"tile_n": 192, "stages": gemm_select.stages_for(192)}
+    assert gemm_select.heuristic(1024, 28672, 8192) == {}
+    assert {"tile_n": 192, "stages": 4} in gemm_select.candidates(512, 4096, 14336)

@@ -125,7 +125,11 @@ BOUNDED = {"bnd_n64x4": {"tile_n": 64, "split_k": 4, "stages": 8}, "bnd_n256x2":
 #: the bound (tiles past M load zeros and store nothing)
 BOUNDED.update({"bnd256_n256x4": {"split_k": 4}, "bnd512_n128x2": {"tile_n": 128, "split_k": 2, "stages": 6},
                 "bnd1024_n256x2": {"split_k": 2}, "bnd1024_sk": {"stream_k": True}})
-BOUNDED_ROWS = {"bnd256_n256x4": 256, "bnd512_n128x2": 512, "bnd1024_n256x2": 1024, "bnd1024_sk": 1024}
+#: the middle buckets' 192-column tile, cut in K (bounded) and with M at run time (``rtn192``: no bound)
+BOUNDED.update({"bnd512_n192x2": {"tile_n": 192, "split_k": 2}, "bnd256_n192x3": {"tile_n": 192, "split_k": 3}})
+BOUNDED_ROWS = {"bnd256_n256x4": 256, "bnd512_n128x2": 512, "bnd1024_n256x2": 1024, "bnd1024_sk": 1024,
+                "bnd512_n192x2": 512, "bnd256_n192x3": 256}
+RUNTIME_TILES = {"rtn192": {"tile_n": 192}}
 #: stream-K wants a wave of tiles: 8 × 20 = 160 tiles of 128×256 at the bound (one wave and a part)
 BOUNDED_SHAPE = {"bnd1024_sk": (5120, 2048)}
 BOUNDED_N_K, BOUNDED_MS = (4096, 2048), (1, 5, 64, 128, 200, 449, 777)
@@ -167,10 +171,21 @@ def _bounded_builder(tag, dtype, b_major):
     return build
 
 
+def _runtime_builder(tag, dtype, b_major):
+    def build():
+        sys.path.insert(0, ROOT)
+        from kernels import gemm
+        return gemm.build_dynamic(*BOUNDED_N_K, dtype=dtype, b_major=b_major, name=case_name("dyn", dtype, b_major, tag),
+                                  **RUNTIME_TILES[tag])
+    return build
+
+
 BUILDS = {case_name(*c): _builder(*c) for c in CASES + CLUSTER_CASES + SM100_CASES + FUSED_CASES + TILE_CASES + SWAP_CASES + DEEP_CASES}
 BUILDS.update({case_name("dyn", dt, b, "ew"): _dynamic_builder(dt, b) for dt, b in DYNAMIC_FUSED})
 BUILDS.update({case_name("dyn", dt, b, t): _bounded_builder(t, dt, b) for t in BOUNDED
                for dt, b in (("float16", "row"), ("bfloat16", "col")) if b == "col" or "tile_m" not in BOUNDED[t]})
+BUILDS.update({case_name("dyn", dt, b, t): _runtime_builder(t, dt, b) for t in RUNTIME_TILES
+               for dt, b in (("float16", "row"), ("bfloat16", "col"))})
 
 
 def fused_operands(args, m, n, dtype, torch):
@@ -250,6 +265,6 @@ def _check_bounded(kernel, torch):
     return f"M in {ms} x {(n, k)}, rel err <= {max(errs):.1e} vs fp32; M = {bound + 1} refused"
 
 
-CHECKS = {name: _check_dynamic if name.startswith("gemm_ew_dyn") else
+CHECKS = {name: _check_dynamic if name.startswith(("gemm_ew_dyn", "gemm_rtn")) else
           _check_bounded if name.startswith("gemm_bnd") else _check for name in BUILDS}
 
