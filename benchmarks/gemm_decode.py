@@ -92,7 +92,8 @@ def build(only=None, mid=False, names=None):
                 continue
             if os.path.exists(os.path.join(OUT, tag, "launch.json")):
                 continue
-            art = gemm.build_dynamic(n, k, DTYPE, "col", name=f"gemm_decode_{tag}", max_rows=rows, **cfg)
+            kname = "gemm_decode_" + "".join(c if c.isalnum() else "_" for c in tag)     # a C identifier
+            art = gemm.build_dynamic(n, k, DTYPE, "col", name=kname, max_rows=rows, **cfg)
             art.save(os.path.join(OUT, tag))
             print("built", tag, art.launch["resources"], flush=True)
 

@@ -117,6 +117,9 @@ def test_build_errors_name_the_parameter(k):
         build(k.tma_copy, "sm_90a", tensormaps=[dict(k.TMA_SPECS[0], box=[512, 64]), k.TMA_SPECS[1]])
     with pytest.raises(BuildError, match="arch"):
         build(k.vcopy, {"kind": "cuda"})
+    # a name C++ cannot spell is refused before TVM runs, with a spelling it can
+    with pytest.raises(BuildError, match="'gemm_Qwen3-8B_up' is not a C identifier.*'gemm_Qwen3_8B_up'"):
+        build(k.vcopy, "sm_90a", name="gemm_Qwen3-8B_up")
 
 
 # --- runtime checks (no GPU: CPU tensors, device_type="cpu", a fake driver) ---------------------

@@ -99,6 +99,10 @@ def build(
     from tvm.tirx.build import codegen_build, split_host_device_mods
 
     func, fname = _pick_func(tvm, func_or_mod, name)
+    if not (fname.isidentifier() and fname.isascii()):
+        # the kernel symbol is f"{fname}_kernel" in C++: anything else ends in a wall of nvcc syntax errors
+        raise BuildError(f"build: kernel name {fname!r} is not a C identifier (ASCII letters, digits and _, not "
+                         f"starting with a digit); e.g. {re.sub(r'[^0-9A-Za-z_]', '_', fname)!r}")
     func = func.with_attr("global_symbol", fname)  # the kernel symbol becomes f"{fname}_kernel"
     arch = _arch_of(target)
     args, symbols, shape_vars = _describe_args(tvm, func, fname)
