@@ -114,6 +114,10 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, max_rows=None, prog
         raise ValueError("gemm: a runtime M (make_dynamic) without max_rows is built for one GPU without stream_k, split_k "
                          "or clusters (got " + ", ".join(o for o in cfg.options() if o != "pingpong") + ")")
     check(M, N, K, dtype, b_major)
+    if cfg.bn % 64 and b_major != "col":
+        raise ValueError(f"gemm: tile_n={cfg.bn} (not a multiple of 64) needs column-major B (b_major='col', stored "
+                         f"N×K: its swizzle runs along K); with b_major={b_major!r} B's tile is whole 64-column swizzle "
+                         f"blocks, tile_n one of {TILE_N}")
     if act not in (None,) + ACTS:
         raise ValueError(f"gemm: act must be None or one of {ACTS}, got {act!r}")
     swap = cfg.tile_m < BM

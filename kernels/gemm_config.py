@@ -4,10 +4,16 @@ machine's runtime can read it.
 """
 
 import inspect
+import math
 
 BM, BN, BK, STAGES, SMS, GROUP = 128, 256, 64, 4, 132, 16
-#: tile widths (``tile_n``): wgmma's N, in whole 64-column swizzle blocks
+#: tile widths (``tile_n``): wgmma's N, in whole 64-column swizzle blocks (any B; what selection tries)
 TILE_N = (64, 128, 192, 256)
+#: tile widths with column-major B (stored N×K: its tile's rows lie on wgmma's N side and its swizzle
+#: runs along K, so any 8 rows are a TMA box and a wgmma B operand): every multiple of 16 from 64 to
+#: 256, for tile counts that fill whole waves; those not in :data:`TILE_N` only on the cooperative
+#: 128-row tile without CTA pairs, stream-K or fused epilogues (:func:`narrow_refusal`)
+TILE_N_COL = tuple(range(64, 257, 16))
 #: tile heights (``tile_m``): 128 (the cooperative tile), or 16/32/64 rows of a decode tile computed
 #: transposed (the weights' 128 rows on the MMA's M side, the few rows of A on its N side)
 TILE_M = (16, 32, 64, 128)
@@ -28,21 +34,44 @@ EPILOGUE = {"wgmma": 128, "tcgen05": 64}
 FUSED_EPILOGUE = (64, 1)
 
 
+def narrow_refusal(tile_n, schedule="cooperative", stream_k=False, epilogue_ops=()):
+    """Why a tile ``tile_n`` columns wide that is not a multiple of 64 (:data:`TILE_N_COL`) cannot be
+    built with these options, or None: such a tile is built for the cooperative schedule (its store
+    chunks are 64-column multiples and one narrower last chunk) without stream-K or fused operands."""
+    if tile_n % 64 == 0:
+        return None
+    used = [n for n, on in (("schedule='pingpong'", schedule != "cooperative"), ("stream_k", stream_k),
+                            ("epilogue_ops", epilogue_ops)) if on]
+    if used:
+        return (f"tile_n={tile_n} (not a multiple of 64) is built for the cooperative schedule without stream_k or "
+                f"epilogue_ops (got {', '.join(used)})")
+    return None
+
+
+def narrow_chunk(tile_n):
+    """The default store chunk of a tile ``tile_n`` columns wide (a multiple of 16): the wgmma
+    chunk (:data:`EPILOGUE`) or 64 columns, whichever divides its whole 64-column blocks; the
+    rest (``tile_n mod 64``) is the last chunk's."""
+    return math.gcd(EPILOGUE["wgmma"], tile_n - tile_n % 64)
+
+
 class Config:
     """A GEMM configuration (data; :func:`make`'s keywords): ``stages`` (default 4), ``sms``
     persistent CTAs, ``in_flight`` wgmma groups left running (default 0; ping-pong 1), ``group``
     block-rows per rasterization band, ``cluster`` 1 or 2 (CTA pairs sharing B), ``epilogue`` columns
     per store chunk and ``epilogue_bufs`` buffers per warpgroup, ``schedule`` ``"cooperative"`` or
     ``"pingpong"``, ``stream_k``, ``split_k`` slices of K (1: none), ``epilogue_ops`` fused operands
-    (:mod:`kernels.parts.epilogues.elementwise`), ``tile_n`` the tile's columns (:data:`TILE_N`), ``tile_m`` its rows (:data:`TILE_M`; below 128 the tile
-    is computed transposed, for few rows), ``tile_k`` the k-block's depth (:data:`TILE_K`)."""
+    (:mod:`kernels.parts.epilogues.elementwise`), ``tile_n`` the tile's columns (:data:`TILE_N`; with
+    column-major B :data:`TILE_N_COL`, whose store chunks default to :func:`narrow_chunk`), ``tile_m`` its
+    rows (:data:`TILE_M`; below 128 the tile is computed transposed, for few rows), ``tile_k`` the
+    k-block's depth (:data:`TILE_K`)."""
 
     def __init__(self, stages=None, sms=SMS, in_flight=None, group=GROUP, cluster=1, epilogue=None,
                  schedule="cooperative", epilogue_bufs=None, stream_k=False, split_k=1, epilogue_ops=(), tile_n=BN,
                  tile_m=BM, tile_k=BK):
-        if tile_n not in TILE_N or (cluster > 1 and tile_n % 128):
-            raise ValueError(f"gemm: tile_n must be one of {TILE_N} (128 or 256 with CTA pairs, which split B's "
-                             f"tile in 64-column halves), got {tile_n!r}")
+        if tile_n not in TILE_N_COL or (cluster > 1 and tile_n % 128):
+            raise ValueError(f"gemm: tile_n must be one of {TILE_N}, or with column-major B a multiple of 16 from 64 "
+                             f"to 256 (128 or 256 with CTA pairs, which split B's tile in 64-column halves), got {tile_n!r}")
         if tile_m not in TILE_M:
             raise ValueError(f"gemm: tile_m must be one of {TILE_M}, got {tile_m!r}")
         if tile_m < BM and (tile_n != 128 or schedule != "cooperative" or cluster > 1 or stream_k or epilogue_ops):
@@ -55,7 +84,12 @@ class Config:
             raise ValueError(f"gemm: cluster must be 1 or 2 and divide sms={sms}, got {cluster!r}")
         if schedule not in ("cooperative", "pingpong") or (schedule == "pingpong" and cluster > 1):
             raise ValueError(f"gemm: schedule must be 'cooperative' or 'pingpong' (without clusters), got {schedule!r}")
+        why = narrow_refusal(tile_n, schedule, stream_k, epilogue_ops)
+        if why:
+            raise ValueError(f"gemm: {why}")
         pp = schedule == "pingpong"
+        if epilogue is None and tile_n % 64:
+            epilogue = narrow_chunk(tile_n)
         self.stages, self.sms, self.group, self.cluster, self.schedule = stages or STAGES, sms, group, cluster, schedule
         self.in_flight = (1 if pp else 0) if in_flight is None else in_flight
         if stream_k and split_k > 1:

@@ -268,3 +268,27 @@ def _check_bounded(kernel, torch):
 CHECKS = {name: _check_dynamic if name.startswith(("gemm_ew_dyn", "gemm_rtn")) else
           _check_bounded if name.startswith("gemm_bnd") else _check for name in BUILDS}
 
+
+
+#: tile widths in steps of 16 (column-major B, ``tile_n`` not a multiple of 64: the store's last chunk is a
+#: warpgroup's last 64 columns, overlapping the chunk before): static ragged shapes (a ragged last
+#: block-column at each width), split-K on few tiles (8 CTAs, 3 slices), M at run time (``rtn*``) and cut in
+#: K for a bound of 512 rows (``bnd512_n*x2``)
+NARROW = (144, 176, 224)
+VARIANTS.update({f"n{w}": {"tile_n": w} for w in NARROW})
+VARIANTS.update({f"n{w}x3": {"tile_n": w, "sms": 8, "split_k": 3} for w in NARROW})
+NARROW_CASES = [(s, dt, "col", f"n{w}") for w in NARROW for s in ("ragged", "ragged2", "wide")
+                for dt in ("float16", "bfloat16")] + [("kx_a", dt, "col", f"n{w}x3") for w in NARROW
+                                                       for dt in ("float16", "bfloat16")]
+NARROW_BOUNDED = {f"bnd512_n{w}x2": {"tile_n": w, "split_k": 2} for w in NARROW}
+NARROW_RUNTIME = {f"rtn{w}": {"tile_n": w} for w in NARROW}
+BOUNDED.update(NARROW_BOUNDED)
+BOUNDED_ROWS.update({t: 512 for t in NARROW_BOUNDED})
+RUNTIME_TILES.update(NARROW_RUNTIME)
+NARROW_BUILDS = {case_name(*c): _builder(*c) for c in NARROW_CASES}
+NARROW_BUILDS.update({case_name("dyn", "bfloat16", "col", t): _bounded_builder(t, "bfloat16", "col") for t in NARROW_BOUNDED})
+NARROW_BUILDS.update({case_name("dyn", dt, "col", t): _runtime_builder(t, dt, "col") for t in NARROW_RUNTIME
+                      for dt in ("float16", "bfloat16")})
+BUILDS.update(NARROW_BUILDS)
+CHECKS.update({name: _check_dynamic if name.startswith("gemm_rtn") else _check_bounded if name.startswith("gemm_bnd")
+               else _check for name in NARROW_BUILDS})

@@ -1,7 +1,11 @@
 """The store epilogue: a finished accumulator is cast to the output type and stored chunk by chunk —
 ``stmatrix`` into a 128-byte-swizzled shared buffer, then one thread's TMA store — so that the
 shared memory it needs stays small (chunks of ``epilogue`` columns through ``bufs`` buffers per
-warpgroup; with one buffer a chunk waits until the previous chunk's store has read it).
+warpgroup; with one buffer a chunk waits until the previous chunk's store has read it).  A part
+whose width is not a multiple of 64 (a tile ``tile_n`` = 176 wide) stores its whole 64-column blocks
+so, then its last 64 columns as one more chunk: C has one tensor map, so every store is the same
+64-column box, and the columns this chunk shares with the one before are written twice, with the
+same values.
 
 Contract (every epilogue offers it to the kernel skeleton): ``smem`` (pool elements it needs after
 the mainloop's), ``declare(...)`` (its parameters and mesh: an object with ``mesh``), ``begin``,
@@ -9,15 +13,15 @@ the mainloop's), ``declare(...)`` (its parameters and mesh: an object with ``mes
 leader, m_blk, n_blk)`` for each whole tile, ``end``,
 ``producer_warps``, ``unused_params`` (the kernel parameters it does not use) and ``m_maps``.
 
-Law: every element of C inside the matrix is written exactly once per tile, from the accumulator
-element the wgmma/tcgen05 fragment layout puts there; stores past M or N are clipped by TMA; a
+Law: every element of C inside the matrix is written once per tile (an overlapped column of a
+narrower last chunk twice, with the same value), from the accumulator element the wgmma/tcgen05
+fragment layout puts there; stores past M or N are clipped by TMA; a
 cluster's block-row past M (``past_rows``) stores nothing.
 """
 
 from tvm.script import tirx as T
 
 import axe.lang as Ax
-from kernels.parts.tiles import swizzled
 
 
 #: the fused elementwise operands' kernel parameters (tensor, tensor map), by operation, in the order
@@ -37,12 +41,16 @@ class NoMesh:
 
 
 def chunking(epilogue, cols, epilogue_bufs=None):
-    """``(chunks, bufs)`` of a warpgroup's ``cols`` columns stored ``epilogue`` at a time: two buffers
-    (write one while the other stores) for more than two chunks, else one (wait until the previous
-    chunk's store has read it), unless ``epilogue_bufs`` says."""
-    if cols % epilogue or epilogue % 64:
-        raise ValueError(f"gemm: epilogue chunk {epilogue} must be a multiple of 64 dividing {cols}")
-    chunks = cols // epilogue
+    """``(chunks, bufs)`` of a warpgroup's ``cols`` columns (a multiple of 16) stored ``epilogue`` at a
+    time: the whole 64-column blocks in chunks of ``epilogue`` (a multiple of 64 dividing them), then
+    the rest (``cols mod 64``, if any) as one more chunk (:meth:`ChunkedStore.span`); two buffers (write one while the
+    other stores) for more than two chunks, else one (wait until the previous chunk's store has read
+    it), unless ``epilogue_bufs`` says."""
+    body = cols - cols % 64
+    if cols % 16 or not body or epilogue % 64 or body % epilogue:
+        whole = f"{cols}" if body == cols else f"{body} (the whole 64-column blocks of {cols} columns, a multiple of 16)"
+        raise ValueError(f"gemm: epilogue chunk {epilogue} must be a multiple of 64 dividing {whole}")
+    chunks = body // epilogue + (cols % 64 > 0)
     bufs = epilogue_bufs or (2 if chunks > 2 else 1)
     if bufs not in (1, 2) or bufs > chunks:
         raise ValueError(f"gemm: epilogue_bufs must be 1 or 2 and at most the {chunks} chunks, got {epilogue_bufs!r}")
@@ -61,6 +69,7 @@ class ChunkedStore:
         self.rows, self.cols = main.part
         self.epilogue = epilogue
         self.chunks, self.bufs = chunking(epilogue, self.cols, epilogue_bufs)
+        self.rest = self.cols % 64          # columns past the whole 64-column blocks (0: none)
         self.c_at = main.smem
         self.smem = 2 * self.bufs * self.rows * epilogue
 
@@ -106,11 +115,17 @@ class ChunkedStore:
     #: the mesh-wide parameters' sizes (one GPU: placeholders, dropped from the signature)
     world, p_shape, nsig = 1, (1,), 1
 
+    def span(self, j):
+        """``(first column, columns)`` of chunk j within a warpgroup's part: ``epilogue`` columns at
+        ``j·epilogue``, except a narrower rest's chunk, which is the part's last 64 columns."""
+        e = self.epilogue
+        return (j * e, e) if j * e + e <= self.cols else (self.cols - 64, 64)
+
     def buffer(self, pool, wg, j):
         """Warpgroup wg's shared buffer for chunk j (in the pool after the mainloop's slots): the one
         chunk j - bufs (or the previous tile's) used."""
-        e = self.epilogue
-        return self.main.tile(pool, self.c_at + (wg * self.bufs + j % self.bufs) * (self.rows * e), (self.rows, e))
+        e, w = self.epilogue, self.span(j)[1]
+        return self.main.tile(pool, self.c_at + (wg * self.bufs + j % self.bufs) * (self.rows * e), (self.rows, w))
 
     def tile(self, acc, out, pool, C, wg, leader, m_blk, n_blk, partial=None, dest=None, add_chunk=None):
         """Cast (adding a split tile's fp32 ``partial``) and store the tile chunk by chunk, each through
@@ -126,21 +141,35 @@ class ChunkedStore:
         split_cols = main.split == "columns"
 
         def n0_of(j):
-            return n_blk * self.tile_cols + (main.col0(wg) + j * e if split_cols else j * e)
+            c0 = self.span(j)[0]
+            return n_blk * self.tile_cols + (main.col0(wg) + c0 if split_cols else c0)
 
         def add(j, Cw):
-            cols = slice(j * e, (j + 1) * e)
+            c0, w = self.span(j)
+            cols = slice(c0, c0 + w)
             add_chunk(j, Cw, n0_of(j))
             Ax.cast(out[:, cols], acc[:, cols])
 
         def write(j, Cw):
-            n0 = n0_of(j)
+            n0, w = n0_of(j), self.span(j)[1]
             if dest is None:
-                Ax.copy(C[row:row + self.rows, n0:n0 + e], Cw, fence=False, wait=False)
+                Ax.copy(C[row:row + self.rows, n0:n0 + w], Cw, fence=False, wait=False)
             else:           # one bulk copy of the chunk's image (a peer's staging has no tensor map)
                 Ax.copy(dest(row, n0), Cw, fence=False, wait=False, schedule="bulk")
-        Ax.cuda.staged_store(self.out_part(out), e, lambda j: self.buffer(pool, wg, j), write, 1 + wg, leader, self.bufs,
-                             None if add_chunk is None else add)
+        before = None if add_chunk is None else add
+        part = self.out_part(out)
+        if not self.rest:
+            Ax.cuda.staged_store(part, e, lambda j: self.buffer(pool, wg, j), write, 1 + wg, leader, self.bufs, before)
+            return
+        if add_chunk is not None:
+            raise ValueError(f"gemm: chunks added into the accumulator (add_chunk) need a part whose {self.cols} "
+                             "columns are whole 64-column blocks: the rest's chunk overlaps the one before")
+        # the whole 64-column blocks, then the rest as the part's last 64 columns through the same
+        # 64-column box of C's one tensor map: the overlap is stored twice, with the same values
+        body, last = self.cols - self.rest, self.chunks - 1
+        Ax.cuda.staged_store(part[:, :body], e, lambda j: self.buffer(pool, wg, j), write, 1 + wg, leader, self.bufs)
+        Ax.cuda.staged_store(part[:, self.cols - 64:], 64, lambda j: self.buffer(pool, wg, last),
+                             lambda j, Cw: write(last, Cw), 1 + wg, leader, self.bufs)
 
     def store(self, acc, out, pool, C, dist, wg, leader, m_blk, n_blk):
         """A whole tile; a cluster's block-row past M stores nothing."""

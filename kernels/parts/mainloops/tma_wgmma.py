@@ -73,7 +73,8 @@ class Cooperative:
     """TMA producer + two wgmma consumer warpgroups on one ``bm``×``bn`` tile (64 rows each).
     ``b``: how B reaches the slots (:class:`WholeB`, :class:`MulticastB`); ``in_flight``: wgmma
     groups left running per k-block (0: a consumer waits for its group and frees the slot at once,
-    so it holds one slot and the producer runs ``stages − 1`` ahead)."""
+    so it holds one slot and the producer runs ``stages − 1`` ahead).  ``bn``: a multiple of 64, or
+    with column-major B loaded whole any multiple of 8 (the N×K tile's rows: wgmma's N, TMA's box)."""
 
     name = "TMA + wgmma, cooperative"
     mma = "wgmma"
@@ -81,6 +82,10 @@ class Cooperative:
     split = "rows"              # how the consumers split the tile
 
     def __init__(self, dtype, b_major, bm, bn, bk, stages, k_iters, in_flight, b):
+        if bn % 64 and (b_major != "col" or bn % 8 or b.cluster > 1):
+            raise ValueError(f"gemm: a B tile {bn} columns wide (not a multiple of 64) is built with column-major B "
+                             f"(b_major='col', N×K: its 128-byte swizzle runs along K) loaded whole, in rows of 8 "
+                             f"(wgmma's N step); got b_major={b_major!r}, {b.name}")
         self.dtype, self.b_major, self.bm, self.bn, self.bk, self.stages = dtype, b_major, bm, bn, bk, stages
         self.k_iters, self.b = k_iters, b
         self.cluster = b.cluster
