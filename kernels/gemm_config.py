@@ -102,12 +102,18 @@ class Config:
     @classmethod
     def of(cls, options, who="gemm"):
         """The configuration of ``options`` (a kernel's keywords); an unknown keyword is a
-        ``ValueError`` naming it and the known ones."""
+        ``ValueError`` naming it and the known ones, as is a ``tile_n`` outside :data:`TILE_N` for
+        another kernel than the one-GPU GEMM (``who``: the distributed ones' epilogues are built
+        for whole 64-column blocks)."""
         known = inspect.signature(cls).parameters
         unknown = sorted(set(options) - set(known))
         if unknown:
             hint = "; a GEMM + reduce-scatter is kernels/gemm_rs.py" if who == "gemm" else ""
             raise ValueError(f"{who}: unknown options {unknown} (known: {', '.join(known)}{hint})")
+        tile_n = options.get("tile_n", BN)
+        if who != "gemm" and tile_n not in TILE_N:
+            raise ValueError(f"{who}: tile_n must be one of {TILE_N} (widths in steps of 16 are built for the one-GPU "
+                             f"GEMM, kernels/gemm.py), got {tile_n!r}")
         return cls(**options)
 
     @property

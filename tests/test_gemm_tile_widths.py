@@ -112,3 +112,11 @@ def test_existing_widths_keep_their_chunks():
         assert Config(tile_n=w).epilogue is None
     assert Config(tile_n=176).epilogue == 128 and Config(tile_n=240).epilogue == 64
     assert Config(tile_n=176, epilogue=64).epilogue == 64
+
+
+def test_distributed_kernels_refuse_narrow_widths():
+    from kernels import ag_gemm, gemm_rs
+    with pytest.raises(ValueError, match=r"gemm_rs: tile_n must be one of .*got 176"):
+        gemm_rs.make(4096, 4096, 4096, 2, tile_n=176)
+    with pytest.raises(ValueError, match=r"ag_gemm: tile_n must be one of .*got 176"):
+        ag_gemm.make(4096, 4096, 4096, 2, tile_n=176)
