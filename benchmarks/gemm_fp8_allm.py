@@ -14,8 +14,9 @@ CPU machine: ``.venv/bin/python benchmarks/gemm_fp8_allm.py --build [--out DIR]`
 (shape, bucket) artifact the sweep calls — one per (N, K, configuration): buckets sharing a
 configuration share it — slimmed to ``launch.json`` + ``kernel.cubin`` in ``.carry/gemm_fp8_allm/``,
 and prints the carry's size (refused above :data:`CARRY_LIMIT`); ``--candidates`` also builds every
-candidate configuration of the decode buckets (``gemm_fp8_select.candidates``), which the run then
-times beside the pick (``candidates_ms``, ``best_candidate``: what fits the heuristic).
+candidate configuration of the decode buckets (``gemm_fp8_select.candidates``) and the two sides of
+the large buckets' CTA-pair rule (:func:`candidates_for`), which the run then times beside the pick
+(``candidates_ms``, ``best_candidate``: what fits the heuristic).
 GPU machine: ``python3 benchmarks/gemm_fp8_allm.py [--only mlp|deepseek] [--shapes NxK ...] [--budget S] [--resume]
 [--shape-timeout S] [--rounds R] [--json PATH]`` writes ``gemm_fp8-allm-DATE-DEVICE.json`` (to
 ``$OUT`` when set, else ``benchmarks/results/``), rewritten after every shape.  Each shape runs in a
@@ -85,10 +86,17 @@ def artifact_name(n, k, config):
 
 def candidates_for(m, n, k):
     """Every candidate configuration of M's bucket (``gemm_fp8_select.candidates``, with the bound
-    each is scheduled for) where the bucket is a decode one (≤ 128 rows), else none."""
-    from kernels.gemm_fp8_select import BM, bucket, candidates, with_bound
+    each is scheduled for) where the bucket is a decode one (≤ 128 rows); in a bucket above
+    ``MAX_BOUND`` rows the two sides of the CTA-pair rule (``gemm_fp8_select.pairs_win``): the
+    256-wide tile uncut and as pairs, both on the run-time grid (one artifact each for every large
+    bucket); else none."""
+    from kernels.gemm_fp8_select import BM, MAX_BOUND, PAIR, STAGES, bucket, candidates, with_bound
     bound = bucket(m)
-    return [with_bound(bound, c) for c in candidates(bound, n, k)] if bound is not None and bound <= BM else []
+    if bound is not None and bound <= BM:
+        return [with_bound(bound, c) for c in candidates(bound, n, k)]
+    if (bound is None or bound > MAX_BOUND) and n >= PAIR["bn"]:
+        return [with_bound(bound, c) for c in (dict(bn=256, stages=STAGES[256]), PAIR)]
+    return []
 
 
 def plan(todo_shapes, ms=MS, every_candidate=False):

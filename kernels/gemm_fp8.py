@@ -27,9 +27,12 @@ shape: :mod:`kernels.gemm_fp8_select`.  Why each choice, with the measurements: 
 
 A run-time M (:func:`make_dynamic`, ``M=None``): one artifact for every row count, A, SA and C bound
 at launch (their TMA maps encoded from the tensors, SA's row stride ``round_up(M, 4)`` included);
-with ``max_rows`` the tile grid is scheduled statically for that many rows (so split-K, stream-K and
-CTA pairs serve it; rows past M load zeros and store nothing) and a launch with more is refused;
-without, the persistent grid is ``min(sms, tiles)`` of the run-time tile count.
+with ``max_rows`` the tile grid is scheduled statically for that many rows (so split-K and stream-K
+serve it; rows past M load zeros and store nothing) and a launch with more is refused; without, the
+persistent grid is ``min(sms, tiles)`` of the run-time tile count, or in CTA pairs ``sms`` CTAs over
+the run-time count of pairs of block-rows (pairs past it get no tile; with an odd number of
+block-rows the last pair's second CTA loads zeros past M and stores nothing, as a bounded M's rows
+past M do).
 
 Shapes need not be multiples of the tile: TMA zero-fills loads past M, N or K and clips stores.
 K may be a single k-block (K = 128: SA's tensor map then has an extent-1 dimension, which gets the
@@ -83,9 +86,10 @@ def check(M, N, K, bn, sms, cluster, stream_k, split_k=1, max_rows=None, tile_m=
                          f"width the hand-over's {PART}-column partial chunks fit), got bn={bn}, cluster={cluster}")
     if stream_k and split_k > 1:
         raise ValueError("gemm_fp8: stream_k and split_k are two tile schedulers; pick one")
-    if M is None and max_rows is None and (stream_k or split_k > 1 or cluster > 1):
-        raise ValueError("gemm_fp8: a run-time M without max_rows runs the persistent schedule on single CTAs "
-                         f"(got stream_k={stream_k}, split_k={split_k}, cluster={cluster}): bound it with max_rows")
+    if M is None and max_rows is None and (stream_k or split_k > 1):
+        raise ValueError("gemm_fp8: a run-time M without max_rows runs the persistent schedule (single CTAs or CTA "
+                         "pairs), its tile count an expression of M; stream-K and split-K plan their work over a tile "
+                         f"grid fixed at build time (got stream_k={stream_k}, split_k={split_k}): bound it with max_rows")
 
 
 def check_transposed(M, N, K, bn, cluster, stream_k, max_rows, tile_m):
@@ -158,7 +162,7 @@ def kernel(M, N, K, sched, main, epi, sms):
     sa_shape, sb_shape = scale_shapes(M, N, K)
     k_iters, bn, acc_layout, part_layout = main.k_iters, main.bn, main.acc_layout(), main.part_layout()
     narrow = not isinstance(M, int) or isinstance(main, TransposedBlockScaled)
-    grid = sched.launch_grid(sms) if main.cluster == 1 else sms
+    grid = sched.launch_grid(sms)
 
     @T.prim_func
     def gemm_fp8_kernel(A_: T.Buffer((M, K), FP8), B_: T.Buffer((N, K), FP8), SA_: T.Buffer(sa_shape, "float32"),
@@ -251,8 +255,8 @@ def build(M, N, K, bn=128, name=None, target="sm_90a", **kw):
 def make_dynamic(N, K, bn=128, max_rows=None, name=None, **kw):
     """The FP8 GEMM for any number of rows M, read off A at launch (one artifact per bucket of M):
     scheduled statically for ``max_rows`` (≤ :data:`~kernels.gemm_config.MAX_BOUND`) rows where
-    given — split-K, stream-K and CTA pairs need that — else the persistent grid over the run-time
-    tile count.  ``kw``: :func:`make`'s options."""
+    given — split-K and stream-K need that — else the persistent grid over the run-time tile count,
+    on single CTAs or CTA pairs (``cluster=2``).  ``kw``: :func:`make`'s options."""
     return make(None, N, K, bn, name=name, max_rows=max_rows, **kw)
 
 

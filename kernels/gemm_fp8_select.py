@@ -9,7 +9,7 @@ artifact of the smallest bound ≥ M.  An artifact takes M at run time (``make(N
 :data:`~kernels.gemm_config.MAX_BOUND` rows it is **scheduled statically for the bound**
 (``max_rows``), so the tile grid is fixed at build time and split-K and CTA pairs can serve any M of
 the bucket (rows past M load zeros and store nothing).  Larger buckets run the run-time-M
-persistent schedule (no split, no pairs: the grid is an expression of M).
+persistent schedule (no split: its tile count is an expression of M), on single CTAs or CTA pairs.
 
 The configuration space: ``bn`` (tile width 64, 128, 192 or 256), ``stages`` (:data:`STAGES`: the
 deepest ring that fits beside the static store buffer), ``cluster`` (1, or CTA pairs sharing B),
@@ -110,8 +110,8 @@ def candidates(bound, N, K):
     with every split of :data:`DECODE_SPLITS`, and below 128 rows the transposed decode tile
     (``tile_m`` = the bound, :data:`TILE_M_STAGES`) with every split; a middle bucket (≤ :data:`MAX_BOUND` rows) the tiles
     128, 192 and 256 wide uncut, 128 and 256 as CTA pairs and cut in K as
-    :data:`~kernels.gemm_select.MID_SPLITS` allows; a larger bucket the widths uncut (the run-time-M
-    schedule).  Split-K takes tile widths :func:`splits_width` allows."""
+    :data:`~kernels.gemm_select.MID_SPLITS` allows; a larger bucket the widths uncut and 128 and 256
+    as CTA pairs (the run-time-M schedule).  Split-K takes tile widths :func:`splits_width` allows."""
     ws = widths(N, bound)
     if bound is not None and bound <= BM:
         # below 128 rows also the transposed decode tile bound×128 (the heuristic's pick: decode_tile)
@@ -120,19 +120,41 @@ def candidates(bound, N, K):
         return swapped + [dict(bn=bn, stages=STAGES[bn], split_k=s) for bn in ws for s in splits(K)
                           if s == 1 or splits_width(bn)]
     plain = [dict(bn=bn, stages=STAGES[bn]) for bn in ws]
-    if bound is None or bound > MAX_BOUND:
-        return plain
     pairs = [dict(bn=bn, stages=STAGES[bn], cluster=2) for bn in (128, 256) if bn <= N]
+    if bound is None or bound > MAX_BOUND:
+        return plain + pairs
     return plain + pairs + [dict(bn=bn, stages=STAGES[bn], split_k=s) for bn in (128, 256) if bn <= N
                             for s in splits(K, MID_SPLITS) if s > 1]
 
 
+#: the large buckets' CTA-pair rule (:func:`pairs_win`): the 256-wide pair where K ≥ PAIR_MIN_K or
+#: N ≥ PAIR_MIN_N.  Drawn between the 22 shapes of a static-M run (H200, the 16 MLP weights at
+#: M = 8192 and DeepSeek-V3's six at 4096, benchmarks/results/gemm_fp8-2026-11-23-h200-run4.json: bn 256
+#: as pairs against uncut): the pair won at every K ≥ 7168 and lost at every K ≤ 5120 but two whose
+#: N ≥ 32768, and every loss has N ≤ 25600 — each threshold lies in the gap between a measured loss
+#: and a measured win
+PAIR_MIN_K, PAIR_MIN_N = 6144, 28672
+#: the pick where the rule holds
+PAIR = dict(bn=256, stages=STAGES[256], cluster=2)
+
+
+def pairs_win(bound, N, K):
+    """Whether bucket ``bound`` of an N×K weight runs the 256-wide CTA pair (:data:`PAIR`): a bucket
+    above :data:`MAX_BOUND` rows (the run-time-M schedule), N ≥ 256, and K ≥ :data:`PAIR_MIN_K` or
+    N ≥ :data:`PAIR_MIN_N` (the measurements: docs/gemm_fp8.md, "CTA pairs at a run-time M")."""
+    large = bound is None or bound > MAX_BOUND
+    return large and N >= PAIR["bn"] and (K >= PAIR_MIN_K or N >= PAIR_MIN_N)
+
+
 def heuristic(M, N, K, sms=SMS):
     """A configuration for M×N×K without measuring: in a bucket the transposed decode tile serves
-    (bound 16 or 64, N ≥ 128) that tile (:func:`decode_tile`), otherwise :func:`modelled`'s pick."""
+    (bound 16 or 64, N ≥ 128) that tile (:func:`decode_tile`); in a bucket above :data:`MAX_BOUND`
+    rows where :func:`pairs_win` the 256-wide CTA pair; otherwise :func:`modelled`'s pick."""
     bound = bucket(M)
     if bound in TILE_M_STAGES and N >= BM:
         return with_bound(bound, decode_tile(bound, N, K, sms))
+    if pairs_win(bound, N, K):
+        return with_bound(bound, PAIR)
     return modelled(M, N, K, sms)
 
 

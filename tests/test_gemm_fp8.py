@@ -512,6 +512,12 @@ def test_fp8_gemm_ptx_holds_wgmma_e4m3_k32_and_the_promotion(built):
     # B multicast to both CTAs of a pair, releases on both CTAs' barriers, a cluster barrier at the end
     assert ("multicast::cluster" in art.ptx) == (cluster > 1)
     assert ("barrier.cluster.arrive" in art.ptx) == (cluster > 1)
+    # a pair's waits on barriers the peer completes are bounded and inline (a lost peer reports, never hangs)
+    assert ("axe_mbarrier_wait_bounded(" in art.cuda_source) == (cluster > 1)
+    if cluster > 1:     # (nvcc may unroll a short k-loop: the PTX can hold a wait site more than once)
+        from test_gemm_kernel import assert_call_free
+        assert_call_free(art)
+        assert art.cuda_source.count("axe_mbarrier_wait_bounded((") >= 2 and "%globaltimer" in art.ptx and "trap;" in art.ptx
 
 
 def test_fp8_gemm_binds_the_quantizers_output(built):

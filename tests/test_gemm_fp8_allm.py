@@ -111,15 +111,18 @@ def test_the_json_is_replaced_whole(tmp_path):
     assert json.load(open(path)) == {"rows": [1, 2]} and os.listdir(tmp_path / "r") == ["gemm_fp8-allm.json"]
 
 
-def test_every_candidate_plan_adds_the_decode_buckets_candidates():
+def test_every_candidate_plan_adds_the_decode_buckets_candidates_and_the_pair_rules_sides():
     shapes = A.shapes()[:3]
     picks, every = A.plan(shapes), A.plan(shapes, every_candidate=True)
     assert {p[3] for p in picks} < {p[3] for p in every}
     for *_, n, k in shapes:
         for m in A.MS:
             cands = A.candidates_for(m, n, k)
-            assert bool(cands) == (m <= 128)
-            assert all(c.get("max_rows") == (16 if m <= 16 else 64 if m <= 64 else 128) for c in cands)
+            assert bool(cands) == (m <= 128 or m > 1024)
+            if m > 1024:        # the pair rule's two sides, on the run-time grid
+                assert cands == [dict(bn=256, stages=4), dict(bn=256, stages=4, cluster=2)]
+            else:
+                assert all(c.get("max_rows") == (16 if m <= 16 else 64 if m <= 64 else 128) for c in cands)
             assert {A.artifact_name(n, k, c) for c in cands} <= {p[3] for p in every}
 
 

@@ -34,7 +34,8 @@ def model_time(N, K, bn, s, sms, rows, decode=False):
 def brute_force(M, N, K, sms=132):
     """The heuristic by enumeration: every (bn, slices) the bucket allows — decode buckets (≤ 128
     rows) bn 64, 128 or 256 and 1, 2, 4 or 8 slices; middle buckets (≤ 1024) bn 128, 192, 256 uncut and
-    128 or 256 in 2, 3, 4 or 6 slices; larger buckets bn 128, 192, 256 uncut; a tile no wider than N,
+    128 or 256 in 2, 3, 4 or 6 slices; larger buckets bn 128, 192, 256 uncut (CTA pairs aside: the
+    model has no term for them); a tile no wider than N,
     slices of at least 8 k-blocks — the least model time, then fewer slices, then the wider tile."""
     bound = next(b for b in gemm_select.BUCKETS if b is None or b >= M)
     rows = -(-(bound or 8192) // 128)
@@ -58,7 +59,9 @@ def brute_force(M, N, K, sms=132):
 @pytest.mark.parametrize("N, K", SHAPES)
 def test_heuristic_is_the_decode_tile_or_the_least_modelled_candidate(N, K):
     """Buckets 16 and 64: the transposed decode tile, in the most slices (1, 2, 4, 8; slices of at
-    least 8 k-blocks) whose N/128 tiles x slices fit one wave; other buckets: the model's pick."""
+    least 8 k-blocks) whose N/128 tiles x slices fit one wave; buckets above 1024 rows with N ≥ 256
+    and K ≥ 6144 or N ≥ 28672: the 256-wide CTA pair on the run-time grid; other buckets: the
+    model's pick."""
     for M in MS:
         for sms in (132, 114):
             got = S.heuristic(M, N, K, sms)
@@ -69,12 +72,43 @@ def test_heuristic_is_the_decode_tile_or_the_least_modelled_candidate(N, K):
                 want = {"tile_m": bound, "stages": S.TILE_M_STAGES[bound], "max_rows": bound}
                 assert got == {**want, **({"split_k": s} if s > 1 else {})}, (M, N, K, sms, got)
                 continue
+            if (bound is None or bound > 1024) and N >= 256 and (K >= 6144 or N >= 28672):
+                assert got == {"bn": 256, "stages": S.STAGES[256], "cluster": 2}, (M, N, K, sms, got)
+                continue
             assert got == S.modelled(M, N, K, sms)
             bound, bn, s = brute_force(M, N, K, sms)
             assert (got["bn"], got.get("split_k", 1)) == (bn, s), (M, N, K, sms, got)
             assert got["stages"] == S.STAGES[bn]
             scheduled = bound is not None and bound <= 1024 and (bound <= 128 or s > 1)
             assert got.get("max_rows") == (bound if scheduled else None), (M, got)
+
+
+def _figures(name):
+    import json
+    return json.load(open(os.path.join(ROOT, "benchmarks", "results", name)))
+
+
+def test_the_pair_rule_against_the_measured_pairs():
+    """Every shape of the static-M run (H200; the 16 MLP weights at M = 8192, DeepSeek-V3's six at
+    4096): the large buckets' rule picks the 256-wide CTA pair exactly where the pair ran faster than
+    the uncut 256-wide tile; and for every shape it picks, the run-time-M uncut tile the every-M sweep ran in
+    the buckets above 1024 rows is below cuBLAS (median over M = 2048, 4096, 8192), so the pair
+    replaces a tile that has room to gain."""
+    figures = _figures("gemm_fp8-2026-11-23-h200-run4.json")["figures"]
+    assert len(figures) == 22
+    for f in figures:
+        ms = f["ms"]
+        for bound in (2048, 4096, 8192, None):
+            assert S.pairs_win(bound, f["N"], f["K"]) == (ms["axe_bn256_c2"] < ms["axe_bn256"]), (f["model"], f["proj"])
+        assert not S.pairs_win(1024, f["N"], f["K"])           # the middle buckets keep the model's pick
+    ratios = {}
+    for r in _figures("gemm_fp8-allm-2026-11-27-h200.json")["rows"]:
+        if r["M"] >= 2048 and r.get("cublas_ms") and r.get("axe_ms"):
+            ratios.setdefault((r["N"], r["K"]), []).append(r["cublas_ms"] / r["axe_ms"])
+    picked = [nk for nk in ratios if S.pairs_win(None, *nk)]
+    assert len(ratios) == 16 and len(picked) == 12, (len(ratios), len(picked))
+    for nk in picked:
+        assert len(ratios[nk]) == 3 and sorted(ratios[nk])[1] < 1, (nk, ratios[nk])
 
 
 def test_the_model_is_the_16_bit_one_in_fp8_k_blocks():

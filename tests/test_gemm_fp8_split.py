@@ -52,14 +52,17 @@ def test_split_k_units_cover_every_k_block_once(M, N, K, bn, split_k):
 
 #: (name, M or None, N, K, make keywords): split-K at a static size with a slice past K, a run-time M
 #: bounded with split-K on the 256-wide tile (ragged K, a ragged half past N), a bounded plain one,
-#: an unbounded one (the grid an expression of M), one k-block (SA's extent-1 dimension), and the
-#: 64-wide decode tile cut in K
+#: an unbounded one (the grid an expression of M), one k-block (SA's extent-1 dimension), the
+#: 64-wide decode tile cut in K, and CTA pairs at an unbounded M, 256 wide (a ragged half past N)
+#: and 128 wide
 BUILDS = {"sk3": (777, 576, 1408, dict(bn=128, split_k=3)),
           "dyn64_sk2": (None, 2112, 1936, dict(bn=256, split_k=2, max_rows=64)),
           "dyn128": (None, 7168, 2048, dict(bn=128, max_rows=128)),
           "dyn_b192": (None, 2112, 7168, dict(bn=192)),
           "dyn64_k1": (None, 512, 128, dict(bn=128, max_rows=64)),
-          "dyn16_b64_sk2": (None, 4096, 14336, dict(bn=64, split_k=2, max_rows=16))}
+          "dyn16_b64_sk2": (None, 4096, 14336, dict(bn=64, split_k=2, max_rows=16)),
+          "dyn_c2_b256": (None, 2112, 1536, dict(bn=256, cluster=2)),
+          "dyn_c2_b128": (None, 576, 7168, dict(bn=128, cluster=2))}
 
 
 def build_entry(name, entry):
@@ -106,15 +109,70 @@ def test_every_consumer_warp_releases_its_slot(built):
     """A slot's row scales are read by every consumer thread's own shared loads, so a slot is free
     only once every warp is done: the empty barriers count 2 warpgroups x 4 warps (x the CTAs
     sharing a slot), and every arrival follows a warp barrier (an arrival per warpgroup let the
-    producer refill a slot a slower warp still read)."""
+    producer refill a slot a slower warp still read; in a pair lane 0 arrives on both CTAs')."""
     import re
     (M, N, K, kw), art = built
     src = art.cuda_source
     counts = [int(c) for c in re.findall(r"mbarrier_init_init_shared_b64\([^;]*\(uint\)(\d+)\);", src)]
     assert counts.count(8 * kw.get("cluster", 1)) >= 2, counts     # empty: 8 arrivals (full: 3)
     released = re.findall(r"warp_sync\(\);\s*if \(\(\(\(int\)threadIdx\.x\) % 32\) == 0\) \{\s*"
-                          r"tvm_builtin_ptx_mbarrier_arrive", src)
+                          r"(?:tvm_builtin_ptx_mbarrier_arrive|axe_mbarrier_arrive_remote)", src)
     assert released, "no warp barrier before the consumers' lane-0 arrivals"
+
+
+def test_run_time_pairs_multicast_b_with_bounded_waits_in_a_cluster_launch(built):
+    """CTA pairs at a run-time M: launched as clusters of 2 on every SM, B's halves multicast to both
+    CTAs (``.multicast::cluster``), every wait on a barrier the peer completes bounded and inline
+    (the ring's acquire and wait), the peers' last cluster barrier before exit; single CTAs have none
+    of these."""
+    from test_gemm_kernel import assert_bounded_waits, assert_call_free
+    (M, N, K, kw), art = built
+    pair = kw.get("cluster", 1) > 1
+    assert art.launch["cluster"] == ([2, 1, 1] if pair else None)
+    assert ("multicast::cluster" in art.ptx) == pair and ("barrier.cluster.arrive" in art.ptx) == pair
+    if not pair:
+        return
+    assert art.launch["grid"] == [G.SMS, 1, 1]
+    assert_call_free(art)
+    assert assert_bounded_waits(art, "axe_mbarrier_wait_bounded") >= 2
+    assert "mbarrier.try_wait" in art.ptx and "mapa.shared::cluster" in art.ptx
+
+
+def _at(M, m):
+    """An evaluator of expressions of the run-time ``M`` at ``m`` rows (ints)."""
+    ana = tvm.sym.Analyzer()
+    ana.bind(M, tvm.tirx.const(m, "int32"))
+    return lambda expr: expr if isinstance(expr, int) else int(ana.simplify(expr))
+
+
+@pytest.mark.parametrize("bn, N", [(256, 2112), (128, 576)])
+def test_run_time_pairs_cover_every_tile_once_and_store_only_inside_m(bn, N):
+    """The run-time-M pair schedule evaluated at M = 1, 100, 129, 300, 1000, 4097 (1, 1, 2, 3, 8 and 33
+    block-rows): over the 66 clusters x 2 ranks the tiles given cover every (block-row < ⌈M/128⌉,
+    block-column) exactly once; a block-row past M occurs only as the last pair's second CTA over an
+    odd count (where the epilogue guards its store: ``past_rows``); clusters past the tiles are given
+    none; the launch grid is every SM (a whole number of pairs)."""
+    M = tvm.tirx.Var("M", "int32")
+    sched = G.parts(M, N, 1536, bn, G.STAGES[bn], G.SMS, G.GROUP, 2, False)[0]
+    assert sched.launch_grid(G.SMS) == G.SMS and G.SMS % 2 == 0 and sched.past_rows
+    n_tiles = -(-N // bn)
+    for m in (1, 100, 129, 300, 1000, 4097):
+        m_tiles, value = -(-m // 128), _at(M, m)
+        seen, past = {}, []
+        for cid in range(G.SMS // 2):
+            count = value(sched.count(tvm.tirx.const(cid, "int32")))
+            assert count >= 0 and (count == 0) == (cid >= -(-m_tiles // 2) * n_tiles), (m, cid, count)
+            for it in range(count):
+                for rank in (0, 1):
+                    mb, nb = (value(x) for x in sched.coords(tvm.tirx.const(cid, "int32"),
+                                                             tvm.tirx.const(it, "int32"), rank))
+                    if mb >= m_tiles:
+                        past.append((mb, nb, rank))
+                    else:
+                        seen[(mb, nb)] = seen.get((mb, nb), 0) + 1
+        assert sorted(seen) == [(i, j) for i in range(m_tiles) for j in range(n_tiles)] and set(seen.values()) == {1}
+        assert sorted(past) == ([(m_tiles, j, 1) for j in range(n_tiles)] if m_tiles % 2 else []), m
+        assert value(sched.m_tiles) == m_tiles
 
 
 def _bind(art, M, N, K):
@@ -132,7 +190,8 @@ def _bind(art, M, N, K):
 
 def test_a_run_time_m_binds_at_every_m_of_its_bucket(built):
     """M = 1, a count that is not a multiple of 4 (SA's padded rows), the bound: the launch binds, the
-    grid is the persistent one (bounded: every SM; unbounded: no more CTAs than tiles), and the tensor
+    grid is the persistent one (bounded or in CTA pairs: every SM; unbounded on single CTAs: no more
+    CTAs than tiles), and the tensor
     maps of A, SA and C take the tensors' extents and SA's row stride (``round_up(M, 4)`` scales)."""
     from axe.backends.cuda.tensormap import tiled_args
     (M, N, K, kw), art = built
@@ -144,7 +203,8 @@ def test_a_run_time_m_binds_at_every_m_of_its_bucket(built):
     for m in (1, 7, bound or 1000):
         b, (A, B, SA, SB, C) = _bind(art, m, N, K)
         tiles = -(-m // 128) * -(-N // kw["bn"])
-        assert b.grid == ((G.SMS if bound else min(G.SMS, tiles)), 1, 1) and b.env["M"] == m
+        assert b.grid == ((G.SMS if bound or kw.get("cluster", 1) > 1 else min(G.SMS, tiles)), 1, 1)
+        assert b.env["M"] == m
         for param, t in (("A_map", A), ("SA_map", SA), ("C_map", C)):
             dims, strides, _, _ = tiled_args(specs[param], t.data_ptr(), tuple(t.shape), t.stride(),
                                              t.element_size(), str(t.dtype).removeprefix("torch."))
@@ -173,13 +233,16 @@ def test_split_k_and_run_time_m_refusals_name_the_condition():
         G.make(1024, 2112, 4096, bn=128, stream_k=True, split_k=2)
     with pytest.raises(ValueError, match="at least 2 k-blocks per slice"):
         G.make(1024, 2112, 256, bn=128, split_k=2)
-    with pytest.raises(ValueError, match="bound it with max_rows"):
+    with pytest.raises(ValueError, match="stream-K and split-K plan .*got stream_k=False, split_k=2.*bound it with max_rows"):
         G.make_dynamic(2112, 4096, bn=128, split_k=2)
+    with pytest.raises(ValueError, match="got stream_k=True, split_k=1.*bound it with max_rows"):
+        G.make_dynamic(2112, 4096, bn=128, stream_k=True)
     with pytest.raises(ValueError, match="max_rows bounds a run-time M"):
         G.make(1024, 2112, 4096, max_rows=1024)
     with pytest.raises(ValueError, match="max_rows bounds a run-time M"):
         G.make_dynamic(2112, 4096, max_rows=2048)
     G.make_dynamic(2112, 4096, bn=256, cluster=2, max_rows=512)         # pairs on a bounded grid compose
+    G.make_dynamic(2112, 4096, bn=128, cluster=2)                       # and on the run-time grid
 
 
 @pytest.mark.parametrize("N", [400, 576, 2112, 4096, 7168])

@@ -10,7 +10,8 @@ flags, which each launch must leave zero), split-K (:data:`SPLIT_K`: 2, 3, 4, 6 
 widths 64, 128 and 256, slices whose last one runs past K so SB's column is clamped, ragged M, N
 and K) and a run-time M (:data:`DYNAMIC`: one artifact checked at several M — 1, a ragged count
 inside the bucket, the bound — scheduled for a bucket bound with split-K, CTA pairs or stream-K,
-or unbounded on the persistent grid; a bounded artifact must refuse bound + 1 rows), and the
+or unbounded on the persistent grid, single CTAs or CTA pairs (``dyn_c2*``: odd block-row counts,
+clusters without a tile); a bounded artifact must refuse bound + 1 rows), and the
 transposed decode tile (:data:`TRANSPOSED` at static M 1, 7, 16, 33, 64 and ``dyn*_t*`` at run-time
 M: ``tile_m`` 16, 32, 64, with split-K; the weights on the MMA's 128-row side, SA's row scales
 along the accumulator's columns).
@@ -90,6 +91,14 @@ DYNAMIC = {
     "dyn1024_stream_k": (3144, 1408, dict(bn=128, stream_k=True, max_rows=1024), (513, 1000, 1024)),
     "dyn_b192": (2112, 7168, dict(bn=192), (1, 100, 1000, 2049)),          # unbounded: grid min(132, tiles)
     "dyn_b256": (4096, 512, dict(bn=256), (1, 128, 4097)),
+    # CTA pairs at an unbounded M (the large buckets' pick): 1, 1, 2, 3, 8 and 33 block-rows, so the
+    # odd counts leave the last pair's second CTA past M; few pairs leave clusters without a tile
+    # (1 block-row x 9 columns), 4097 rows give each cluster several; 17 column blocks (bn 256's last
+    # half past N) and K = 7168 (56 k-blocks) on the 128-wide pair; Llama-3.1-8B's down projection
+    # at the rule's pick in buckets 2048 and 4096
+    "dyn_c2_b256": (2112, 1536, dict(bn=256, cluster=2), (1, 100, 129, 300, 1000, 4097)),
+    "dyn_c2_b128": (576, 7168, dict(bn=128, cluster=2), (1, 100, 129, 300, 1000, 4097)),
+    "dyn_c2_llama_down": (4096, 14336, dict(bn=256, cluster=2), (1025, 2047, 3001)),
     # the transposed decode tile at run-time M (bounded by tile_m)
     "dyn16_t16_llama_down": (4096, 14336, dict(tile_m=16, max_rows=16), (1, 7, 16)),
     "dyn16_t16_sk4": (4096, 14336, dict(tile_m=16, split_k=4, max_rows=16), (1, 7, 16)),

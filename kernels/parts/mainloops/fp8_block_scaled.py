@@ -123,8 +123,11 @@ class BlockScaled(Cooperative):
 
     def pipeline(self):
         """full: the A, B and SA copies; empty: every warp of both consumer warpgroups of every CTA
-        of the pair (:meth:`release`)."""
-        return Ax.cuda.pipeline(self.stages, producers=3, consumers=2 * WARPS, cluster=self.cluster)
+        of the pair (:meth:`release`).  In a pair the peer completes both (its multicast half of B,
+        its releases), so every wait is bounded (``remote``): a peer that never arrives ends the
+        launch with a report instead of hanging it."""
+        return Ax.cuda.pipeline(self.stages, producers=3, consumers=2 * WARPS, cluster=self.cluster,
+                                remote=self.cluster > 1)
 
     def release(self, pipe, i):
         """Free slot ``slot(i)``: each warp's threads read the slot's row scales ``sa`` with their own

@@ -4,8 +4,8 @@ A's and B's slabs in L2).
 
 Contract (every scheduler offers it; the kernel skeleton calls nothing else):
 
-- ``launch_grid(sms)``: the grid to launch (an expression of a run-time tile count: no more CTAs
-  than tiles);
+- ``launch_grid(sms)``: the grid to launch (on single CTAs an expression of a run-time tile count:
+  no more CTAs than tiles; in clusters every SM, as a cluster launch's grid is fixed at build time);
 - ``count(cid)``: the tiles CTA ``cid`` is given; ``trips(count)``: how many of them it runs whole
   (tile by tile, all k-blocks); ``coords(cid, it, rank)``: ``(m block, n block)`` of its ``it``-th;
 - ``before_tile(m_blk, mesh)``: what the producer does before loading a tile's k-blocks (nothing
@@ -20,7 +20,8 @@ Law: over CTAs ``0 .. ctas-1`` the tiles ``cid + i·ctas`` for ``i < count(cid)`
 the grid exactly once; ``coords`` is a bijection of ``[0, tiles)`` onto the ``(m, n)`` grid
 (:class:`axe.lang.TileSchedule`, brute-force tested).  With ``stack`` CTAs per cluster a scheduled
 block-row is ``stack`` neighbouring block-rows, one per CTA (``rank``); the last cluster's rows may
-lie past M (``past_rows``).
+lie past M (``past_rows``).  A run-time M keeps the law with the tile count an expression of M: in
+clusters the grid is every SM, so a cluster numbered past the tiles is given none (``count`` 0).
 """
 
 from tvm.script import tirx as T
@@ -53,7 +54,10 @@ class Persistent:
 
     @property
     def past_rows(self):
-        """Whether the last cluster's block-rows can lie past M (clusters of tiles over an odd count)."""
+        """Whether the last cluster's block-rows can lie past M (clusters of tiles over an odd count;
+        with a run-time M, any clusters: the count is known at launch only)."""
+        if self.runtime:
+            return self.stack > 1
         return self.stack > 1 and self.m_tiles % self.stack != 0
 
     def flags(self, sms):
@@ -61,8 +65,10 @@ class Persistent:
         return (2 * sms,)
 
     def launch_grid(self, sms):
-        """The persistent grid: ``sms`` CTAs, or with a run-time tile count no more than tiles."""
-        return [T.min(sms, self.grid.tiles)] if self.runtime else sms
+        """The persistent grid: ``sms`` CTAs, or on single CTAs with a run-time tile count no more than
+        tiles.  Clusters launch ``sms`` CTAs at any M (``Ax.cuda.cluster_launch`` takes a whole number
+        of clusters fixed at build time); those past the tiles are given none."""
+        return [T.min(sms, self.grid.tiles)] if self.runtime and self.stack == 1 else sms
 
     def count(self, cid):
         return self.grid.count(cid)
