@@ -14,7 +14,7 @@ persistent schedule.
 
 from bisect import bisect_left
 
-from kernels.gemm_config import BK, BM, MAX_BOUND, SMS, TILE_N
+from kernels.gemm_config import BK, BM, MAX_BOUND, SMS, TILE_N, TILE_N_COL
 
 #: bucket bounds (rows); a call runs the artifact of the first bound ≥ M, the last one is unbounded.
 #: The middle ones step by half a doubling (384, 768) because their split-K artifacts compute every
@@ -50,6 +50,11 @@ def stages_for(tile_n, tile_m=BM, dtype_bytes=2, tile_k=BK):
 #: that 128 × 256 tiles leave partly empty (Gemma-2-27B's up projection at 256 rows: 288 tiles of 256
 #: columns are 2.2 waves of 132 SMs, 384 of 192 columns 2.9)
 MID_TILE = 192
+#: the uncut tile widths a middle bucket tries with column-major B (any multiple of 16 there:
+#: :data:`~kernels.gemm_config.TILE_N_COL`), as cuBLAS picks 112–320 per shape, so that a width
+#: exists whose tile count fills whole waves; row-major B has the 64-column steps
+#: (benchmarks/results/cublas_kernels-mid-2026-11-27-h100.txt)
+MID_WIDTHS = {"col": tuple(w for w in TILE_N_COL if w >= 128), "row": (128, MID_TILE, 256)}
 #: the slice counts a middle bucket tries: with a few block-rows the tile count is rarely a multiple
 #: of the SMs, and 3 or 6 slices can fill the last wave where 2 and 4 leave it half empty
 MID_SPLITS = (1, 2, 3, 4, 6)
@@ -73,13 +78,13 @@ def scheduled_rows(bound, config):
     return None
 
 
-def candidates(bound, N, K):
+def candidates(bound, N, K, b_major="col"):
     """The configurations (``make`` keywords) measured for a bucket: for a decode bucket every tile
     width with every split of K (deepest ring), and below 128 rows the transposed decode tile
     ``bound``×128 with every split; above them what a run-time M schedules (the persistent tile
     128×256 or 128×128, ping-pong), and in a middle bucket (≤ :data:`MAX_BOUND` rows) also the
-    run-time-M tile :data:`MID_TILE` wide and the tiles 128, :data:`MID_TILE` and 256 wide cut in K
-    as :data:`MID_SPLITS` allows.  Stream-K is not one: bounded to
+    run-time-M tiles of :data:`MID_WIDTHS` (``b_major``'s) and the tiles 128, :data:`MID_TILE` and
+    256 wide cut in K as :data:`MID_SPLITS` allows.  Stream-K is not one: bounded to
     these buckets it measured 1.1–2.5× slower than the best split on an H100
     (benchmarks/results/gemm_mid-2026-11-27-h100.json)."""
     if bound is not None and bound <= BM:
@@ -91,7 +96,8 @@ def candidates(bound, N, K):
     runtime = [dict(), dict(tile_n=128, stages=stages_for(128)), dict(schedule="pingpong")]
     if bound is None or bound > MAX_BOUND:
         return runtime
-    return runtime + [dict(tile_n=MID_TILE, stages=stages_for(MID_TILE))] + \
+    return runtime + [dict(tile_n=tn, stages=stages_for(tn)) for tn in MID_WIDTHS[b_major] if tn not in (128, 256)
+                      and tn <= N] + \
         [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in (128, MID_TILE, 256) if tn <= N
          for s in splits(K, MID_SPLITS) if s > 1]
 
@@ -143,17 +149,19 @@ def heuristic(M, N, K, sms=SMS, b_major="col"):
     the transposed decode tile as tall as the bucket, cut in K as :func:`swap_cost` says among
     :func:`swap_splits`; the
     128-row decode bucket (or B row-major): the candidate of least :func:`cost` (ties: fewer slices,
-    then 128, 64, 256 columns), the deepest ring that fits; a middle bucket: the tile 256,
-    :data:`MID_TILE` or 128 wide and the split of K of least :func:`cost` over the bound's block-rows
-    (ties: fewer slices, then wider; uncut: the run-time-M artifact); otherwise the default (the persistent
+    then 128, 64, 256 columns), the deepest ring that fits; a middle bucket: of an uncut tile of
+    :data:`MID_WIDTHS` (``b_major``'s: with column-major B every multiple of 16 from 128 to 256) or a
+    tile 256, :data:`MID_TILE` or 128 wide cut in K, the one of least :func:`cost` over the bound's
+    block-rows (ties: fewer slices, then wider; uncut: the run-time-M artifact); otherwise the default (the persistent
     128×256 tile)."""
     bound = bucket(M)
     if bound is None or bound > MAX_BOUND:
         return dict()
     if bound > BM:
         rows = -(-bound // BM)
-        tn, s = min(((tn, s) for tn in (256, MID_TILE, 128) if tn <= N for s in splits(K, MID_SPLITS)),
-                    key=lambda c: (cost(N, K, c[0], c[1], sms, rows), c[1], -c[0]))
+        options = [(tn, 1) for tn in MID_WIDTHS[b_major] if tn <= N] + \
+            [(tn, s) for tn in (256, MID_TILE, 128) if tn <= N for s in splits(K, MID_SPLITS) if s > 1]
+        tn, s = min(options, key=lambda c: (cost(N, K, c[0], c[1], sms, rows), c[1], -c[0]))
         if s == 1:
             return dict() if tn == 256 else dict(tile_n=tn, stages=stages_for(tn))
         return dict(tile_n=tn, split_k=s, stages=stages_for(tn))

@@ -119,8 +119,10 @@ def test_names_are_stable_and_distinct():
 
 
 def test_tile_n_is_checked():
-    with pytest.raises(ValueError, match="tile_n must be one of"):
-        Config(tile_n=96)
+    with pytest.raises(ValueError, match="tile_n must be one of.*multiple of 16.*got 100"):
+        Config(tile_n=100)
+    with pytest.raises(ValueError, match="got 272"):
+        Config(tile_n=272)
     with pytest.raises(ValueError, match="tile_n must be one of"):
         Config(tile_n=192, cluster=2)
     with pytest.raises(ValueError, match=r"smaller than one 256-column"):
@@ -210,3 +212,17 @@ def test_middle_buckets_try_the_192_column_tile():
     assert gemm_select.heuristic(256, 36864, 4608) == {"tile_n": 192, "stages": gemm_select.stages_for(192)}
     assert gemm_select.heuristic(1024, 28672, 8192) == {}
     assert {"tile_n": 192, "stages": 4} in gemm_select.candidates(512, 4096, 14336)
+
+
+def test_middle_widths_fill_waves_with_column_major_b_only():
+    """With column-major B a middle bucket may take any multiple of 16 (Llama-3.1-8B up at 256 rows:
+    224 columns make 64 tiles a block-row, 128 CTAs on 132 SMs, where 256 columns make 112, two
+    waves' time); with row-major B only the 64-column steps; every pick builds its parts."""
+    assert gemm_select.heuristic(256, 14336, 4096) == {"tile_n": 224, "stages": gemm_select.stages_for(224)}
+    assert gemm_select.heuristic(256, 14336, 4096, b_major="row") == {}
+    for N, K in SHAPES:
+        for M in (256, 512, 1024):
+            for b_major in ("col", "row"):
+                cfg = gemm_select.heuristic(M, N, K, b_major=b_major)
+                assert cfg in gemm_select.candidates(gemm_select.bucket(M), N, K, b_major)
+                assert b_major == "col" or cfg.get("tile_n", 256) % 64 == 0

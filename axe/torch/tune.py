@@ -88,6 +88,11 @@ class Tunable:
         return _module(self.selector)
 
 
+def _layout(kernel, b_major):
+    """The layout argument of ``kernel``'s ``candidates`` (none where B has one layout)."""
+    return () if kernel.layouts is None else (b_major,)
+
+
 def _gemm_spec(sel, N, K, dtype, b_major, bound, config) -> dict:
     """An artifact scheduled for the bucket's bound gets ``max_rows``
     (``kernels.gemm_select.scheduled_rows``), the others take M at run time."""
@@ -216,7 +221,7 @@ def plan(shapes, dtype, b_major, target="sm_90a", buckets=None, kernel: Tunable 
     lines = []
     for N, K in shapes:
         for bound in buckets or sel.BUCKETS:
-            for config in sel.candidates(bound, N, K):
+            for config in sel.candidates(bound, N, K, *_layout(kernel, b_major)):
                 line = plan_line(kernel.kernel, target, spec(N, K, dtype, b_major, bound, config, kernel))
                 if line not in lines:
                     lines.append(line)
@@ -273,7 +278,7 @@ def run(shapes, dtype, b_major, buckets=None, rounds=7, out=None, log=print, ker
     rows, picks = [], {}
     for N, K in shapes:
         for bound in buckets or sel.BUCKETS:
-            cands = {sel.name(c): c for c in sel.candidates(bound, N, K)}
+            cands = {sel.name(c): c for c in sel.candidates(bound, N, K, *_layout(kernel, b_major))}
             specs = {name: spec(N, K, dtype, b_major, bound, c, kernel) for name, c in cands.items()}
             total, left_out = dict.fromkeys(cands, 0.0), set()
             for M in sample_rows(bound, kernel):
