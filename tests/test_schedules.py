@@ -137,31 +137,3 @@ def test_tma_refuses_shared_boxes_off_128_bytes():
         Ax.build_func(_slots_kernel(16))
     _, ctx = Ax.build_func(_slots_kernel(32))
     assert [r.chosen for r in ctx.records] == ["tma"]
-
-
-def test_in_thread_reduce_is_a_balanced_tree():
-    """The in-thread reduce's combining order (``generic.tree_combine``): against a brute-force
-    left-to-right chain, max and min agree exactly on random lists (they are associative), a sum
-    agrees to rounding, and the expression's depth is ceil(log2(n)) where the chain's is n − 1 —
-    the critical path a softmax's row max and row sum sit on."""
-    import math
-    import random
-
-    from tvm import tirx
-
-    from axe.schedules.generic import tree_combine
-
-    def depth(e):
-        kids = [getattr(e, f) for f in ("a", "b") if hasattr(e, f)]
-        return 1 + max(map(depth, kids)) if kids else 0
-
-    rng = random.Random(7)
-    for n in (1, 2, 3, 5, 32, 33, 88):
-        xs = [rng.uniform(-1e3, 1e3) for _ in range(n)]
-        assert tree_combine("sum", xs) == pytest.approx(sum(xs), rel=1e-12)
-        got = tree_combine("max", [tirx.FloatImm("float32", x) for x in xs])
-        assert float(got.value) == pytest.approx(max(xs), rel=1e-6)
-        got = tree_combine("min", [tirx.FloatImm("float32", x) for x in xs])
-        assert float(got.value) == pytest.approx(min(xs), rel=1e-6)
-        leaves = [tirx.Var(f"x{i}", "float32") for i in range(n)]
-        assert depth(tree_combine("max", leaves)) == math.ceil(math.log2(n))

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass
-from math import prod
 
 from axe.ops.scope import thread_axis_values
 
@@ -156,27 +154,8 @@ def reduce_plan(call):
     return ReducePlan(dims, reduced, dist, cross)
 
 
-#: the most register elements an in-thread reduce combines as one balanced tree (beyond it, a loop)
-TREE_MAX = 256
-
-
-def tree_combine(kind, leaves):
-    """``leaves`` combined pairwise, level by level (neighbours first): the same ``len(leaves) − 1``
-    operations as a left-to-right chain, in a dependency depth of ``ceil(log2(len))`` instead of
-    ``len − 1``.  Law: for max and min the result equals the chain's (exact, associative); for a sum it
-    is the same sum in the pairwise order."""
-    leaves = list(leaves)
-    while len(leaves) > 1:
-        leaves = [reduce_combine(kind, leaves[i], leaves[i + 1]) if i + 1 < len(leaves) else leaves[i]
-                  for i in range(0, len(leaves), 2)]
-    return leaves[0]
-
-
 def emit_thread_reduce(call, plan):
-    """dst[kept] = reduce over this thread's share of the reduced dims.  A register source of at most
-    :data:`TREE_MAX` elements per result is combined as a balanced tree (:func:`tree_combine`, the
-    init value its first leaf): the chain a loop makes is as long as the share, and a softmax's row
-    max or sum sits on its critical path; a larger or memory source keeps the loop."""
+    """dst[kept] = reduce over this thread's share of the reduced dims (register loops)."""
     from tvm.script.ir_builder import tirx as IRB
     from .emit import guard, loops
     dst, src = call.operands["dst"], call.operands["src"]
@@ -184,8 +163,6 @@ def emit_thread_reduce(call, plan):
     dims, dist = plan.dims, plan.dist
     kept = [i for i in dist.loop_dims if i not in plan.reduced]
     red = [i for i in dist.loop_dims if i in plan.reduced]
-    extents = [dims[i].extent for i in red]
-    tree = src.mem == "local" and all(isinstance(e, int) for e in extents) and prod(extents) <= TREE_MAX
     with guard(dist.predicate):
         with loops([dims[i].extent for i in kept]) as kv:
             digits = dict(dist.thread_digits) if hasattr(dist, "thread_digits") else dict(dist.thread_dims)
@@ -193,21 +170,12 @@ def emit_thread_reduce(call, plan):
             for i in plan.reduced:
                 digits.setdefault(i, 0)
             d_off = mem_offset(dst, dims, 1, digits)
-            if tree:
-                leaves = [reduce_init(kind, dst.dtype)]
-                for rv in itertools.product(*(range(e) for e in extents)):
-                    dg = dict(digits)
-                    dg.update(zip(red, rv))
-                    leaves.append(src.flat()[mem_offset(src, dims, 0, dg)])
-                IRB.buffer_store(dst.flat(), tree_combine(kind, leaves), [d_off])
-            else:
-                IRB.buffer_store(dst.flat(), reduce_init(kind, dst.dtype), [d_off])
-                with loops([dims[i].extent for i in red]) as rv:
-                    dg = dict(digits)
-                    dg.update(zip(red, rv))
-                    cur = dst.flat()[d_off]
-                    IRB.buffer_store(dst.flat(), reduce_combine(kind, cur, src.flat()[mem_offset(src, dims, 0, dg)]),
-                                     [d_off])
+            IRB.buffer_store(dst.flat(), reduce_init(kind, dst.dtype), [d_off])
+            with loops([dims[i].extent for i in red]) as rv:
+                dg = dict(digits)
+                dg.update(zip(red, rv))
+                cur = dst.flat()[d_off]
+                IRB.buffer_store(dst.flat(), reduce_combine(kind, cur, src.flat()[mem_offset(src, dims, 0, dg)]), [d_off])
 
 
 @register("reduce", "in_thread", priority=0,
