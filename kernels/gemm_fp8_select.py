@@ -134,22 +134,28 @@ def candidates(bound, N, K):
 #: N ≥ 32768, and every loss has N ≤ 25600 — each threshold lies in the gap between a measured loss
 #: and a measured win
 PAIR_MIN_K, PAIR_MIN_N = 6144, 28672
+#: the largest bucket that keeps the uncut tile although the rule's shape holds: at 2048 rows the
+#: run-time pairs ran slower than the uncut 256-wide tile on 10 of the 16 shapes the rule picks (median
+#: cuBLAS ÷ axe 0.908 against 0.927), at 4096 and 8192 faster on 12 and 14 (0.938 against 0.884, 0.934
+#: against 0.894) — H100, benchmarks/results/gemm_fp8-allm-2026-11-27-h100-pairs.json against
+#: gemm_fp8-allm-2026-11-27-h100.json (same tree but the pairs, same shapes)
+PAIR_MAX_UNCUT = 2048
 #: the pick where the rule holds
 PAIR = dict(bn=256, stages=STAGES[256], cluster=2)
 
 
 def pairs_win(bound, N, K):
     """Whether bucket ``bound`` of an N×K weight runs the 256-wide CTA pair (:data:`PAIR`): a bucket
-    above :data:`MAX_BOUND` rows (the run-time-M schedule), N ≥ 256, and K ≥ :data:`PAIR_MIN_K` or
-    N ≥ :data:`PAIR_MIN_N` (the measurements: docs/gemm_fp8.md, "CTA pairs at a run-time M")."""
-    large = bound is None or bound > MAX_BOUND
+    above :data:`PAIR_MAX_UNCUT` rows (the run-time-M schedule), N ≥ 256, and K ≥ :data:`PAIR_MIN_K`
+    or N ≥ :data:`PAIR_MIN_N` (the measurements: docs/gemm_fp8.md, "CTA pairs at a run-time M")."""
+    large = bound is None or bound > max(MAX_BOUND, PAIR_MAX_UNCUT)
     return large and N >= PAIR["bn"] and (K >= PAIR_MIN_K or N >= PAIR_MIN_N)
 
 
 def heuristic(M, N, K, sms=SMS):
     """A configuration for M×N×K without measuring: in a bucket the transposed decode tile serves
     (bound 16 or 64, N ≥ 128) that tile (:func:`decode_tile`); in a bucket above :data:`MAX_BOUND`
-    rows where :func:`pairs_win` the 256-wide CTA pair; otherwise :func:`modelled`'s pick."""
+    rows where :func:`pairs_win` (above 2048 rows) the 256-wide CTA pair; otherwise :func:`modelled`'s pick."""
     bound = bucket(M)
     if bound in TILE_M_STAGES and N >= BM:
         return with_bound(bound, decode_tile(bound, N, K, sms))

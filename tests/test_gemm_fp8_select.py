@@ -72,7 +72,7 @@ def test_heuristic_is_the_decode_tile_or_the_least_modelled_candidate(N, K):
                 want = {"tile_m": bound, "stages": S.TILE_M_STAGES[bound], "max_rows": bound}
                 assert got == {**want, **({"split_k": s} if s > 1 else {})}, (M, N, K, sms, got)
                 continue
-            if (bound is None or bound > 1024) and N >= 256 and (K >= 6144 or N >= 28672):
+            if (bound is None or bound > 2048) and N >= 256 and (K >= 6144 or N >= 28672):
                 assert got == {"bn": 256, "stages": S.STAGES[256], "cluster": 2}, (M, N, K, sms, got)
                 continue
             assert got == S.modelled(M, N, K, sms)
@@ -98,9 +98,9 @@ def test_the_pair_rule_against_the_measured_pairs():
     assert len(figures) == 22
     for f in figures:
         ms = f["ms"]
-        for bound in (2048, 4096, 8192, None):
+        for bound in (4096, 8192, None):
             assert S.pairs_win(bound, f["N"], f["K"]) == (ms["axe_bn256_c2"] < ms["axe_bn256"]), (f["model"], f["proj"])
-        assert not S.pairs_win(1024, f["N"], f["K"])           # the middle buckets keep the model's pick
+        assert not S.pairs_win(1024, f["N"], f["K"]) and not S.pairs_win(2048, f["N"], f["K"])
     ratios = {}
     for r in _figures("gemm_fp8-allm-2026-11-27-h200.json")["rows"]:
         if r["M"] >= 2048 and r.get("cublas_ms") and r.get("axe_ms"):
@@ -226,3 +226,19 @@ def test_the_decode_tile_pick_is_the_fastest_measured_candidate():
     for (N, K, bound), t in total.items():
         pick = {"split_k": 1, **{k: v for k, v in S.heuristic(bound, N, K).items() if k != "max_rows"}}
         assert S.name(pick) == min(t, key=t.get), (N, K, bound, S.name(pick), sorted(t, key=t.get)[:3])
+
+
+def test_the_pair_rule_starts_above_2048_rows_as_measured_at_run_time():
+    """Run-time pairs against the uncut 256-wide tile, every shape the rule picks, H100 (two sweeps of
+    one tree, with and without the pairs): at M = 2048 the pairs are slower on most of them, at 4096
+    and 8192 faster on most — so bucket 2048 keeps the uncut tile and the larger ones take the pair."""
+    key = lambda r: (r["N"], r["K"], r["M"])          # noqa: E731
+    before = {key(r): r["cublas_ms"] / r["axe_ms"] for r in _figures("gemm_fp8-allm-2026-11-27-h100.json")["rows"]
+              if r["M"] >= 2048}
+    pairs = {key(r): (r["cublas_ms"] / r["axe_ms"], "cluster2" in r["artifact"])
+             for r in _figures("gemm_fp8-allm-2026-11-27-h100-pairs.json")["rows"] if r["M"] >= 2048}
+    for M in (2048, 4096, 8192):
+        ran = [(before[k], x) for k, (x, pair) in pairs.items() if k[2] == M and pair]
+        assert len(ran) == 16, (M, len(ran))
+        faster = sum(x > b for b, x in ran)
+        assert (faster > len(ran) // 2) == S.pairs_win(M, 4096, 14336), (M, faster)
