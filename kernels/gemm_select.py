@@ -70,10 +70,11 @@ def splits(K, counts=(1, 2, 4)):
 def scheduled_rows(bound, config):
     """The row bound ``config``'s artifact for bucket ``bound`` is scheduled for (``max_rows``), or
     None when it takes M at run time: every decode bucket's, and a middle bucket's configurations
-    that split K (split-K or stream-K: they divide a fixed tile grid among the CTAs)."""
+    that split K or pair CTAs (split-K, stream-K, CTA pairs: they divide a fixed tile grid among
+    the CTAs)."""
     if bound is None or bound > MAX_BOUND:
         return None
-    if bound <= BM or config.get("split_k", 1) > 1 or config.get("stream_k"):
+    if bound <= BM or config.get("split_k", 1) > 1 or config.get("stream_k") or config.get("cluster", 1) > 1:
         return bound
     return None
 
@@ -83,8 +84,10 @@ def candidates(bound, N, K, b_major="col"):
     width with every split of K (deepest ring), and below 128 rows the transposed decode tile
     ``bound``×128 with every split; above them what a run-time M schedules (the persistent tile
     128×256 or 128×128, ping-pong), and in a middle bucket (≤ :data:`MAX_BOUND` rows) also the
-    run-time-M tiles of :data:`MID_WIDTHS` (``b_major``'s) and the tiles 128, :data:`MID_TILE` and
-    256 wide cut in K as :data:`MID_SPLITS` allows.  Stream-K is not one: bounded to
+    run-time-M tiles of :data:`MID_WIDTHS` (``b_major``'s), CTA pairs sharing B with tiles 128 and
+    256 wide (scheduled for the bound: cuBLAS runs 2-CTA clusters on nearly every middle shape), and
+    the tiles 128, :data:`MID_TILE` and 256 wide cut in K as :data:`MID_SPLITS` allows.  The
+    heuristic's model has no term for pairs: they are ``axe tune``'s to pick.  Stream-K is not one: bounded to
     these buckets it measured 1.1–2.5× slower than the best split on an H100
     (benchmarks/results/gemm_mid-2026-11-27-h100.json)."""
     if bound is not None and bound <= BM:
@@ -96,8 +99,9 @@ def candidates(bound, N, K, b_major="col"):
     runtime = [dict(), dict(tile_n=128, stages=stages_for(128)), dict(schedule="pingpong")]
     if bound is None or bound > MAX_BOUND:
         return runtime
+    pairs = [dict(tile_n=tn, cluster=2, stages=stages_for(tn)) for tn in (128, 256) if tn <= N]
     return runtime + [dict(tile_n=tn, stages=stages_for(tn)) for tn in MID_WIDTHS[b_major] if tn not in (128, 256)
-                      and tn <= N] + \
+                      and tn <= N] + pairs + \
         [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in (128, MID_TILE, 256) if tn <= N
          for s in splits(K, MID_SPLITS) if s > 1]
 

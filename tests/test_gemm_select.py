@@ -85,15 +85,15 @@ def test_a_decode_split_never_overfills_one_wave():
 
 
 def test_scheduled_rows():
-    """Decode buckets are scheduled for their bound; a middle bucket's split-K and stream-K candidates
-    too, its run-time-M ones and every candidate of a larger bucket are not."""
+    """Decode buckets are scheduled for their bound; a middle bucket's split-K, stream-K and CTA-pair
+    candidates too, its run-time-M ones and every candidate of a larger bucket are not."""
     for bound in gemm_select.BUCKETS:
         for cfg in gemm_select.candidates(bound, 4096, 14336):
             rows = gemm_select.scheduled_rows(bound, cfg)
-            split = cfg.get("split_k", 1) > 1
+            fixed = cfg.get("split_k", 1) > 1 or cfg.get("cluster", 1) > 1
             small = bound is not None and bound <= gemm_select.MAX_BOUND
-            assert rows == (bound if small and (bound <= 128 or split) else None), (bound, cfg)
-            if split:       # a split of K needs a fixed tile grid
+            assert rows == (bound if small and (bound <= 128 or fixed) else None), (bound, cfg)
+            if fixed:       # a split of K or a pair of CTAs needs a fixed tile grid
                 assert rows is not None
 
 

@@ -130,6 +130,9 @@ BOUNDED.update({"bnd512_n192x2": {"tile_n": 192, "split_k": 2}, "bnd256_n192x3":
 BOUNDED_ROWS = {"bnd256_n256x4": 256, "bnd512_n128x2": 512, "bnd1024_n256x2": 1024, "bnd1024_sk": 1024,
                 "bnd512_n192x2": 512, "bnd256_n192x3": 256}
 RUNTIME_TILES = {"rtn192": {"tile_n": 192}}
+#: the middle buckets' CTA pairs (sharing B), scheduled for the bound: odd and even block-row counts up to it
+BOUNDED.update({"bnd512_n128c2": {"tile_n": 128, "cluster": 2, "stages": 6}, "bnd256_n256c2": {"cluster": 2}})
+BOUNDED_ROWS.update({"bnd512_n128c2": 512, "bnd256_n256c2": 256})
 #: stream-K wants a wave of tiles: 8 × 20 = 160 tiles of 128×256 at the bound (one wave and a part)
 BOUNDED_SHAPE = {"bnd1024_sk": (5120, 2048)}
 BOUNDED_N_K, BOUNDED_MS = (4096, 2048), (1, 5, 64, 128, 200, 449, 777)
