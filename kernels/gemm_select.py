@@ -81,8 +81,9 @@ def scheduled_rows(bound, config):
 
 def candidates(bound, N, K, b_major="col"):
     """The configurations (``make`` keywords) measured for a bucket: for a decode bucket every tile
-    width with every split of K (deepest ring), and below 128 rows the transposed decode tile
-    ``bound``×128 with every split; above them what a run-time M schedules (the persistent tile
+    width with every split of K (deepest ring), below 128 rows the transposed decode tile
+    ``bound``×128 with every split, and in the 128-row bucket with column-major B the uncut widths
+    between the 64-column steps (not the heuristic's: its model was fitted on the steps); above them what a run-time M schedules (the persistent tile
     128×256 or 128×128, ping-pong), and in a middle bucket (≤ :data:`MAX_BOUND` rows) also the
     run-time-M tiles of :data:`MID_WIDTHS` (``b_major``'s), CTA pairs sharing B with tiles 128 and
     256 wide (scheduled for the bound: cuBLAS runs 2-CTA clusters on nearly every middle shape), and
@@ -94,8 +95,12 @@ def candidates(bound, N, K, b_major="col"):
         swapped = [dict(tile_m=bound, tile_n=128, split_k=s, stages=stages_for(128, bound, tile_k=tk),
                         **({} if tk == BK else {"tile_k": tk}))
                    for tk in (BK, 128) if bound < BM and N >= 128 and K >= tk for s in splits(K)]
+        # the 128-row bucket with column-major B: also the uncut widths between the 64-column steps (one
+        # block-row of tiles: a width whose tile count fills one wave, as cuBLAS picks 112 for N = 14336)
+        fine = [dict(tile_n=tn, stages=stages_for(tn)) for tn in TILE_N_COL
+                if bound == BM and b_major == "col" and tn not in TILE_N and tn <= N]
         return swapped + [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in TILE_N if tn != 192 and tn <= N
-                          for s in splits(K)]
+                          for s in splits(K)] + fine
     runtime = [dict(), dict(tile_n=128, stages=stages_for(128)), dict(schedule="pingpong")]
     if bound is None or bound > MAX_BOUND:
         return runtime
