@@ -83,14 +83,14 @@ def candidates(bound, N, K, b_major="col"):
     """The configurations (``make`` keywords) measured for a bucket: for a decode bucket every tile
     width with every split of K (deepest ring), below 128 rows the transposed decode tile
     ``bound``×128 with every split, and in the 128-row bucket with column-major B the uncut widths
-    between the 64-column steps (not the heuristic's: its model was fitted on the steps); above them what a run-time M schedules (the persistent tile
-    128×256 or 128×128, ping-pong), and in a middle bucket (≤ :data:`MAX_BOUND` rows) also the
-    run-time-M tiles of :data:`MID_WIDTHS` (``b_major``'s), CTA pairs sharing B with tiles 128 and
-    256 wide (scheduled for the bound: cuBLAS runs 2-CTA clusters on nearly every middle shape), and
-    the tiles 128, :data:`MID_TILE` and 256 wide cut in K as :data:`MID_SPLITS` allows.  The
-    heuristic's model has no term for pairs: they are ``axe tune``'s to pick.  Stream-K is not one: bounded to
-    these buckets it measured 1.1–2.5× slower than the best split on an H100
-    (benchmarks/results/gemm_mid-2026-11-27-h100.json)."""
+    between the 64-column steps (not the heuristic's: its model was fitted on the steps); above
+    them what a run-time M schedules (the persistent tile 128×256 or 128×128, ping-pong), and in a
+    middle bucket (≤ :data:`MAX_BOUND` rows) also the run-time-M tiles of :data:`MID_WIDTHS`
+    (``b_major``'s), CTA pairs sharing B with tiles 128 and 256 wide (scheduled for the bound:
+    cuBLAS runs 2-CTA clusters on nearly every middle shape; the heuristic's model has no term for
+    them, they are ``axe tune``'s to pick), and the tiles 128, :data:`MID_TILE` and 256 wide cut in K
+    as :data:`MID_SPLITS` allows.  Stream-K is not one: bounded to these buckets it measured
+    1.1–2.5× slower than the best split on an H100 (benchmarks/results/gemm_mid-2026-11-27-h100.json)."""
     if bound is not None and bound <= BM:
         swapped = [dict(tile_m=bound, tile_n=128, split_k=s, stages=stages_for(128, bound, tile_k=tk),
                         **({} if tk == BK else {"tile_k": tk}))
@@ -161,8 +161,8 @@ def heuristic(M, N, K, sms=SMS, b_major="col"):
     then 128, 64, 256 columns), the deepest ring that fits; a middle bucket: of an uncut tile of
     :data:`MID_WIDTHS` (``b_major``'s: with column-major B every multiple of 16 from 128 to 256) or a
     tile 256, :data:`MID_TILE` or 128 wide cut in K, the one of least :func:`cost` over the bound's
-    block-rows (ties: fewer slices, then wider; uncut: the run-time-M artifact); otherwise the default (the persistent
-    128×256 tile)."""
+    block-rows (ties: fewer slices, then wider; uncut: the run-time-M artifact); otherwise the
+    default (the persistent 128×256 tile)."""
     bound = bucket(M)
     if bound is None or bound > MAX_BOUND:
         return dict()
