@@ -55,6 +55,10 @@ MID_TILE = 192
 #: exists whose tile count fills whole waves; row-major B has the 64-column steps
 #: (benchmarks/results/cublas_kernels-mid-2026-11-27-h100.txt)
 MID_WIDTHS = {"col": tuple(w for w in TILE_N_COL if w >= 128), "row": (128, MID_TILE, 256)}
+#: narrower uncut widths a middle bucket lists for ``axe tune`` (not the heuristic's) with column-major
+#: B: where N is small (the down projections) cuBLAS runs a 112-wide tile in one wave
+#: (3584 × 14336 at 256 and 512 rows: 32 × 4 = 128 tiles), where 128 columns make 112 tiles
+MID_NARROW = (96, 112)
 #: the slice counts a middle bucket tries: with a few block-rows the tile count is rarely a multiple
 #: of the SMs, and 3 or 6 slices can fill the last wave where 2 and 4 leave it half empty
 MID_SPLITS = (1, 2, 3, 4, 6)
@@ -86,10 +90,10 @@ def candidates(bound, N, K, b_major="col"):
     between the 64-column steps (not the heuristic's: its model was fitted on the steps); above
     them what a run-time M schedules (the persistent tile 128×256 or 128×128, ping-pong), and in a
     middle bucket (≤ :data:`MAX_BOUND` rows) also the run-time-M tiles of :data:`MID_WIDTHS`
-    (``b_major``'s), CTA pairs sharing B with tiles 128 and 256 wide (scheduled for the bound:
-    cuBLAS runs 2-CTA clusters on nearly every middle shape; the heuristic's model has no term for
-    them, they are ``axe tune``'s to pick), and the tiles 128, :data:`MID_TILE` and 256 wide cut in K
-    as :data:`MID_SPLITS` allows.  Stream-K is not one: bounded to these buckets it measured
+    (``b_major``'s) and :data:`MID_NARROW` (tune's only), CTA pairs sharing B with tiles 128 and
+    256 wide (scheduled for the bound: cuBLAS runs 2-CTA clusters on nearly every middle shape; the
+    heuristic's model has no term for them, they are ``axe tune``'s to pick), and the tiles 128,
+    :data:`MID_TILE` and 256 wide cut in K as :data:`MID_SPLITS` allows.  Stream-K is not one: bounded to these buckets it measured
     1.1–2.5× slower than the best split on an H100 (benchmarks/results/gemm_mid-2026-11-27-h100.json)."""
     if bound is not None and bound <= BM:
         swapped = [dict(tile_m=bound, tile_n=128, split_k=s, stages=stages_for(128, bound, tile_k=tk),
@@ -105,8 +109,9 @@ def candidates(bound, N, K, b_major="col"):
     if bound is None or bound > MAX_BOUND:
         return runtime
     pairs = [dict(tile_n=tn, cluster=2, stages=stages_for(tn)) for tn in (128, 256) if tn <= N]
+    narrow = [dict(tile_n=tn, stages=stages_for(tn)) for tn in MID_NARROW if b_major == "col" and tn <= N]
     return runtime + [dict(tile_n=tn, stages=stages_for(tn)) for tn in MID_WIDTHS[b_major] if tn not in (128, 256)
-                      and tn <= N] + pairs + \
+                      and tn <= N] + narrow + pairs + \
         [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in (128, MID_TILE, 256) if tn <= N
          for s in splits(K, MID_SPLITS) if s > 1]
 

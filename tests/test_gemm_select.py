@@ -71,7 +71,8 @@ def test_heuristic_picks_the_least_modelled_cost(N, K):
             if x.get("stream_k"):
                 return gemm_select.stream_k_cost(N, K, block_rows=rows)
             return gemm_select.cost(N, K, x.get("tile_n", 256), x.get("split_k", 1), block_rows=rows)
-        assert model(cfg) == min(model(x) for x in gemm_select.candidates(bound, N, K) if "schedule" not in x)
+        assert model(cfg) == min(model(x) for x in gemm_select.candidates(bound, N, K)     # tune's extras excluded
+                                 if "schedule" not in x and x.get("tile_n") not in gemm_select.MID_NARROW)
 
 
 def test_a_decode_split_never_overfills_one_wave():
