@@ -93,8 +93,9 @@ def candidates(bound, N, K, b_major="col"):
     (``b_major``'s) and :data:`MID_NARROW` (tune's only), CTA pairs sharing B with tiles 128 and
     256 wide (scheduled for the bound: cuBLAS runs 2-CTA clusters on nearly every middle shape; the
     heuristic's model has no term for them, they are ``axe tune``'s to pick), and the tiles 128,
-    :data:`MID_TILE` and 256 wide cut in K as :data:`MID_SPLITS` allows.  Stream-K is not one: bounded to these buckets it measured
-    1.1–2.5× slower than the best split on an H100 (benchmarks/results/gemm_mid-2026-11-27-h100.json)."""
+    :data:`MID_TILE` and 256 wide cut in K as :data:`MID_SPLITS` allows.  Stream-K is not one:
+    bounded to these buckets it measured 1.1–2.5× slower than the best split on an H100
+    (benchmarks/results/gemm_mid-2026-11-27-h100.json)."""
     if bound is not None and bound <= BM:
         swapped = [dict(tile_m=bound, tile_n=128, split_k=s, stages=stages_for(128, bound, tile_k=tk),
                         **({} if tk == BK else {"tile_k": tk}))
