@@ -84,6 +84,7 @@ def configs(n, k, ms):
 
 def build(only=None, mid=False, names=None):
     os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
+    from axe.backends.cuda.build import c_identifier
     from kernels import gemm
     for label, n, k in shapes(mid, names):
         for cname, (cfg, rows) in configs(n, k, MS_MID if mid else MS).items():
@@ -92,8 +93,7 @@ def build(only=None, mid=False, names=None):
                 continue
             if os.path.exists(os.path.join(OUT, tag, "launch.json")):
                 continue
-            kname = "gemm_decode_" + "".join(c if c.isalnum() else "_" for c in tag)     # a C identifier
-            art = gemm.build_dynamic(n, k, DTYPE, "col", name=kname, max_rows=rows, **cfg)
+            art = gemm.build_dynamic(n, k, DTYPE, "col", name=c_identifier(f"gemm_decode_{tag}"), max_rows=rows, **cfg)
             art.save(os.path.join(OUT, tag))
             print("built", tag, art.launch["resources"], flush=True)
 

@@ -86,39 +86,14 @@ def _setup(n, k, dtype, artifacts):
 
 
 def sustain(n, k, dtype, artifacts, seconds):
-    import threading
-    import time
-
-    import pynvml
     import torch
-    kern, a, w, c = _setup(n, k, dtype, artifacts)
-    pynvml.nvmlInit()
-    h = pynvml.nvmlDeviceGetHandleByIndex(0)
-    for side, fn in (("axe", lambda: kern(a, w, c)), ("cublas", lambda: torch.matmul(a, w.t(), out=c))) * 2:
-        samples, stop = [], threading.Event()
 
-        def poll():
-            while not stop.is_set():
-                samples.append((pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
-                                pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0))
-                time.sleep(0.05)
-        fn()
-        torch.cuda.synchronize()
-        th = threading.Thread(target=poll)
-        t0, calls = time.time(), 0
-        th.start()
-        while time.time() - t0 < seconds:
-            for _ in range(20):
-                fn()
-            calls += 20
-            torch.cuda.synchronize()
-        dt = time.time() - t0
-        stop.set()
-        th.join()
-        late = samples[len(samples) // 2:]          # after the clock settled
-        print(f"{side:7s} {n}x{k} {dtype}: {2.0 * a.shape[0] * n * k * calls / dt / 1e12:6.0f} TFLOP/s  "
-              f"SM clock {sum(x for x, _ in late) / len(late):6.0f} MHz  power {sum(p for _, p in late) / len(late):5.0f} W  "
-              f"(min clock {min(x for x, _ in late)})", flush=True)
+    from axe.torch.timing import sustained
+    kern, a, w, c = _setup(n, k, dtype, artifacts)
+    for side, fn in (("axe", lambda: kern(a, w, c)), ("cublas", lambda: torch.matmul(a, w.t(), out=c))) * 2:
+        x = sustained(torch, fn, seconds)
+        print(f"{side:7s} {n}x{k} {dtype}: {2.0 * a.shape[0] * n * k / (x['ms'] * 1e-3) / 1e12:6.0f} TFLOP/s  "
+              f"SM clock {x['sm_mhz']:6.0f} MHz  power {x['watts']:5.0f} W  (min clock {x['min_mhz']})", flush=True)
 
 
 if __name__ == "__main__":

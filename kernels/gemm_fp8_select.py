@@ -148,14 +148,14 @@ def pairs_win(bound, N, K):
     """Whether bucket ``bound`` of an N×K weight runs the 256-wide CTA pair (:data:`PAIR`): a bucket
     above :data:`PAIR_MAX_UNCUT` rows (the run-time-M schedule), N ≥ 256, and K ≥ :data:`PAIR_MIN_K`
     or N ≥ :data:`PAIR_MIN_N` (the measurements: docs/gemm_fp8.md, "CTA pairs at a run-time M")."""
-    large = bound is None or bound > max(MAX_BOUND, PAIR_MAX_UNCUT)
+    large = bound is None or bound > PAIR_MAX_UNCUT
     return large and N >= PAIR["bn"] and (K >= PAIR_MIN_K or N >= PAIR_MIN_N)
 
 
 def heuristic(M, N, K, sms=SMS):
     """A configuration for M×N×K without measuring: in a bucket the transposed decode tile serves
-    (bound 16 or 64, N ≥ 128) that tile (:func:`decode_tile`); in a bucket above :data:`MAX_BOUND`
-    rows where :func:`pairs_win` (above 2048 rows) the 256-wide CTA pair; otherwise :func:`modelled`'s pick."""
+    (bound 16 or 64, N ≥ 128) that tile (:func:`decode_tile`); where :func:`pairs_win` (a bucket
+    above :data:`PAIR_MAX_UNCUT` rows) the 256-wide CTA pair; otherwise :func:`modelled`'s pick."""
     bound = bucket(M)
     if bound in TILE_M_STAGES and N >= BM:
         return with_bound(bound, decode_tile(bound, N, K, sms))

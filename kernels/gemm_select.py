@@ -64,6 +64,11 @@ MID_NARROW = (96, 112)
 MID_SPLITS = (1, 2, 3, 4, 6)
 
 
+def uncut(tile_n):
+    """The uncut tile ``tile_n`` wide with the deepest ring that fits (a configuration)."""
+    return dict(tile_n=tile_n, stages=stages_for(tile_n))
+
+
 def splits(K, counts=(1, 2, 4)):
     """The split-K slice counts worth trying for K: 1, and those of ``counts`` whose slices keep at
     least :data:`MIN_SLICE` k-blocks of 64."""
@@ -102,17 +107,15 @@ def candidates(bound, N, K, b_major="col"):
                    for tk in (BK, 128) if bound < BM and N >= 128 and K >= tk for s in splits(K)]
         # the 128-row bucket with column-major B: also the uncut widths between the 64-column steps (one
         # block-row of tiles: a width whose tile count fills one wave, as cuBLAS picks 112 for N = 14336)
-        fine = [dict(tile_n=tn, stages=stages_for(tn)) for tn in TILE_N_COL
-                if bound == BM and b_major == "col" and tn not in TILE_N and tn <= N]
+        fine = [uncut(tn) for tn in TILE_N_COL if bound == BM and b_major == "col" and tn not in TILE_N and tn <= N]
         return swapped + [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in TILE_N if tn != 192 and tn <= N
                           for s in splits(K)] + fine
-    runtime = [dict(), dict(tile_n=128, stages=stages_for(128)), dict(schedule="pingpong")]
+    runtime = [dict(), uncut(128), dict(schedule="pingpong")]
     if bound is None or bound > MAX_BOUND:
         return runtime
     pairs = [dict(tile_n=tn, cluster=2, stages=stages_for(tn)) for tn in (128, 256) if tn <= N]
-    narrow = [dict(tile_n=tn, stages=stages_for(tn)) for tn in MID_NARROW if b_major == "col" and tn <= N]
-    return runtime + [dict(tile_n=tn, stages=stages_for(tn)) for tn in MID_WIDTHS[b_major] if tn not in (128, 256)
-                      and tn <= N] + narrow + pairs + \
+    narrow = [uncut(tn) for tn in MID_NARROW if b_major == "col" and tn <= N]
+    return runtime + [uncut(tn) for tn in MID_WIDTHS[b_major] if tn not in (128, 256) and tn <= N] + narrow + pairs + \
         [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in (128, MID_TILE, 256) if tn <= N
          for s in splits(K, MID_SPLITS) if s > 1]
 
@@ -178,7 +181,7 @@ def heuristic(M, N, K, sms=SMS, b_major="col"):
             [(tn, s) for tn in (256, MID_TILE, 128) if tn <= N for s in splits(K, MID_SPLITS) if s > 1]
         tn, s = min(options, key=lambda c: (cost(N, K, c[0], c[1], sms, rows), c[1], -c[0]))
         if s == 1:
-            return dict() if tn == 256 else dict(tile_n=tn, stages=stages_for(tn))
+            return dict() if tn == 256 else uncut(tn)
         return dict(tile_n=tn, split_k=s, stages=stages_for(tn))
     if bound < BM and b_major == "col" and N >= BM:
         split = min(swap_splits(N, K, sms), key=lambda s: (swap_cost(N, K, bound, s, sms), s))
@@ -208,5 +211,5 @@ def act_config(config, N):
         del out["schedule"]
     tile_n = out.get("tile_n", 256)
     if out.get("tile_m", BM) == BM and (tile_n % 128 or N % tile_n):
-        out.update(tile_n=128, stages=stages_for(128))
+        out.update(uncut(128))
     return out

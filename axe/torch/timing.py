@@ -1,6 +1,7 @@
 """GPU timings of a callable two ways: eager (each call's host work included, what a Python caller
 sees) and replayed from a CUDA graph (the same kernels with no host work between them, what a
-serving stack that runs decode under CUDA graphs sees)."""
+serving stack that runs decode under CUDA graphs sees); and a sustained run with NVML's SM clock
+and board power beside it (:func:`sustained`)."""
 
 
 def eager_ms(torch, fn, reps, warmup=3):
@@ -90,3 +91,42 @@ def round_robin(timers, rounds):
         for name, timer in timers.items():
             out[name].append(timer())
     return out
+
+
+def sustained(torch, fn, seconds):
+    """``fn`` run back to back for ``seconds`` while NVML samples the SM clock and the board power
+    every 50 ms: ``{ms, sm_mhz, watts, min_mhz}`` over the second half (after the clock settled) —
+    does a side run at a lower clock than another under the power cap?"""
+    import threading
+    import time
+
+    import pynvml
+    pynvml.nvmlInit()
+    h = pynvml.nvmlDeviceGetHandleByIndex(torch.cuda.current_device())
+    samples, stop = [], threading.Event()
+
+    def poll():
+        while not stop.is_set():
+            samples.append((time.time(), pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM),
+                            pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0))
+            time.sleep(0.05)
+    fn()
+    torch.cuda.synchronize()
+    th = threading.Thread(target=poll)
+    th.start()
+    t0 = time.time()
+    calls, marks = 0, []
+    while time.time() - t0 < seconds:
+        for _ in range(10):
+            fn()
+        calls += 10
+        torch.cuda.synchronize()
+        marks.append((time.time(), calls))
+    stop.set()
+    th.join()
+    half = t0 + (marks[-1][0] - t0) / 2
+    t_mid, c_mid = next(m for m in marks if m[0] >= half)
+    late = [x for x in samples if x[0] >= half] or samples
+    return {"ms": (marks[-1][0] - t_mid) / max(marks[-1][1] - c_mid, 1) * 1e3,
+            "sm_mhz": sum(x[1] for x in late) / len(late), "watts": sum(x[2] for x in late) / len(late),
+            "min_mhz": min(x[1] for x in late)}

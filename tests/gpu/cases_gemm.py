@@ -165,21 +165,17 @@ def _dynamic_builder(dtype, b_major):
 
 
 def _bounded_builder(tag, dtype, b_major):
+    """A ``make_dynamic`` case: scheduled for its bound (:data:`BOUNDED`), or with M at run time
+    (:data:`RUNTIME_TILES`: no bound)."""
+    runtime = tag in RUNTIME_TILES
+    config = RUNTIME_TILES[tag] if runtime else BOUNDED[tag]
+    rows = None if runtime else BOUNDED_ROWS.get(tag, config.get("tile_m", 128))
+
     def build():
         sys.path.insert(0, ROOT)
         from kernels import gemm
         return gemm.build_dynamic(*BOUNDED_SHAPE.get(tag, BOUNDED_N_K), dtype=dtype, b_major=b_major,
-                                  name=case_name("dyn", dtype, b_major, tag),
-                                  max_rows=BOUNDED_ROWS.get(tag, BOUNDED[tag].get("tile_m", 128)), **BOUNDED[tag])
-    return build
-
-
-def _runtime_builder(tag, dtype, b_major):
-    def build():
-        sys.path.insert(0, ROOT)
-        from kernels import gemm
-        return gemm.build_dynamic(*BOUNDED_N_K, dtype=dtype, b_major=b_major, name=case_name("dyn", dtype, b_major, tag),
-                                  **RUNTIME_TILES[tag])
+                                  name=case_name("dyn", dtype, b_major, tag), max_rows=rows, **config)
     return build
 
 
@@ -187,7 +183,7 @@ BUILDS = {case_name(*c): _builder(*c) for c in CASES + CLUSTER_CASES + SM100_CAS
 BUILDS.update({case_name("dyn", dt, b, "ew"): _dynamic_builder(dt, b) for dt, b in DYNAMIC_FUSED})
 BUILDS.update({case_name("dyn", dt, b, t): _bounded_builder(t, dt, b) for t in BOUNDED
                for dt, b in (("float16", "row"), ("bfloat16", "col")) if b == "col" or "tile_m" not in BOUNDED[t]})
-BUILDS.update({case_name("dyn", dt, b, t): _runtime_builder(t, dt, b) for t in RUNTIME_TILES
+BUILDS.update({case_name("dyn", dt, b, t): _bounded_builder(t, dt, b) for t in RUNTIME_TILES
                for dt, b in (("float16", "row"), ("bfloat16", "col"))})
 
 
@@ -268,8 +264,10 @@ def _check_bounded(kernel, torch):
     return f"M in {ms} x {(n, k)}, rel err <= {max(errs):.1e} vs fp32; M = {bound + 1} refused"
 
 
-CHECKS = {name: _check_dynamic if name.startswith(("gemm_ew_dyn", "gemm_rtn")) else
-          _check_bounded if name.startswith("gemm_bnd") else _check for name in BUILDS}
+def _check_of(name):
+    """The check of a case by its name: run-time M, bounded M, or a static shape."""
+    return _check_dynamic if name.startswith(("gemm_ew_dyn", "gemm_rtn")) else \
+        _check_bounded if name.startswith("gemm_bnd") else _check
 
 
 
@@ -290,8 +288,7 @@ BOUNDED_ROWS.update({t: 512 for t in NARROW_BOUNDED})
 RUNTIME_TILES.update(NARROW_RUNTIME)
 NARROW_BUILDS = {case_name(*c): _builder(*c) for c in NARROW_CASES}
 NARROW_BUILDS.update({case_name("dyn", "bfloat16", "col", t): _bounded_builder(t, "bfloat16", "col") for t in NARROW_BOUNDED})
-NARROW_BUILDS.update({case_name("dyn", dt, "col", t): _runtime_builder(t, dt, "col") for t in NARROW_RUNTIME
+NARROW_BUILDS.update({case_name("dyn", dt, "col", t): _bounded_builder(t, dt, "col") for t in NARROW_RUNTIME
                       for dt in ("float16", "bfloat16")})
 BUILDS.update(NARROW_BUILDS)
-CHECKS.update({name: _check_dynamic if name.startswith("gemm_rtn") else _check_bounded if name.startswith("gemm_bnd")
-               else _check for name in NARROW_BUILDS})
+CHECKS = {name: _check_of(name) for name in BUILDS}

@@ -62,6 +62,13 @@ class BuildError(RuntimeError):
     """Building a kernel failed: unsupported input, inconsistent metadata, or nvcc/ptxas errors."""
 
 
+def c_identifier(name: str) -> str:
+    """``name`` as a C identifier: every character but ASCII letters, digits and ``_`` replaced by
+    ``_``, and ``_`` in front of a leading digit.  Law: a C identifier is returned unchanged."""
+    out = re.sub(r"[^0-9A-Za-z_]", "_", name)
+    return "_" + out if out[:1].isdigit() else out
+
+
 def build(
     func_or_mod,
     target="sm_90a",
@@ -99,10 +106,10 @@ def build(
     from tvm.tirx.build import codegen_build, split_host_device_mods
 
     func, fname = _pick_func(tvm, func_or_mod, name)
-    if not (fname.isidentifier() and fname.isascii()):
+    if c_identifier(fname) != fname:
         # the kernel symbol is f"{fname}_kernel" in C++: anything else ends in a wall of nvcc syntax errors
         raise BuildError(f"build: kernel name {fname!r} is not a C identifier (ASCII letters, digits and _, not "
-                         f"starting with a digit); e.g. {re.sub(r'[^0-9A-Za-z_]', '_', fname)!r}")
+                         f"starting with a digit); e.g. {c_identifier(fname)!r}")
     func = func.with_attr("global_symbol", fname)  # the kernel symbol becomes f"{fname}_kernel"
     arch = _arch_of(target)
     args, symbols, shape_vars = _describe_args(tvm, func, fname)
