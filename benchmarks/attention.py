@@ -10,8 +10,9 @@ Two modes:
 - ``--build`` (CPU machine, TVM): build axe's artifacts into ``.carry/attention_bench/<name>/``;
 - default (GPU machine, no TVM): load them with ``axe.runtime``, check every side against the first
   peer that runs (max |err| / max |ref| < 3e-2, outputs poisoned with NaN first), then time the sides
-  in interleaved rounds (each round: every side, a block of ``--iters`` back-to-back launches between
-  CUDA events; median over ``--rounds``; no L2 flush) and write
+  in interleaved rounds (each round: every side, an untimed block of ``--iters`` back-to-back launches
+  then a timed one between CUDA events, so that no side's block starts with the clock headroom
+  another side's lighter kernel left; median over ``--rounds``; no L2 flush) and write
   ``benchmarks/results/attention-DATE-DEVICE.json`` (under ``$OUT`` when set): per shape ``seq,
   head_dim, causal, axe_ms, best_peer_ms, best_peer``, every peer's ms, TFLOP/s per side and, for a
   peer that could not run, why; ``axe_ms`` is the default configuration, ``axe_configs_ms`` adds the
@@ -152,7 +153,7 @@ def _flashinfer(torch, q, k, v, causal):
 
 
 def run_shape(torch, rt, args, seq, d, causal):
-    from axe.torch.timing import median
+    from axe.torch.timing import burst_ms, median, round_robin
     b, h = shape(seq, d)
     q, k, v = (torch.randn(b, seq, h, d, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     from kernels.parts.attention_variants import default
@@ -200,20 +201,10 @@ def run_shape(torch, rt, args, seq, d, causal):
         except Exception as e:  # noqa: BLE001
             row["why"][s] = _why(e)
             del sides[s]
-    times = {s: [] for s in sides}
-    for fn in sides.values():
-        for _ in range(3):
-            fn()
-    torch.cuda.synchronize()
-    for _ in range(args.rounds):
-        for s, fn in sides.items():
-            a, z = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(args.iters):
-                fn()
-            z.record()
-            z.synchronize()
-            times[s].append(a.elapsed_time(z) / args.iters)
+    # each timed block follows an untimed block of the same side: a block that followed a lighter
+    # kernel (sdpa_flash draws less power) would start with the clock headroom the power cap left it
+    times = round_robin({s: (lambda fn=fn: burst_ms(torch, fn, calls=args.iters, blocks=1, warmup=args.iters))
+                         for s, fn in sides.items()}, args.rounds)
     ms = {s: median(t) for s, t in times.items()}
     if args.sustain:
         from axe.torch.timing import sustained
@@ -299,8 +290,8 @@ def run(args):
     result = {"benchmark": "attention", "date": date, "device": torch.cuda.get_device_name(),
               "sms": torch.cuda.get_device_properties(0).multi_processor_count, "versions": versions(),
               "dtype": "bfloat16", "tokens_per_batch": TOKENS, "hidden": HIDDEN,
-              "timing": f"CUDA events around {args.iters} back-to-back launches, sides interleaved, median of "
-                        f"{args.rounds} rounds after 3 warm-ups; no L2 flush",
+              "timing": f"CUDA events around {args.iters} back-to-back launches after an untimed block of "
+                        f"{args.iters} of the same side, sides interleaved, median of {args.rounds} rounds; no L2 flush",
               "rows": rows}
     with open(path, "w") as f:
         json.dump(result, f, indent=1)

@@ -92,7 +92,7 @@ def candidates(bound, N, K, b_major="col"):
     """The configurations (``make`` keywords) measured for a bucket: for a decode bucket every tile
     width with every split of K (deepest ring), below 128 rows the transposed decode tile
     ``bound``×128 with every split, and in the 128-row bucket with column-major B the uncut widths
-    between the 64-column steps (not the heuristic's: its model was fitted on the steps); above
+    between the 64-column steps; above
     them what a run-time M schedules (the persistent tile 128×256 or 128×128, ping-pong), and in a
     middle bucket (≤ :data:`MAX_BOUND` rows) also the run-time-M tiles of :data:`MID_WIDTHS`
     (``b_major``'s) and :data:`MID_NARROW` (tune's only), CTA pairs sharing B with tiles 128 and
@@ -166,8 +166,9 @@ def heuristic(M, N, K, sms=SMS, b_major="col"):
     """A configuration for M×N×K without measuring.  Buckets of at most 64 rows with B column-major:
     the transposed decode tile as tall as the bucket, cut in K as :func:`swap_cost` says among
     :func:`swap_splits`; the
-    128-row decode bucket (or B row-major): the candidate of least :func:`cost` (ties: fewer slices,
-    then 128, 64, 256 columns), the deepest ring that fits; a middle bucket: of an uncut tile of
+    128-row decode bucket (or B row-major): of the 64-column steps cut as :func:`splits` allows and,
+    with column-major B, the uncut widths between them, the one of least :func:`cost` (ties: fewer
+    slices, then 128, 64, 256 columns), the deepest ring that fits; a middle bucket: of an uncut tile of
     :data:`MID_WIDTHS` (``b_major``'s: with column-major B every multiple of 16 from 128 to 256) or a
     tile 256, :data:`MID_TILE` or 128 wide cut in K, the one of least :func:`cost` over the bound's
     block-rows (ties: fewer slices, then wider; uncut: the run-time-M artifact); otherwise the
@@ -187,9 +188,11 @@ def heuristic(M, N, K, sms=SMS, b_major="col"):
         split = min(swap_splits(N, K, sms), key=lambda s: (swap_cost(N, K, bound, s, sms), s))
         return dict(tile_m=bound, tile_n=128, split_k=split, stages=stages_for(128, bound))
     order = {128: 0, 64: 1, 256: 2}
-    best = min(((tn, s) for tn in order if tn <= N for s in splits(K)),
-               key=lambda c: (cost(N, K, c[0], c[1], sms), c[1], order[c[0]]))
-    return dict(tile_n=best[0], split_k=best[1], stages=stages_for(best[0]))
+    options = [(tn, s) for tn in order if tn <= N for s in splits(K)]
+    if b_major == "col":     # the widths between the steps, uncut (one block-row: a width that fills one wave)
+        options += [(tn, 1) for tn in TILE_N_COL if tn not in TILE_N and tn <= N]
+    tn, s = min(options, key=lambda c: (cost(N, K, c[0], c[1], sms), c[1], order.get(c[0], len(order))))
+    return uncut(tn) if tn not in TILE_N else dict(tile_n=tn, split_k=s, stages=stages_for(tn))
 
 
 def name(config):
