@@ -71,23 +71,32 @@ def artifact(bound, cfg):
     return (cname, None) if rows is None else (f"{cname}_r{rows}", rows)
 
 
-def configs(n, k, ms):
-    """Every candidate of the buckets of ``ms``, once each: {suffix: (config, max_rows)}."""
+def measured(bound, n, k, extra=()):
+    """The configurations timed for bucket ``bound``: its candidates, then those of ``extra`` (``make``
+    keywords outside the candidate list, e.g. a deeper ring) that serve the bucket (a decode bucket
+    no taller than their ``tile_m``)."""
+    from kernels import gemm_select
+    more = [x for x in extra if bound <= gemm_select.BM and bound <= x.get("tile_m", gemm_select.BM)]
+    return gemm_select.candidates(bound, n, k) + [x for x in more if x not in gemm_select.candidates(bound, n, k)]
+
+
+def configs(n, k, ms, extra=()):
+    """Every configuration measured in the buckets of ``ms``, once each: {suffix: (config, max_rows)}."""
     from kernels import gemm_select
     out = {}
     for bound in sorted({gemm_select.bucket(m) for m in ms}):
-        for cfg in gemm_select.candidates(bound, n, k):
+        for cfg in measured(bound, n, k, extra):
             suffix, rows = artifact(bound, cfg)
             out[suffix] = (cfg, rows)
     return out
 
 
-def build(only=None, mid=False, names=None):
+def build(only=None, mid=False, names=None, extra=()):
     os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
     from axe.backends.cuda.build import c_identifier
     from kernels import gemm
     for label, n, k in shapes(mid, names):
-        for cname, (cfg, rows) in configs(n, k, MS_MID if mid else MS).items():
+        for cname, (cfg, rows) in configs(n, k, MS_MID if mid else MS, extra).items():
             tag = f"{label}__{cname}"
             if only and not any(o in tag for o in only):
                 continue
@@ -124,7 +133,7 @@ def read_rate(torch, gib=4, reps=5):
     return best
 
 
-def run(path, rounds, mid=False, names=None):
+def run(path, rounds, mid=False, names=None, extra=()):
     import torch
 
     import axe.runtime as rt
@@ -139,8 +148,11 @@ def run(path, rounds, mid=False, names=None):
         loaded = {d.split("__", 1)[1]: rt.load(d) for d in sorted(glob.glob(os.path.join(OUT, f"{label}__*")))}
         for m in (MS_MID if mid else MS):
             bound = gemm_select.bucket(m)
-            names = {artifact(bound, x)[0]: gemm_select.name(x) for x in gemm_select.candidates(bound, n, k)}
+            names = {artifact(bound, x)[0]: gemm_select.name(x) for x in measured(bound, n, k, extra)}
             kernels = {names[c]: loaded[c] for c in names if c in loaded}
+            if not kernels:         # a partial build (``build --only``) left this bucket out
+                print(f"{label:14s} M={m:4d}  no artifacts built", flush=True)
+                continue
             a = torch.randn(m, k, device="cuda", dtype=torch.bfloat16)
             ref = a.float() @ w.float().t()
             fns, errs = {}, {}
@@ -199,14 +211,17 @@ def main(argv=None):
     ap.add_argument("--shape", help="once: the shape label")
     ap.add_argument("--m", type=int, default=1, help="once: the row count")
     ap.add_argument("--configs", nargs="*", default=(), help="once: the candidates' names")
+    ap.add_argument("--extra", nargs="*", default=(), type=json.loads,
+                    help="build/run: configurations beyond the candidates, as JSON make keywords "
+                         "('{\"tile_m\": 16, \"split_k\": 4, \"stages\": 12}'), in every decode bucket they serve")
     args = ap.parse_args(argv)
     if args.mode == "once":
         return once(args.shape, args.m, args.configs)
     if args.mode == "build":
-        return build(args.only, args.mid, args.shapes)
+        return build(args.only, args.mid, args.shapes, args.extra)
     if not glob.glob(os.path.join(OUT, "*", "launch.json")):
         raise SystemExit(f"no artifacts in {OUT}: run `benchmarks/gemm_decode.py build` on the CPU machine")
-    return run(args.json, args.rounds, args.mid, args.shapes)
+    return run(args.json, args.rounds, args.mid, args.shapes, args.extra)
 
 
 if __name__ == "__main__":

@@ -260,3 +260,20 @@ def test_the_128_row_bucket_picks_the_fastest_measured_width():
     for (N, K), us in by.items():
         pick = gemm_select.name(gemm_select.heuristic(128, N, K))
         assert us[pick] <= 1.02 * min(us.values()), (N, K, pick, us[pick], min(us.values()))
+
+
+def test_the_decode_sweep_times_extra_configurations_where_they_serve():
+    """``gemm_decode.py --extra``: a configuration beyond the candidates joins every decode bucket no
+    taller than its ``tile_m``, once, after the candidates."""
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks"))
+    import gemm_decode
+    deep = {"tile_m": 16, "tile_n": 128, "split_k": 4, "stages": 12}
+    cands = gemm_select.candidates(16, 4096, 14336)
+    assert gemm_decode.measured(16, 4096, 14336, [deep]) == cands + [deep]
+    assert gemm_decode.measured(16, 4096, 14336, [cands[0]]) == cands
+    assert gemm_decode.measured(64, 4096, 14336, [deep]) == gemm_select.candidates(64, 4096, 14336)
+    assert gemm_decode.measured(256, 4096, 14336, [deep]) == gemm_select.candidates(256, 4096, 14336)
+    built = gemm_decode.configs(4096, 14336, (1, 16, 64), [deep])
+    assert built[gemm_select.name(deep)] == (deep, 16)
+
