@@ -3,9 +3,14 @@ off, one-line errors naming the rank, the versions of the run, and the check-the
 
 Timing law (:func:`check_and_time`): every side is checked before it is timed (a side failing on
 any rank is dropped on all); then 5 warm-ups, and ``repeats`` rounds in which the sides take turns,
-each a block of ``iters`` back-to-back launches between CUDA events after ``dist.barrier()`` +
-synchronize; per-launch ms = the median over the rounds on each rank, then the max over ranks (a
-collective is as slow as its slowest rank).  No L2 flush, for any side.
+each a block of ``iters`` back-to-back launches after ``dist.barrier()`` + synchronize, with a CUDA
+event before the first launch, one after it and one after the last; per-launch ms = the median over
+the rounds on each rank, then the max over ranks (a collective is as slow as its slowest rank).
+``--prime`` (the default of ``gemm_rs.py``): per-launch ms over the launches after the first, which
+the GPU runs with the queue already filled — so what a side's launch costs on the host (a Python
+launch path against a compiled one) is not timed while it stays below the kernel's time, which the
+row's ``host_us`` (host time per launch) shows; without it, over all launches from the first event,
+so the first launch's host latency is timed once per block.  No L2 flush, for any side.
 """
 
 import os
@@ -65,13 +70,17 @@ def device_tag():
     return torch.cuda.get_device_name().replace("NVIDIA ", "").split()[0].lower()
 
 
-def check_and_time(args, all_sides, sides, ref, errs, rank, world, warmup=5, repeats=5, tol=2e-2):
+def check_and_time(args, all_sides, sides, ref, errs, rank, world, warmup=5, repeats=5, tol=2e-2, stats=None):
     """Check every side of ``sides`` (``{side: (fn returning the output, output to poison or None,
     sync)}``) against ``ref[side]`` (sides without a reference are timing aids, run unchecked), then
-    time them (the module's law).  ``errs`` collects ``{side: message}`` of this rank.  Returns
-    ``(ms, err_all, errs_all)``: ``{side: ms or None}`` over ``all_sides``, each rank's relative
-    errors and each rank's error messages."""
+    time them (the module's law; ``args.prime``, where set, picks the per-launch figure).  ``errs``
+    collects ``{side: message}`` of this rank.  Returns ``(ms, err_all, errs_all)``: ``{side: ms or
+    None}`` over ``all_sides``, each rank's relative errors and each rank's error messages.
+    ``stats``, a dict, receives ``{"host_us": {side: µs}, "ms_all": {side: ms}, "ms_after_first":
+    {side: ms}}``: the host time per launch of the timed loop and both per-launch figures (each a
+    median over the rounds, max over ranks; None for a side not timed)."""
     import statistics
+    import time
 
     import torch
     import torch.distributed as dist
@@ -95,7 +104,8 @@ def check_and_time(args, all_sides, sides, ref, errs, rank, world, warmup=5, rep
     err_all = [None] * world
     dist.all_gather_object(err_all, err)
     timed = [s for i, s in enumerate(all_sides) if ok[i].item() == 1.0]
-    times = {s: [] for s in timed}
+    figures = {k: {s: [] for s in timed} for k in ("ms_all", "ms_after_first", "host_us")}
+    prime = getattr(args, "prime", False)
 
     def guarded(s, body):
         """Run ``body`` for side ``s``; if it raised on any rank, every rank drops the side."""
@@ -111,17 +121,24 @@ def check_and_time(args, all_sides, sides, ref, errs, rank, world, warmup=5, rep
             timed.remove(s)
 
     def block(s):
-        """One measured block: barrier, then ``iters`` back-to-back launches between CUDA events."""
+        """One measured block: barrier, then ``iters`` back-to-back launches, a CUDA event before the
+        first, after the first and after the last; the host's time over the launch loop."""
         fn, _, sync = sides[s]
         dist.barrier()
         torch.cuda.synchronize()
-        t0, t1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0, t1, t2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+        h = time.perf_counter()
         t0.record()
-        for _ in range(args.iters):
-            fn()
+        fn()
         t1.record()
+        for _ in range(args.iters - 1):
+            fn()
+        t2.record()
+        h = time.perf_counter() - h
         sync()
-        times[s].append(t0.elapsed_time(t1) / args.iters)
+        figures["ms_all"][s].append(t0.elapsed_time(t2) / args.iters)
+        figures["ms_after_first"][s].append(t1.elapsed_time(t2) / (args.iters - 1))
+        figures["host_us"][s].append(h / args.iters * 1e6)
 
     for s in list(timed):
         guarded(s, lambda: ([sides[s][0]() for _ in range(warmup)], sides[s][2]()))
@@ -130,9 +147,14 @@ def check_and_time(args, all_sides, sides, ref, errs, rank, world, warmup=5, rep
             guarded(s, lambda: block(s))
     errs_all = [None] * world
     dist.all_gather_object(errs_all, errs)
-    med = torch.tensor([statistics.median(times[s]) if s in timed else 0.0 for s in all_sides], device="cuda")
-    dist.all_reduce(med, op=dist.ReduceOp.MAX)    # a collective is as slow as its slowest rank
-    return {s: med[i].item() if s in timed else None for i, s in enumerate(all_sides)}, err_all, errs_all
+    out = {}
+    for key, by_side in figures.items():
+        med = torch.tensor([statistics.median(by_side[s]) if s in timed else 0.0 for s in all_sides], device="cuda")
+        dist.all_reduce(med, op=dist.ReduceOp.MAX)    # a collective is as slow as its slowest rank
+        out[key] = {s: med[i].item() if s in timed else None for i, s in enumerate(all_sides)}
+    if stats is not None:
+        stats.update(out)
+    return out["ms_after_first" if prime else "ms_all"], err_all, errs_all
 
 
 def side_outcomes(args, all_sides, err_all, errs_all, ms=None, unbuilt=()):
@@ -162,9 +184,11 @@ def figure_row(args, all_sides, rank, ms, err_all, errs_all, unbuilt, flops, rou
 
 def timing_text(args, warmup, repeats):
     """How :func:`check_and_time` timed, for the JSON."""
+    first = ("over the launches after the first (primed: the first launch's host latency is not timed)"
+             if getattr(args, "prime", False) else "over all launches from the first event (the first launch's host latency timed)")
     return (f"CUDA events around {args.iters} back-to-back launches after {warmup} warm-ups; dist.barrier + "
-            f"synchronize before each block; sides interleaved; {repeats} repeats; per-launch ms = median over "
-            "repeats per rank, max over ranks; no L2 flush; multicast off")
+            f"synchronize before each block; sides interleaved; {repeats} repeats; per-launch ms {first} = median "
+            "over repeats per rank, max over ranks; no L2 flush; multicast off")
 
 
 #: the folder, beside a benchmark's artifacts, of the ``torch.ops.axe`` artifacts its non-fused sides
@@ -318,10 +342,10 @@ def goal(rows):
                     "shape; at M = 8192 the fused kernel within 3% of bare", "met": not miss, "misses": miss}
 
 
-def launch(args, shapes, run_shape, report, pool_bytes):
+def launch(args, shapes, run_shape, report, pool_bytes, heap_for=("axe",)):
     """The torchrun entry: one process per GPU; the symm_mem ops registered, axe's symmetric heap of
-    ``pool_bytes``; ``run_shape(args, *shape, rank, world, heap, group_name, setup_err)`` per shape;
-    rank 0 reports."""
+    ``pool_bytes`` (where a side of ``heap_for`` is selected; its failure is ``setup_err["axe"]``);
+    ``run_shape(args, *shape, rank, world, heap, group_name, setup_err)`` per shape; rank 0 reports."""
     import datetime
 
     import torch
@@ -342,7 +366,7 @@ def launch(args, shapes, run_shape, report, pool_bytes):
                 getattr(symm, "enable_symm_mem_for_group", lambda g: None)(group_name)
         except Exception as e:
             setup_err["symm_mem"] = why(e, rank, "setup: ")
-    if "axe" in args.sides:
+    if set(heap_for) & set(args.sides):
         try:
             from axe.runtime.symmetric import SymmetricHeap
             heap = SymmetricHeap(pool_bytes=pool_bytes)
@@ -356,9 +380,10 @@ def launch(args, shapes, run_shape, report, pool_bytes):
     return 0
 
 
-def cli(argv, doc, sides, ms, bench, build, run):
+def cli(argv, doc, sides, ms, bench, build, run, prime=False):
     """Parse ``build`` / ``run`` command lines (no torch needed) and dispatch; ``bench``: the
-    benchmark's name (artifact folder ``.carry/<bench>_bench``, JSON ``<bench>-<date>-<device>-w<W>.json``)."""
+    benchmark's name (artifact folder ``.carry/<bench>_bench``, JSON ``<bench>-<date>-<device>-w<W>.json``);
+    ``prime``: the default of ``--prime`` (the module's timing law)."""
     import argparse
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
@@ -370,7 +395,9 @@ def cli(argv, doc, sides, ms, bench, build, run):
     r = sub.add_parser("run", help="check and time the sides (under torchrun on the GPU machine, no TVM)")
     r.add_argument("--artifacts", default=os.path.join(root, ".carry", f"{bench}_bench"))
     r.add_argument("--json", default=None, help=f"default benchmarks/results/{bench}-<date>-<device>-w<W>.json")
-    r.add_argument("--iters", type=int, default=20, help="launches per measured block")
+    r.add_argument("--iters", type=int, default=20, help="launches per measured block (at least 2)")
+    r.add_argument("--prime", action=argparse.BooleanOptionalAction, default=prime,
+                   help="per-launch ms over the launches after each block's first (the module's timing law)")
     r.add_argument("--sides", nargs="+", choices=sides, default=list(sides))
     for p in (b, r):
         # not --m: torchrun reads an abbreviation of its own options in it, even after the script
@@ -378,6 +405,8 @@ def cli(argv, doc, sides, ms, bench, build, run):
         p.add_argument("--only", nargs="+", default=None, metavar="NAME",
                        help="model names, NxK or artifact names (e.g. Llama-3.1-8B 4096x14336)")
     args = ap.parse_args(argv)
+    if args.mode == "run" and args.iters < 2:
+        ap.error(f"--iters must be at least 2 (a block times the launches after its first), got {args.iters}")
     if args.mode == "build":
         args.world = args.world or [2]
         return build(args)

@@ -16,10 +16,13 @@ figures (``axe_pick``, ``tuned``) and the op's own choice here and its time (``o
 
 Every side is checked before it is timed: fresh random data (randn × 0.5), outputs poisoned with
 NaN, reference = fp32 partials all-reduced (``bare``: the local fp32 partial), max abs err / max
-abs ref < 2e-2; a side failing on any rank is reported and not timed.  Timing: CUDA events around
-``--iters`` back-to-back launches after 5 warm-ups, ``dist.barrier()`` + synchronize before each
-block, sides interleaved per repeat, 5 repeats; per-launch ms = median over the repeats on each
-rank, then max over ranks.  No L2 flush, for any side.  NVLink multicast is kept off (env below).
+abs ref < 2e-2; a side failing on any rank is reported and not timed.  Timing (:mod:`dist_bench`'s
+law, primed by default): ``--iters`` back-to-back launches after 5 warm-ups, ``dist.barrier()`` +
+synchronize before each block, sides interleaved per repeat, 5 repeats; per-launch ms over the
+launches after each block's first (``--no-prime``: over all, the first launch's host latency
+included; each row keeps both, ``ms_all``, and the host time per launch, ``host_us``) = median over
+the repeats on each rank, then max over ranks.  No L2 flush, for any side.  NVLink multicast is kept
+off (env below).
 
 Usage: ``.venv/bin/python benchmarks/gemm_rs.py build --world 2 4 [--rows 128 8192] [--diagnostics] [--out DIR]``
 (CPU machine; the diagnostic sides' artifacts only with ``--diagnostics``);
@@ -168,26 +171,38 @@ def make_sides(sel, a, w, rank, world, M, n, heap, artifact, group_name, setup_e
     return {s: v for s, v in sides.items() if s in sel and s not in errs}, errs, unbuilt
 
 
-def run_shape(args, model, M, n, k, rank, world, heap, group_name, setup_err):
-    """Check, then time every selected side on one shape; returns the JSON row (the same on all ranks)."""
+def problem(M, n, kl, rank, world, local, scattered):
+    """This rank's inputs — A (M × ``kl``) and the weight W (``n`` × ``kl``), bf16, fresh randn × 0.5
+    seeded by the rank — and the fp32 references: ``{side: A·Wᵀ}`` for the sides ``local`` (the
+    local partial) and ``{side: rows rank·M/w .. of Σ_ranks A·Wᵀ}`` for ``scattered`` (collective)."""
     import torch
     import torch.distributed as dist
-    kl, ml, name = k // world, M // world, artifact_name(world, M, n, k)
     torch.manual_seed(1000 + rank)
     a = (torch.randn(M, kl, device="cuda") * 0.5).to(torch.bfloat16)
     w = (torch.randn(n, kl, device="cuda") * 0.5).to(torch.bfloat16)
     part = a.float() @ w.float().t()
-    ref = {"bare": part.clone(), "axe_gemm": part.clone()}
-    dist.all_reduce(part)
-    ref.update({s: part[rank * ml:(rank + 1) * ml]
-                for s in ("nccl", "symm_mem", "axe", "axe_regs", "axe_rows", "axe_nccl", "axe_bulk")})
+    ref = {s: part for s in local}
+    total = part.clone()
+    dist.all_reduce(total)
+    ml = M // world
+    ref.update({s: total[rank * ml:(rank + 1) * ml] for s in scattered})
+    return a, w, ref
+
+
+def run_shape(args, model, M, n, k, rank, world, heap, group_name, setup_err):
+    """Check, then time every selected side on one shape; returns the JSON row (the same on all ranks)."""
+    import torch
+    kl, name = k // world, artifact_name(world, M, n, k)
+    a, w, ref = problem(M, n, kl, rank, world, ("bare", "axe_gemm"),
+                        ("nccl", "symm_mem", "axe", "axe_regs", "axe_rows", "axe_nccl", "axe_bulk"))
     sides, errs, unbuilt = make_sides(args.sides, a, w, rank, world, M, n, heap, os.path.join(args.artifacts, name),
                                       group_name, setup_err)
-    ms, err_all, errs_all = check_and_time(args, SIDES, sides, ref, errs, rank, world, WARMUP, REPEATS, TOL)
-    del part, ref
+    stats = {}
+    ms, err_all, errs_all = check_and_time(args, SIDES, sides, ref, errs, rank, world, WARMUP, REPEATS, TOL, stats)
+    del ref
     row = dist_bench.figure_row(args, SIDES, rank, ms, err_all, errs_all, unbuilt, 2.0 * M * n * kl, REPEATS,
                                 op="matmul_reduce_scatter", model=model, M=M, N=n, K=k, K_local=kl, world=world,
-                                artifact=name)
+                                artifact=name, ms_all=stats["ms_all"], host_us=stats["host_us"])
     del sides, a, w
     torch.cuda.empty_cache()
     return row
@@ -230,7 +245,7 @@ def report(args, rows, world):
 def main(argv=None):
     """``build`` (CPU machine) or ``run`` (under torchrun on the GPU machine)."""
     return dist_bench.cli(argv, __doc__, SIDES, MS, "gemm_rs", build,
-                          lambda args: dist_bench.launch(args, shapes, run_shape, report, POOL_BYTES))
+                          lambda args: dist_bench.launch(args, shapes, run_shape, report, POOL_BYTES), prime=True)
 
 
 if __name__ == "__main__":

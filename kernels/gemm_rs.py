@@ -29,9 +29,9 @@ tile:
   stores the sum with TMA.
 
 Every wait on a peer is bounded by the mesh timeout and is inline code, not a function call (a
-call made ptxas ignore ``setmaxnreg``, C7507); the forwarding warps copy their half-tile 8 rows per
-iteration of a rolled loop so that it fits the producer warpgroup's 40 registers.  The default
-build has no spills.
+call made ptxas ignore ``setmaxnreg``, C7507); the forwarding warps copy their half-tile 4 rows per
+iteration of a rolled loop so that it fits the producer warpgroup's 56 registers (``rs_regs``; the
+consumers keep 224).  The default build has no spills.
 
 ``rs_push="bulk"`` lets the consumers' bulk copies write the peer tiles straight into the owner's
 memory instead: simpler, but the transfer then sits on the consumers' path (every CTA finishes its
@@ -53,7 +53,7 @@ from kernels.parts import CompositionError, Problem, compose
 from kernels.parts.epilogues.reduce_scatter import ReduceScatter
 from kernels.parts.epilogues.store import ChunkedStore
 from kernels.parts.schedulers.owner_rows import OwnerRows
-from kernels.parts.schedulers.owners import OwnerOrder
+from kernels.parts.schedulers.owners import ORDERS, OwnerOrder
 from kernels.parts.schedulers.stream_k import StreamKSchedule
 from kernels.tp_shapes import gemm_rs_fits
 
@@ -72,42 +72,53 @@ def reference(A_parts, B_parts, world, b_major="col"):
 A_READS = {"owners": OwnerOrder, "rows": OwnerRows}
 
 
-def parts(problem, cfg, world, rs_comm, rs_push, rs_add="chunks", rs_a="owners"):
-    """``(scheduler, mainloop, epilogue)``: the owners' order (reading A as :data:`A_READS` says),
-    :func:`kernels.gemm.mainloop`'s sm_90a mainloop, the reduce-scatter epilogue over its chunked
-    store; composed, so a configuration that cannot work (stream-K, CTA pairs, ping-pong, 2-D boxes
-    over ragged owners) is refused naming the parts."""
+def parts(problem, cfg, world, rs_comm, rs_push, rs_add="chunks", rs_a="owners", rs_regs=None, rs_order="owners"):
+    """``(scheduler, mainloop, epilogue)``: the owners' order (reading A as :data:`A_READS` says, its
+    segments in ``rs_order``), :func:`kernels.gemm.mainloop`'s sm_90a mainloop, the reduce-scatter
+    epilogue over its chunked store (its producer warpgroup given ``rs_regs`` registers); composed,
+    so a configuration that cannot work (stream-K, CTA pairs, ping-pong, 2-D boxes over ragged
+    owners) is refused naming the parts."""
     main = gemm.mainloop(problem, cfg, "wgmma")
     if cfg.stream_k:
         sched = StreamKSchedule(problem.M, problem.N, cfg.bm, cfg.bn, cfg.ctas, cfg.band, main.k_iters, gemm.HALF, cfg.bn)
     else:
-        sched = A_READS[rs_a](problem.M, problem.N, cfg.bm, cfg.bn, cfg.ctas, cfg.band, world, stack=cfg.cluster)
+        sched = A_READS[rs_a](problem.M, problem.N, cfg.bm, cfg.bn, cfg.ctas, cfg.band, world, stack=cfg.cluster,
+                              order=rs_order)
     store = ChunkedStore(main, sched, problem.dtype, cfg.epilogue or gemm.EPILOGUE["wgmma"], cfg.epilogue_bufs)
     epi = ReduceScatter(store, sched, problem.M, problem.K, problem.N, world, problem.b_major, problem.b_shape,
-                        rs_comm, rs_push, rs_add)
+                        rs_comm, rs_push, rs_add, rs_regs)
     return compose(sched, main, epi)
 
 
 def make(M, N, K, world, dtype="bfloat16", b_major="col", name=None, rs_comm=True, rs_push="forward", rs_add="chunks",
-         rs_a="owners", **config):
+         rs_a="owners", rs_regs=None, rs_order="owners", **config):
     """The fused kernel (an :class:`axe.lang.Kernel`) for global M × N × K on ``world`` GPUs;
     ``config``: :class:`kernels.gemm.Config`'s keywords; ``rs_push``: ``"forward"`` or ``"bulk"``;
     ``rs_add``: ``"chunks"`` or ``"registers"`` (how an owner adds the peers' partials: the epilogue's);
     ``rs_a``: ``"owners"`` or ``"rows"`` (how A's k-blocks are loaded: :data:`A_READS`);
+    ``rs_regs``: the producer warpgroup's registers, a multiple of 8 (None: 56 where its warps
+    forward, else the GEMM's 40; the two consumer warpgroups get the rest, at most 232 each);
     ``rs_comm=False`` / ``"nowait"``: the measurement aids (wrong results: nothing exchanged, or
-    pushed without the owners waiting)."""
+    pushed without the owners waiting); ``rs_order="raster"``: the owners' segments in row order on
+    every rank instead of each rank's own rows last, only with ``rs_comm=False`` (a measurement aid:
+    the plain GEMM's tile order)."""
     why = gemm_rs_fits(M, N, K, world)
     if why:
         raise ValueError(f"gemm_rs: {why}")
     gemm.check(M, N, K, dtype, b_major)
     if rs_a not in A_READS:
         raise ValueError(f"gemm_rs: rs_a must be one of {sorted(A_READS)}, got {rs_a!r}")
+    if rs_order not in ORDERS:
+        raise ValueError(f"gemm_rs: rs_order must be one of {list(ORDERS)}, got {rs_order!r}")
+    if rs_order != "owners" and rs_comm is not False:
+        raise ValueError(f"gemm_rs: rs_order={rs_order!r} is a measurement aid for rs_comm=False only (with an "
+                         "exchange, each rank's own rows come last so that the peers' partials arrive in time)")
     m, k = M // world, K // world        # each rank: its K slice of every owner's M/world rows
     cfg = gemm.Config.of(config, "gemm_rs")
     problem = Problem(m, N, k, dtype, b_major, a_shape=(world, m, k) if rs_a == "owners" else (world * m, k))
 
     def composed():
-        return parts(problem, cfg, world, rs_comm, rs_push, rs_add, rs_a)
+        return parts(problem, cfg, world, rs_comm, rs_push, rs_add, rs_a, rs_regs, rs_order)
     try:
         composed()
     except CompositionError as err:

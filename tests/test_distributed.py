@@ -353,3 +353,47 @@ def test_runtime_keeps_one_stream(rs_art):
     with pytest.raises(LaunchError, match=r"stream 0x20, but its earlier launches went to stream 0x10.*another DistKernel"):
         k._check_stream(0x20)
     assert k.epoch == 0
+
+
+def test_runtime_launches_every_epoch_through_one_plan(gemm_rs_art, monkeypatch):
+    """A DistKernel's launches of one signature differ in their epoch only: the arguments are bound
+    (checked, tensor maps encoded, a plan made) once, and launch n records exactly the launch of the
+    kernel's checked path given epoch n — every parameter byte, over a recording stand-in driver on
+    CPU tensors."""
+    import torch
+    from test_torch_plans import RecordingDriver
+
+    from axe.runtime import launcher
+    from axe.runtime.distributed import DistKernel
+    monkeypatch.setattr(launcher.Kernel, "device_type", "cpu")
+    monkeypatch.setattr(launcher, "_ensure_context", lambda driver, index: None)
+    monkeypatch.setattr(launcher, "_CACHE", {})
+    binds, bind = [], launcher.bind_arguments
+    monkeypatch.setattr(launcher, "bind_arguments", lambda *a, **kw: binds.append(1) or bind(*a, **kw))
+    params = gemm_rs_art.launch["params"]
+    width = {"tensormap": 128, "tensor": 8}
+    d = RecordingDriver([width.get(p["kind"]) or {"int32": 4, "int64": 8}[p["dtype"]] for p in params])
+    k = DistKernel(launcher.Kernel(gemm_rs_art, driver=d), _FakeHeap(2, rank=1), timeout=3.0)
+    A = (torch.randn(2000, 512) * 0.5).to(torch.bfloat16)
+    B = (torch.randn(1000, 512) * 0.5).to(torch.bfloat16)
+    C = torch.empty(1000, 1000, dtype=torch.bfloat16)
+    stream = 0x10
+    for _ in range(3):
+        k(A, B, C, stream=stream)
+    assert len(binds) == 1 and k.epoch == 3
+    planned = list(d.launches)
+    checked = []
+    for n in (1, 2, 3):
+        full = list(k.arguments(A, B, C))
+        full[k._epoch_at] = n
+        k.kernel(*full, stream=stream)
+        checked.append(d.launches[-1])
+    assert len(binds) == 4 and planned == checked
+    at = next(i for i, p in enumerate(params) if p["name"] == k.dist["runtime"]["epoch"])
+    assert [launch[5][at] for launch in planned] == [n.to_bytes(4, "little") for n in (1, 2, 3)]
+    C2 = torch.empty(1000, 1000, dtype=torch.bfloat16)      # another output tensor: the same plan, moved
+    k(A, B, C2, stream=stream)
+    full = list(k.arguments(A, B, C2))
+    full[k._epoch_at] = 4
+    k.kernel(*full, stream=stream)
+    assert len(binds) == 5 and d.launches[-2] == d.launches[-1] and d.launches[-1][5] != planned[-1][5]

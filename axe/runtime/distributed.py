@@ -7,7 +7,8 @@ A distributed kernel (built with ``Ax.mesh`` / ``Ax.dtensor``) carries its signa
 :class:`DistKernel` checks the caller's arguments against that signature **before** launching —
 a mismatch names the parameter, the mesh dimension and both layouts — fills the runtime
 parameters, counts launches (the epoch every signal carries; all ranks must launch the same
-kernel the same number of times), and turns a wait that timed out on the GPU into a
+kernel the same number of times), launches each call signature through one launch plan (checked
+once, its epoch rewritten per launch), and turns a wait that timed out on the GPU into a
 :class:`PeerTimeoutError` naming the rank that did not arrive and the signal.
 
 Only torch and ``cuda.bindings`` are imported, lazily; TVM never is.
@@ -15,6 +16,7 @@ Only torch and ``cuda.bindings`` are imported, lazily; TVM never is.
 
 from __future__ import annotations
 
+import ctypes
 from math import prod
 
 from .launcher import Kernel, LaunchError
@@ -147,6 +149,11 @@ class DistKernel:
         self.epoch = 0
         self.failed = None
         self._stream = None     # the CUstream handle of the first launch; every later one must match
+        #: the kernel parameters that carry the epoch (a scalar passed as is: rewritable in a plan)
+        self._epoch_params = [i for i, p in enumerate(self.launch["params"])
+                              if p["kind"] == "scalar" and p.get("value") == rt["epoch"]]
+        self._epoch_at = next(i for i, a in enumerate(self.launch["args"]) if a["name"] == rt["epoch"])
+        self._plans = {}        # signature key (epoch left out) -> (LaunchPlan, the ctypes values of its epoch)
 
     def _nvshmem_module_init(self):
         """Load the cubin (linked with NVSHMEM's device library at build) and let NVSHMEM set up
@@ -206,7 +213,8 @@ class DistKernel:
         return tuple(out)
 
     def __call__(self, *args, stream=None, check: bool = False):
-        """Check and launch; ``check=True`` also synchronizes and raises on a timed-out wait."""
+        """Check and launch (through the signature's launch plan: :meth:`_launch`); ``check=True``
+        also synchronizes and raises on a timed-out wait.  Returns the plan launched through."""
         if self.failed:
             raise PeerTimeoutError(f"{self.name}: an earlier launch failed ({self.failed}); the ranks' launch "
                                    "counts no longer agree — recreate the kernel on every rank")
@@ -220,13 +228,44 @@ class DistKernel:
                       if isinstance(stream, torch.cuda.Stream)
                       else torch.cuda.ExternalStream(int(getattr(stream, "cuda_stream", stream)), device=self.device))
             self._stage.before({a["name"]: v for a, v in zip(self.launch["args"], full)}, self.epoch + 1, caller)
-        bound = self.kernel(*full, stream=stream)
+        plan = self._launch(full, stream)
         if self._stage is not None:
             self._stage.after(caller)
         self.epoch += 1
         if check:
             self.synchronize()
-        return bound
+        return plan
+
+    def _launch(self, full, stream):
+        """Launch ``full`` (:meth:`arguments`' tuple) through the :class:`~axe.runtime.plan.LaunchPlan`
+        of its signature with the epoch slot rewritten; returns the plan.
+
+        The epoch changes at every launch, and the kernel's checked path keys its plans by every
+        scalar, so a launch through it would re-run every check, re-encode every tensor map and make
+        a new plan each time.  Law: the launch is the one ``self.kernel(*full)`` makes — the plan
+        was made by that path from a call of the same signature (tensors' dtypes, shapes, strides,
+        devices; scalars other than the epoch equal) with epoch 0, a value no launch passes (epochs
+        count from 1), and only the epoch's parameter bytes are written anew (the driver copies the
+        parameters at launch, so rewriting them after a launch returns cannot change it).  An
+        artifact that passes the epoch through an expression takes the checked path every time."""
+        import torch
+        raw = None if stream is None else int(getattr(stream, "cuda_stream", stream))
+        if not self._epoch_params:
+            self.kernel(*full, stream=raw)
+            return None
+        key = tuple((v.dtype, tuple(v.shape), v.stride(), v.device) if isinstance(v, torch.Tensor) else (type(v), v)
+                    for i, v in enumerate(full) if i != self._epoch_at)
+        got = self._plans.get(key)
+        if got is None:
+            fixed = full[:self._epoch_at] + (0,) + full[self._epoch_at + 1:]
+            plan = self.kernel.plan(*fixed, stream=raw)
+            values = {ctypes.addressof(c): c for c in plan.pack._keep if isinstance(c, ctypes._SimpleCData)}
+            got = self._plans[key] = (plan, [values[plan.pack.array[i]] for i in self._epoch_params])
+        plan, slots = got
+        for c in slots:
+            c.value = full[self._epoch_at]
+        plan(tuple(int(v.data_ptr()) for v in full if isinstance(v, torch.Tensor)), raw)
+        return plan
 
     def _check_stream(self, stream):
         """Launches of one DistKernel share its signals, epochs and symmetric scratch, which are

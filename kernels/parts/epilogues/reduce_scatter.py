@@ -34,6 +34,9 @@ HALF = 64               # rows per consumer warpgroup
 FWD_ROWS = 4            # rows a forwarding warp copies per loop iteration (4 × 16 B per lane)
 BATCH = 4               # of them in flight per lane: all loaded before the first store
 PUSH_REGS = 56          # the producer warpgroup's registers when its warps forward (40 spilled the batch)
+#: the producer warpgroup's registers a build may ask for (``setmaxnreg`` takes multiples of 8 from 24;
+#: the consumers get the rest of the SM's registers, at most 232)
+REGS = range(24, 129, 8)
 
 
 class _Distributed:
@@ -50,15 +53,20 @@ class _Distributed:
 
 class ReduceScatter:
     """Push peer tiles to their owners, add the peers' partials into own tiles (the module's law);
-    ``inner``: the chunked store it sends and stores through."""
+    ``inner``: the chunked store it sends and stores through; ``regs``: the producer warpgroup's
+    registers (:data:`REGS`; None: :data:`PUSH_REGS` where its warps forward, else the store's)."""
 
     hands_over = False
 
-    def __init__(self, inner, sched, M, K, N, world, b_major, b_shape, comm=True, push="forward", add="chunks"):
+    def __init__(self, inner, sched, M, K, N, world, b_major, b_shape, comm=True, push="forward", add="chunks",
+                 regs=None):
         if push not in ("forward", "bulk"):
             raise ValueError(f"gemm_rs: push must be 'forward' or 'bulk', got {push!r}")
         if add not in ("chunks", "registers"):
             raise ValueError(f"gemm_rs: add must be 'chunks' or 'registers', got {add!r}")
+        if regs is not None and regs not in REGS:
+            raise ValueError(f"gemm_rs: regs (the producer warpgroup's registers) must be a multiple of 8 from "
+                             f"{REGS[0]} to {REGS[-1]}, got {regs!r}")
         self.inner, self.sched = inner, sched
         self.M, self.K, self.N, self.world, self.b_major, self.b_shape = M, K, N, world, b_major, b_shape
         self.comm, self.push, self.add = comm, push, add
@@ -71,7 +79,8 @@ class ReduceScatter:
         # the forwarding warps push whenever anything is exchanged: also under "nowait", which only
         # leaves out the owners' waits
         self.forwards = push == "forward" and comm in (True, "nowait")
-        self.producer_regs = PUSH_REGS if self.forwards else inner.producer_regs
+        # ``regs`` given: that split whatever the build (the register split measured on its own)
+        self.producer_regs = regs or (PUSH_REGS if self.forwards else inner.producer_regs)
 
     m_maps = ()
 
@@ -156,7 +165,7 @@ class ReduceScatter:
             p, n_blk = sched.coords(dist.cid, it)
             seg, j = sched.segment(p)
             owner = sched.owner(me, seg)
-            with Ax.guard(seg < world - 1):
+            with Ax.guard(sched.peer(me, seg)):
                 with Ax.guard(lead):
                     Ax.cuda.counter_wait(dist.F, dist.cid * 2 + wg, done[0] + 1)
                 T.evaluate(T.cuda.warp_sync())
@@ -196,7 +205,7 @@ class ReduceScatter:
         me = mesh.rank
         owner = sched.owner(me, seg)
         if not self.comm:     # the measurement aid: every epilogue local, nothing exchanged
-            with IRB.If(seg < world - 1):
+            with IRB.If(sched.peer(me, seg)):
                 with IRB.Then():
                     tile(acc, out, pool, C, wg, leader, j, n_blk, dest=lambda row, n0:
                          Pl[me * rows + row:me * rows + row + HALF, n0:n0 + e])
@@ -204,7 +213,7 @@ class ReduceScatter:
                     tile(acc, out, pool, C, wg, leader, j, n_blk)
             return
         self.end(dist, wg, leader)
-        with IRB.If(seg < world - 1):
+        with IRB.If(sched.peer(me, seg)):
             with IRB.Then():
                 tile(acc, out, pool, C, wg, leader, j, n_blk, dest=lambda row, n0: (
                     P[owner, me, row:row + HALF, n0:n0 + e] if self.push == "bulk" else

@@ -20,11 +20,11 @@ class OwnerRows(OwnerOrder):
 
     a_lead = ()
 
-    def __init__(self, M, N, bm, bn, ctas, group, world, stack=1):
+    def __init__(self, M, N, bm, bn, ctas, group, world, stack=1, order="owners"):
         if M % bm:
             raise CompositionError(f"{self.name} scheduler reading A by rows: each owner's {M} rows must be a "
                                    f"multiple of the {bm}-row tile (else a 2-D box runs into the next owner's rows)")
-        super().__init__(M, N, bm, bn, ctas, group, world, stack)
+        super().__init__(M, N, bm, bn, ctas, group, world, stack, order)
 
     def a_region(self, A, m_blk, kb, rows, depth, mesh=None):
         """A's k-block ``kb`` of the owner's row block that scheduled block-row ``m_blk`` names: the
