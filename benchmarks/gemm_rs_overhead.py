@@ -209,12 +209,12 @@ def report(args, rows, world):
     print(f"\n{date}  {dev} x{world}  torch {torch.__version__}  cuda {torch.version.cuda}  -> {path}")
     print("ms per launch (" + ("after each block's first launch" if args.prime else "from the first launch") +
           "); host µs per launch in brackets")
-    print(f"{'model':15s} " + " ".join(f"{s:>19s}" for s in SIDES))
-    for r in rows:
-        print(f"{r['model']:15s} " + " ".join(
-            f"{f(r['ms'][s], '.3f'):>7s} [{f(r['host_us'][s], '6.0f'):>6s}] {f(r['ms_all'][s], '.3f'):>4s}"
-            if r["ms"][s] else f"{r['status'][s]:>19s}" for s in SIDES))
-    print("(each cell: ms, [host µs], ms from the first launch)\npairs, % (later over earlier; primed / from the first launch):")
+    print(f"{'side':13s} " + " ".join(f"{r['model']:>22s}" for r in rows) + "   (each cell: ms [host µs] ms from the first launch)")
+    for s in SIDES:
+        print(f"{s:13s} " + " ".join(
+            f"{f(r['ms'][s], '.3f'):>6s} [{f(r['host_us'][s], '.0f'):>5s}] {f(r['ms_all'][s], '.3f'):>6s}"
+            if r["ms"][s] else f"{r['status'][s]:>22s}" for r in rows))
+    print("pairs, % (later over earlier; primed / from the first launch):")
     for key in rows[0]["pairs"] if rows else ():
         print(f"  {key:38s} " + "  ".join(f"{r['model']} {f(r['pairs'][key], '+.1f')}/{f(r['pairs_all'][key], '+.1f')}"
                                             for r in rows))
