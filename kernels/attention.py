@@ -62,6 +62,11 @@ from kernels.parts.fragments import coords, registers_of
 from kernels.parts.online_softmax import OnlineSoftmax
 
 DTYPES = ("bfloat16", "float16")
+#: how the consumers mask a tile the diagonal or the sequence's end crosses: ``element`` compares
+#: every score's key with its row and the end and selects −∞ (:func:`_mask`: ALU-pipe compares and
+#: selects); ``block`` leaves alone the 64-key blocks every row keeps whole and moves each score of
+#: the others below every finite score with two FMA-pipe instructions (:func:`_mask_by_block`)
+MASKS = ("element", "block")
 HEAD_DIMS = (64, 128)
 #: a per-row value over wgmma's D fragment: lane l of warp w holds rows 16w + l//4 and + 8, and the
 #: four lanes of a quad hold the same rows
@@ -85,11 +90,14 @@ def _sm100_body(p, cfg):
 
 #: what differs per target: the form of the body — for sm_90a its tiling (key tile ``bn`` per head
 #: size, ring ``stages``, consumer warpgroups of 64 query rows, producer registers, the consumers'
-#: loop; the named variant that replaces some of them by default per head size and mask), for trn1
-#: the NKI body and what it cannot take — and, for a target this source cannot serve, why
+#: loop, the mask (:data:`MASKS`), whether the consumers broadcast their warpgroup index from lane 0
+#: (``wg_broadcast``: :class:`_Consumer`); the named variant that replaces some of them by default per
+#: head size and mask), for trn1 the NKI body and what it cannot take — and, for a target this source
+#: cannot serve, why
 TARGETS = {
     "sm_90a": dict(form="wgmma", bn={64: 128, 128: 128}, stages=2, consumers=2, producer_regs=40, schedule="simple",
-                   persistent=False, section=None, default=attention_variants.default),
+                   persistent=False, section=None, mask="element", wg_broadcast=False,
+                   default=attention_variants.default),
     "trn1": dict(form="nki", limits=_trn1_limits, body=_trn1_body),
     "trn2": dict(form="nki", limits=_trn1_limits, body=_trn1_body),      # the same body, respelled for nki.*
     "sm_100a": dict(form="tcgen05", bn={64: 128, 128: 128}, stages=2, body=_sm100_body),
@@ -147,6 +155,10 @@ class Hopper:
             raise ValueError(f"attention: consumers must be 1..3 warpgroups and stages >= 1, got "
                              f"{self.consumers} and {self.stages}")
         self.bm = ROWS * self.consumers
+        self.mask = cfg.get("mask", "element")
+        if self.mask not in MASKS:
+            raise ValueError(f"attention: mask must be one of {MASKS}, got {self.mask!r}")
+        self.wg_broadcast = bool(cfg.get("wg_broadcast", False))
         self.persistent = bool(cfg["persistent"])
         self.producer_regs = cfg["producer_regs"]
         self.consumer_regs = min(240, (65536 // 128 - self.producer_regs) // self.consumers // 8 * 8)
@@ -193,6 +205,78 @@ def _mask(s_acc, width, row0, col0, seq_kv, causal, tid):
         if causal:
             ok = T.And(ok, key <= row0 + row)
         IRB.buffer_store(flat, T.if_then_else(ok, flat[r], T.float32(-math.inf)), [r])
+
+
+def mask_blocks(layout, width, block=ROWS, threads=128):
+    """The registers of a (64 rows, ``width`` keys) accumulator by key block of ``block`` columns:
+    ``[(first column, columns, [(register, row offset, column offset)])]``, where a register's
+    ``(row, col)`` is its offsets plus its thread's (:func:`kernels.parts.fragments.coords` is a sum of
+    a register part and a thread part: the offsets are ``coords(r, tx=0)``).  Law: every element of
+    a register lies, for every thread, inside the register's block (checked by enumerating the
+    ``threads``; a layout where it does not is refused)."""
+    shape = (ROWS, width)
+    out = [(b0, min(block, width - b0), []) for b0 in range(0, width, block)]
+    for r in range(registers_of(layout, shape)):
+        row, col = coords(layout, shape, r, 0)
+        cols = {coords(layout, shape, r, t)[1] // block for t in range(threads)}
+        if cols != {col // block}:
+            raise ValueError(f"attention: register {r} of the {shape} accumulator spans key blocks {sorted(cols)} of "
+                             f"{block} columns across threads; the block mask needs each register in one block")
+        out[col // block][2].append((r, row, col))
+    return out
+
+
+#: ``sat(a − b)`` in one instruction (``FADD.SAT``: 0 where a <= b, 1 where a >= b + 1 for integers)
+_SAT_SUB = ("__forceinline__ __device__ float axe_sat_sub(float a, float b) {\n"
+            "  float r;\n  asm(\"sub.sat.f32 %0, %1, %2;\" : \"=f\"(r) : \"f\"(a), \"f\"(b));\n  return r;\n}\n")
+#: what a masked score becomes in the ``block`` mask: below every finite score, and ``exp2`` of it
+#: times any ``c = scale·log2 e`` above 1e-36, less a finite running max, is 0
+MASKED = -3e38
+
+
+def block_bound(lo, rr, row0, row_t, col_t, seq_kv, ragged, causal, minimum):
+    """The largest column offset (within the block starting at key ``lo``) that register row offset
+    ``rr`` of a thread with parts ``(row_t, col_t)`` keeps: key ``lo + cc + col_t`` of row ``row0 + rr
+    + row_t`` is kept iff ``cc <= bound`` (before ``seq_kv`` if ``ragged``; causal, at most the row).
+    Ints or TIR (``minimum``: ``min`` or ``T.min``)."""
+    b = seq_kv - 1 - lo - col_t if ragged else None
+    if causal:
+        c = row0 + row_t + rr - lo - col_t
+        b = c if b is None else minimum(b, c)
+    return b
+
+
+def block_whole(lo, w, row0, seq_kv, ragged, causal):
+    """The conditions under which every row of the warpgroup (rows ``row0 …``) keeps every key of the
+    block ``lo … lo + w − 1`` (all must hold; none: the block never needs a mask).  Ints or TIR."""
+    return ([lo + w <= seq_kv] if ragged else []) + ([lo + w - 1 <= row0] if causal else [])
+
+
+def _mask_by_block(s_acc, width, row0, col0, seq_kv, causal, tid):
+    """:func:`_mask`'s result on finite scores, without a compare or a select per score: blocks of 64
+    keys that every row of the warpgroup keeps (:func:`block_whole`) are left alone; in the others,
+    register ``(rr, cc)`` (offsets in its block, :func:`mask_blocks`) becomes ``s + MASKED·sat(cc −
+    bound[rr])`` — ``s`` itself where ``cc <= bound`` (:func:`block_bound`, converted to float once per
+    block and row offset), at most :data:`MASKED` where not — two instructions of the FMA pipe.  Every
+    row keeps key 0, so its running max is finite from the first tile on and a ``MASKED`` score's
+    ``exp2`` is 0 exactly as −∞'s.  ``seq_kv``'s term is left out where it cannot bite (``seq_kv`` a
+    multiple of the tile)."""
+    flat = s_acc.flat()
+    ragged = seq_kv % width != 0
+    row_t, col_t = coords(s_acc.layout, (ROWS, width), 0, tid)
+    for b0, w, regs in mask_blocks(s_acc.layout, width):
+        lo = col0 + b0
+        whole = block_whole(lo, w, row0, seq_kv, ragged, causal)
+        if not whole:
+            continue
+        with Ax.guard(T.Not(whole[0] if len(whole) == 1 else T.And(*whole))):
+            bound = {rr: Ax.computed_once(T.Cast("float32", block_bound(lo, rr, row0, row_t, col_t, seq_kv, ragged,
+                                                                        causal, T.min)), "float32")
+                     for rr in sorted({rr for _, rr, _ in regs})}
+            for r, rr, cc in regs:
+                drop = T.cuda.func_call("axe_sat_sub", T.float32(cc - b0), bound[rr], source_code=_SAT_SUB,
+                                        return_type="float32")
+                IRB.buffer_store(flat, drop * T.float32(MASKED) + flat[r], [r])
 
 
 class _QSlots:
@@ -275,6 +359,11 @@ class _Consumer:
         p, bn, D = h.p, h.bn, h.p.head_dim
         self.h, self.pool, self.kpipe, self.vpipe, self.qempty = h, pool, kpipe, vpipe, qempty
         self.wg = Ax.cuda.warpgroup_index()
+        if h.wg_broadcast:
+            # lane 0's value to the whole warp: ptxas then knows the index is warp-uniform and builds the
+            # wgmma descriptors of this warpgroup's Q slot (and what follows from them) on the uniform
+            # datapath, not per thread on the ALU pipe
+            self.wg = Ax.computed_once(T.tvm_warp_shuffle(T.uint32(0xFFFFFFFF), self.wg, 0, 32, 32))
         self.leader, self.tid = tx_ % 128 == 0, tx_ % 128
         self.s = Ax.registers((ROWS, bn), "float32", Ax.cuda.wgmma_fragment(bn, "tx"), name="s_acc")
         self.p = Ax.registers((ROWS, bn), p.dtype, Ax.cuda.wgmma_fragment(bn, "tx"), name="p_reg")
@@ -307,13 +396,15 @@ class _Consumer:
         self.kpipe.release(self.base + j, pred=self.leader)
 
     def softmax(self, j):
-        """Mask where the tile holds keys past the end or (causal) past a row; P = exp2(c·S − m)."""
+        """Mask where the tile holds keys past the end or (causal) past a row (:data:`MASKS`: by
+        element or by 64-key block); P = exp2(c·S − m)."""
         p, bn = self.h.p, self.h.bn
         need = (j + 1) * bn > p.seq_kv
         if p.causal:
             need = T.Or(need, (j + 1) * bn - 1 > self.row0)
+        mask = _mask if self.h.mask == "element" else _mask_by_block
         with Ax.guard(need):
-            _mask(self.s, bn, self.row0, j * bn, p.seq_kv, p.causal, self.tid)
+            mask(self.s, bn, self.row0, j * bn, p.seq_kv, p.causal, self.tid)
         self.sm.update(self.s)
 
     def to_p(self):
@@ -542,10 +633,11 @@ def reference(Q, K, V, causal=False, scale=None):
     return {"O": o.transpose(1, 2)}
 
 
-def online_softmax_reference(q, k, v, causal=False, scale=None, bm=64, bn=128):
+def online_softmax_reference(q, k, v, causal=False, scale=None, bm=64, bn=128, masked=-math.inf):
     """The tiled online softmax the GPU body runs, in NumPy (float64): query tiles of ``bm`` rows,
     key tiles of ``bn``, running max in log2 units and rescaled sums; ``q`` (Sq, D), ``k``/``v``
-    (Skv, D).  Returns ``(O, LSE)``."""
+    (Skv, D); a masked score becomes ``masked`` (−∞, or the ``block`` mask's :data:`MASKED`).
+    Returns ``(O, LSE)``."""
     import numpy as np
     Sq, D = q.shape
     Skv = k.shape[0]
@@ -569,7 +661,7 @@ def online_softmax_reference(q, k, v, causal=False, scale=None, bm=64, bn=128):
             ok = cols[None, :] < Skv
             if causal:
                 ok = ok & (cols[None, :] <= rows[:, None])
-            s = np.where(ok, s, -np.inf)
+            s = np.where(ok, s, masked)
             m_new = np.maximum(m, s.max(1) * c)
             m_use = np.where(m_new == -np.inf, 0, m_new)
             p = np.exp2(s * c - m_use[:, None])

@@ -19,7 +19,13 @@ the producer at 40 registers):
   short sequences where a CTA's start and end cost as much as a few key tiles;
 - ``pp_p1``, ``pp3_p1``: the persistent ping-pongs with the CTA order a head at a time also when
   causal (``section=1``: a head's query tiles run side by side, so its K and V are read from DRAM
-  once while they are in L2, rather than once per query tile a section apart).
+  once while they are in L2, rather than once per query tile a section apart);
+- ``pp3_pu``: ``pp3_p`` with the consumers' warpgroup index broadcast from lane 0
+  (``wg_broadcast``: ptxas then computes the Q slot's wgmma descriptors on the uniform datapath
+  instead of per thread on the ALU pipe);
+- ``pp3_pm``, ``pp3m``, ``pp_p1m``, ``pp176m``: ``pp3_p``, ``pp3``, ``pp_p1``, ``pp176`` with the
+  broadcast and the block mask (``mask="block"``: only the 64-key blocks the diagonal or the end
+  crosses are masked, each score by two FMA-pipe instructions instead of ALU compares and selects).
 """
 
 VARIANTS = {
@@ -35,11 +41,20 @@ VARIANTS = {
     "ov3_p": dict(schedule="overlap", consumers=3, producer_regs=24, persistent=True),
     "pp_p1": dict(schedule="pingpong", persistent=True, section=1),
     "pp3_p1": dict(schedule="pingpong", consumers=3, producer_regs=24, persistent=True, section=1),
+    # fewer ALU-pipe instructions per key tile: the warpgroup index broadcast (``wg_broadcast``) alone,
+    # and with the block mask (``kernels.attention.MASKS``), for the causal defaults
+    "pp3_pu": dict(schedule="pingpong", consumers=3, producer_regs=24, persistent=True, wg_broadcast=True),
+    "pp3_pm": dict(schedule="pingpong", consumers=3, producer_regs=24, persistent=True, wg_broadcast=True,
+                   mask="block"),
+    "pp3m": dict(schedule="pingpong", consumers=3, producer_regs=24, wg_broadcast=True, mask="block"),
+    "pp_p1m": dict(schedule="pingpong", persistent=True, section=1, wg_broadcast=True, mask="block"),
+    "pp176m": dict(schedule="pingpong", bn=176, producer_regs=24, wg_broadcast=True, mask="block"),
 }
 
 #: the head sizes each variant is built for (where it fits the registers without spilling)
 HEAD_DIMS = {"simple": (64, 128), "ov": (64, 128), "ov176": (128,), "ov3": (64,), "pp": (64, 128), "pp176": (128,),
-             "pp3": (64,), "pp_p": (64, 128), "pp3_p": (64,), "ov3_p": (64,), "pp_p1": (64, 128), "pp3_p1": (64,)}
+             "pp3": (64,), "pp_p": (64, 128), "pp3_p": (64,), "ov3_p": (64,), "pp_p1": (64, 128), "pp3_p1": (64,),
+             "pp3_pu": (64,), "pp3_pm": (64,), "pp3m": (64,), "pp_p1m": (64, 128), "pp176m": (128,)}
 
 #: the default variant per (head size, causal), by the longest key sequence it serves: ``((bound,
 #: variant), ..., (None, variant))``, the first whose bound is >= seq_kv.  Short sequences take the

@@ -64,7 +64,21 @@ CASES = dict(
     # the benchmark's first causal shape (b=32 h=32 seq=512 d=64), where it hung (2026-11-27: the
     # persistent ping-pong's turns were not chained across a CTA's tiles); the default and the
     # persistent ping-pongs, 3072 / 4096 tiles: 24 / 32 rounds of 132 CTAs
-    + [_case(512, 512, 64, True, q_heads=32, kv_heads=32, batch=32, lse=False, variant=v) for v in (None, "pp_p", "pp3_p")])
+    + [_case(512, 512, 64, True, q_heads=32, kv_heads=32, batch=32, lse=False, variant=v) for v in (None, "pp_p", "pp3_p")]
+    # fewer ALU-pipe instructions (the warpgroup index broadcast, the block mask): ragged and whole-tile
+    # lengths, both masks, query and key lengths that differ, persistent over several rounds, fp16
+    + [_case(s, s, 64, c, variant="pp3_pm") for s in (1, 77, 1000, 2061) for c in (False, True)]
+    + [_case(2061, 2061, 64, c, q_heads=32, kv_heads=32, variant=v) for c in (False, True)
+       for v in ("pp3_pm", "pp3_pu")]
+    + [_case(77, 1000, 64, True, variant="pp3_pm"), _case(1000, 77, 64, True, variant="pp3_pm"),
+       _case(1000, 1000, 64, True, "float16", kv_heads=1, variant="pp3_pm"), _case(77, 77, 64, True, variant="pp3_pu"),
+       _case(512, 512, 64, True, q_heads=32, kv_heads=32, batch=32, lse=False, variant="pp3_pm")]
+    + [_case(s, s, 64, c, variant="pp3m") for s in (1, 2061) for c in (False, True)]
+    + [_case(s, s, d, c, variant="pp_p1m") for s in (77, 2061) for d in (64, 128) for c in (False, True)]
+    + [_case(2061, 2061, 128, True, q_heads=32, kv_heads=8, variant="pp_p1m"),
+       _case(77, 1000, 128, True, variant="pp_p1m")]
+    + [_case(s, s, 128, c, variant="pp176m") for s in (77, 2061) for c in (False, True)]
+    + [_case(1000, 1000, 128, True, "float16", variant="pp176m"), _case(1000, 77, 128, True, variant="pp176m")])
 
 def _builder(name, kw):
     def build():
