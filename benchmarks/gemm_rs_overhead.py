@@ -26,7 +26,9 @@ unchecked; every other side is checked as in ``gemm_rs.py`` (fp32 reference, out
 tolerance 2e-2).  Timing: :mod:`dist_bench`'s law (primed by default), 7 interleaved rounds; each
 row has ``ms`` (the per-launch time after each block's first launch), ``ms_all`` (from the first
 launch: its host latency timed once per block) and ``host_us`` (host time per launch of the timed
-loop) per side, and the pairs' ratios (``pairs``: later side / earlier side − 1, in %).
+loop) per side, the pairs' ratios (``pairs``: later side / earlier side − 1, in %), and
+``epochs_ok``: after the timing every signal a peer set in an exchanging kernel holds that kernel's
+launch count (each launch carried its own epoch).
 
 Usage: ``.venv/bin/python benchmarks/gemm_rs_overhead.py build [--world 2] [--only NAME...]`` (CPU
 machine); ``torchrun --nproc-per-node W benchmarks/gemm_rs_overhead.py run [--artifacts DIR] [--json
@@ -117,7 +119,8 @@ def build(args):
 
 def make_sides(sel, a, w, rank, world, M, n, heap, artifact, setup_err):
     """``{side: (launch fn returning the output, output to poison or None, sync fn)}``, ``{side: error}``
-    for the sides that could not be set up on this rank, and the sides whose artifact was not built."""
+    for the sides that could not be set up on this rank, the sides whose artifact was not built, and
+    ``{artifact suffix: DistKernel}``."""
     import torch
     from axe.runtime.distributed import DistKernel
     from axe.runtime.launcher import Kernel
@@ -153,7 +156,22 @@ def make_sides(sel, a, w, rank, world, M, n, heap, artifact, setup_err):
                 sides[s] = (fn, out if s in SCATTERED_REF else None, k.synchronize)
         except Exception as e:
             errs[s] = why(e, rank)
-    return sides, errs, unbuilt
+    return sides, errs, unbuilt, dist_kernels
+
+
+def epochs_seen(kernels):
+    """``{suffix: {"launches": n, "signals": sorted distinct nonzero values}}`` of each DistKernel that
+    exchanges (not the ``_local*`` aids): a peer signals with its launch's epoch, so after n launches
+    on every rank each signal a peer set holds n — the plan's epoch slot did advance on the GPU."""
+    import torch
+    out = {}
+    for suffix, k in kernels.items():
+        if suffix.startswith("_local"):
+            continue
+        torch.cuda.synchronize()
+        sig = k._fill[k.dist["runtime"]["signals"]]
+        out[suffix] = {"launches": k.epoch, "signals": sorted(set(sig[sig != 0].tolist()))}
+    return out
 
 
 def rebind(k, args):
@@ -169,18 +187,22 @@ def rebind(k, args):
 def run_shape(args, model, M, n, k, rank, world, heap, group_name, setup_err):
     """Check, then time every selected side on one shape; returns the JSON row (the same on all ranks)."""
     import torch
+    import torch.distributed as dist
     kl, name = k // world, artifact_name(world, M, n, k)
     a, w, ref = problem(M, n, kl, rank, world, LOCAL_REF, SCATTERED_REF)
-    sides, errs, unbuilt = make_sides(args.sides, a, w, rank, world, M, n, heap, os.path.join(args.artifacts, name),
-                                      setup_err)
+    sides, errs, unbuilt, kernels = make_sides(args.sides, a, w, rank, world, M, n, heap,
+                                               os.path.join(args.artifacts, name), setup_err)
     stats = {}
     ms, err_all, errs_all = check_and_time(args, tuple(SIDES), sides, ref, errs, rank, world, WARMUP, REPEATS, TOL,
                                            stats)
-    del ref
+    seen = [None] * world
+    dist.all_gather_object(seen, epochs_seen(kernels))
+    del ref, kernels
     row = {"model": model, "M": M, "N": n, "K": k, "K_local": kl, "world": world, "artifact": name, "ms": ms,
            "ms_all": stats["ms_all"], "host_us": stats["host_us"],
            **dist_bench.side_outcomes(args, tuple(SIDES), err_all, errs_all, ms, unbuilt),
-           "pairs": pairs(ms), "pairs_all": pairs(stats["ms_all"])}
+           "pairs": pairs(ms), "pairs_all": pairs(stats["ms_all"]), "epochs_seen_per_rank": seen,
+           "epochs_ok": all(v["signals"] == [v["launches"]] for r in seen for v in r.values())}
     if rank == 0:
         print(f"{model} M={M} {n}x{k} w{world}: " + "  ".join(
             f"{s} {v:.3f} ms" if v else f"{s} {row['status'][s]}" for s, v in ms.items()), flush=True)
@@ -221,6 +243,8 @@ def report(args, rows, world):
     for r in rows:
         for s, texts in r["errors"].items():
             print(f"  {s} FAILED {r['model']}: " + " | ".join(texts))
+        if not r["epochs_ok"]:
+            print(f"  EPOCHS {r['model']}: a signal does not hold its kernel's launch count: {r['epochs_seen_per_rank']}")
 
 
 def main(argv=None):

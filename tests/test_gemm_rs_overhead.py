@@ -139,3 +139,18 @@ def test_prime_is_gemm_rs_default_and_iters_at_least_two(monkeypatch):
     assert got["off"] is False
     with pytest.raises(SystemExit):
         dist_bench.cli(["run", "--iters", "1"], "doc", ("x",), (8192,), "b", None, lambda a: 0)
+
+
+def test_epochs_seen_reads_the_exchanging_kernels_signals(monkeypatch):
+    """The benchmark's GPU-side check that every launch carried its own epoch: the distinct nonzero
+    signals of each exchanging kernel against its launch count; the nothing-exchanged aids are skipped."""
+    import torch
+
+    import gemm_rs_overhead as ovh
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a: None)
+
+    def kernel(epoch, flags):
+        return types.SimpleNamespace(epoch=epoch, dist={"runtime": {"signals": "sig"}},
+                                     _fill={"sig": torch.tensor(flags, dtype=torch.int32)})
+    got = ovh.epochs_seen({"": kernel(7, [0, 7, 7, 0]), "_r48": kernel(7, [0, 6, 7, 0]), "_local": kernel(7, [0, 0])})
+    assert got == {"": {"launches": 7, "signals": [7]}, "_r48": {"launches": 7, "signals": [6, 7]}}
