@@ -71,7 +71,7 @@ def gpu_parts(problem, cfg, gen, act=None):
     # the tile grid the scheduler walks: C's rows and columns, or the transposed problem's
     rows, cols = (problem.N, problem.rows) if problem.swap else (problem.rows, problem.N)
     if cfg.stream_k:
-        sched = StreamKSchedule(rows, cols, bm, bn, ctas, group, k_iters, HALF, bn, ctas, cfg.cluster)
+        sched = StreamKSchedule(rows, cols, bm, bn, ctas, group, k_iters, HALF, bn, stack=cfg.cluster, spread=True)
     elif cfg.split_k > 1:
         sched = SplitK(rows, cols, bm, bn, ctas, group, k_iters, cfg.split_k, HALF)
     else:

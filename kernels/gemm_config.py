@@ -74,9 +74,9 @@ class Config:
                              f"to 256 (128 or 256 with CTA pairs, which split B's tile in 64-column halves), got {tile_n!r}")
         if tile_m not in TILE_M:
             raise ValueError(f"gemm: tile_m must be one of {TILE_M}, got {tile_m!r}")
-        if tile_m < BM and (tile_n != 128 or schedule != "cooperative" or cluster > 1 or stream_k or epilogue_ops):
+        if tile_m < BM and (tile_n != 128 or schedule != "cooperative" or cluster > 1 or epilogue_ops):
             raise ValueError(f"gemm: the decode tile (tile_m={tile_m} < {BM}: computed transposed) is tile_m x 128 "
-                             "(tile_n=128), cooperative, without CTA pairs, stream_k or epilogue_ops")
+                             "(tile_n=128), cooperative, without CTA pairs or epilogue_ops")
         if tile_k not in TILE_K or (tile_k != BK and cluster > 1):
             raise ValueError(f"gemm: tile_k must be one of {TILE_K} (64 with CTA pairs, whose B halves are one panel "
                              f"deep), got {tile_k!r}")

@@ -13,7 +13,7 @@ import math
 from kernels.gemm_config import EPILOGUE, FUSED_EPILOGUE
 from kernels.parts import CompositionError
 from kernels.parts.epilogues.elementwise import Elementwise
-from kernels.parts.epilogues.handover import Handover, SplitKHandover
+from kernels.parts.epilogues.handover import Handover, SplitKHandover, SpreadHandover
 from kernels.parts.epilogues.silu_mul import SiluMulStore
 from kernels.parts.epilogues.store import ChunkedStore
 from kernels.parts.epilogues.transposed_silu_mul import PERIOD, TransposedSiluMul
@@ -48,7 +48,7 @@ def store(problem, main, sched, cfg, gen, act=None):
         chunk = cfg.bn if cfg.pingpong else math.gcd(EPILOGUE[gen], cfg.bn)
         epi = ChunkedStore(main, sched, problem.dtype, cfg.epilogue or chunk, cfg.epilogue_bufs)
     if cfg.stream_k:
-        return Handover(epi, main.k_iters)
+        return SpreadHandover(epi, sched.split) if sched.spread else Handover(epi, main.k_iters)
     if cfg.split_k > 1:
         return SplitKHandover(epi, cfg.split_k)
     return epi

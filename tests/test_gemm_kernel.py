@@ -223,6 +223,58 @@ def test_gemm_pingpong_builds(dtype, b_major):
         gemm.make(1024, 1024, 1024, schedule="zigzag")
 
 
+def test_the_decode_tile_spreads_stream_k_over_every_cta():
+    """The transposed decode tile with ``stream_k``: 28 tiles of 224 k-blocks (3584 × 14336) spread over
+    132 CTAs — one fp32 slot of 64 × tile_m per CTA and warpgroup, one flag each, every wait bounded,
+    and the head's takes (up to ``most_takes``) acquire-ordered."""
+    art = gemm.build_dynamic(3584, 14336, "bfloat16", "col", max_rows=16, tile_m=16, tile_n=128, stream_k=True)
+    args = {a["name"]: a for a in art.launch["args"]}
+    assert args["W_"]["shape"] == [132 * 2 * 64, 16] and args["F_"]["shape"] == [264]
+    assert "st.release.gpu.global.b32" in art.ptx and "ld.acquire.gpu.global.b32" in art.ptx
+    assert assert_bounded_waits(art, "axe_flag_take") >= 1
+    assert_call_free(art)
+
+
+@pytest.mark.parametrize("ctas", [132, 114, 16, 8])
+def test_stream_k_spread_over_few_tiles(ctas):
+    """Spread stream-K (fewer tiles than CTAs), brute force over tile counts and K: every k-block of
+    every tile in exactly one CTA's range; a CTA runs at most two pieces, each of at least two
+    k-blocks, a tail (starting inside its tile) only first; a tile's head (its first k-blocks) takes
+    exactly the tails of that tile, from CTAs after its own (so every wait is on a CTA that hands
+    its tail over before it waits), at most ``most_takes()`` of them; out-of-range splits refused."""
+    from kernels.parts.schedulers.stream_k import StreamK
+    built = 0
+    for tiles in range(1, ctas):
+        for k_iters in (8, 13, 56, 64, 224, 576):
+            try:
+                sk = StreamK(tiles, k_iters, ctas, spread=True)
+            except ValueError as err:
+                assert not 4 <= tiles * k_iters // ctas <= k_iters - 4 and "must hold 4 to" in str(err)
+                continue
+            built += 1
+            assert sk.spread and sk.dp_waves == 0
+            owner, tails = {}, {}
+            for p in range(ctas):
+                pieces = sk.pieces(p)
+                assert len(pieces) <= 2
+                for i, (t, k0, k1) in enumerate(pieces):
+                    assert k1 - k0 >= 2
+                    for kb in range(k0, k1):
+                        assert (t, kb) not in owner
+                        owner[t, kb] = p
+                    if k0 > 0:
+                        assert i == 0
+                        tails[p] = t
+            assert len(owner) == tiles * k_iters
+            for p in range(ctas):
+                for t, k0, k1 in sk.pieces(p):
+                    if k0 == 0 and k1 < k_iters:
+                        takes = [p + r for r in range(1, sk.most_takes() + 2) if sk.takes(p, k1, r)]
+                        assert takes == sorted(q for q, tt in tails.items() if tt == t) and takes and \
+                            len(takes) <= sk.most_takes() and all(q > p for q in takes)
+    assert built
+
+
 @pytest.mark.parametrize("tiles,ctas,k_iters", [(20, 8, 16), (48, 10, 4), (304, 132, 9), (1024, 132, 224),
                                                 (3072, 132, 64), (17, 8, 5), (264, 132, 4)])
 def test_stream_k_split(tiles, ctas, k_iters):
@@ -267,8 +319,9 @@ def test_stream_k_builds():
     assert_call_free(art)
     off = gemm.build(2048, 4864, 520)
     assert "ld.acquire.gpu" not in off.ptx and {a["name"]: a for a in off.launch["args"]}["W_"]["shape"] == [1, 1]
-    with pytest.raises(ValueError, match="stream_k needs .* at least 132 tiles .got .* 76 tiles"):
-        gemm.make(512, 4864, 520, stream_k=True)       # fewer tiles than CTAs: a tile would span three
+    with pytest.raises(ValueError, match=r"range \(2 k-blocks\) must hold 4 to k_iters - 4"):
+        gemm.make(512, 4864, 256, stream_k=True)       # fewer tiles than CTAs, spread: pieces of one k-block
+    gemm.make(512, 4864, 520, stream_k=True)           # 76 tiles spread over 132 CTAs (5 k-blocks each) builds
     gemm.make(1024, 4864, 520, stream_k=True)          # one wave and a part (8 x 19 = 152 tiles) builds
 
 

@@ -291,4 +291,20 @@ NARROW_BUILDS.update({case_name("dyn", "bfloat16", "col", t): _bounded_builder(t
 NARROW_BUILDS.update({case_name("dyn", dt, "col", t): _bounded_builder(t, dt, "col") for t in NARROW_RUNTIME
                       for dt in ("float16", "bfloat16")})
 BUILDS.update(NARROW_BUILDS)
+#: stream-K spread over fewer tiles than CTAs (every CTA streams its even share of all k-blocks, a
+#: tile's head adds the tails of the CTAs whose ranges start inside it): the transposed decode tile
+#: (28 tiles of 224 k-blocks on 132 CTAs: up to 6 pieces a tile; 5 tiles of 64 on 8 CTAs) and the
+#: 128-row tiles of a middle bucket (32 and 128 tiles); ``bnd_t16skw``: the decode tile under the
+#: plain stream-K (32 tiles on 8 CTAs: whole waves, then two pieces a tile)
+SPREAD = {"bnd_t16sk": {"tile_m": 16, "tile_n": 128, "stream_k": True, "stages": 8},
+          "bnd_t16sk8": {"tile_m": 16, "tile_n": 128, "stream_k": True, "sms": 8},
+          "bnd_t16skw": {"tile_m": 16, "tile_n": 128, "stream_k": True, "sms": 8},
+          "bnd_t64sk": {"tile_m": 64, "tile_n": 128, "stream_k": True},
+          "bnd256_sk": {"stream_k": True}, "bnd512_n128sk": {"tile_n": 128, "stream_k": True, "stages": 6}}
+BOUNDED.update(SPREAD)
+BOUNDED_ROWS.update({"bnd256_sk": 256, "bnd512_n128sk": 512})
+BOUNDED_SHAPE.update({"bnd_t16sk": (3584, 14336), "bnd_t16sk8": (640, 4096), "bnd_t64sk": (4096, 12288),
+                      "bnd512_n128sk": (4096, 14336)})
+BUILDS.update({case_name("dyn", dt, b, t): _bounded_builder(t, dt, b) for t in SPREAD
+               for dt, b in (("float16", "row"), ("bfloat16", "col")) if b == "col" or "tile_m" not in SPREAD[t]})
 CHECKS = {name: _check_of(name) for name in BUILDS}

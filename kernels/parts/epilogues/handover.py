@@ -9,6 +9,7 @@ sum over all its k-blocks; a slot is one 64-row block per (CTA, consumer warpgro
 CTA ``c + 1``'s first piece is the head of CTA ``c``'s last (the stream-K ranges are contiguous).
 """
 
+from tvm.script import tirx as T
 from tvm.script.ir_builder import tirx as IRB
 
 import axe.lang as Ax
@@ -60,6 +61,41 @@ class Handover:
                 with IRB.If(k0 > 0):
                     with IRB.Then():
                         publish(W, F, cid * 2 + wg, acc, leader, wg)
+                    with IRB.Else():
+                        store(acc, out, pool, C, wg, leader, m_blk, n_blk)
+
+
+class SpreadHandover(Handover):
+    """The hand-over of a spread stream-K split (:class:`~kernels.parts.schedulers.stream_k.StreamK`
+    with ``spread``: a tile may fall into many CTAs' ranges): a piece that starts inside its tile (a
+    tail) publishes to its CTA's slot; a tile's head (its first k-blocks, the last piece of CTA ``p``)
+    takes the tails of the CTAs ``p + 1, p + 2, …`` whose ranges start inside the tile — adds those of
+    ``p + 2, p + 3, …`` in that order, then ``p + 1``'s while storing (the sum's order is fixed, so
+    results do not depend on timing)."""
+
+    def __init__(self, inner, split):
+        super().__init__(inner, split.k_iters)
+        self.split = split
+        self.name = f"{inner.name} + spread partial hand-over"
+
+    def finish(self, acc, out, pool, C, W, F, cid, wg, leader, m_blk, n_blk, k0, k1):
+        split, store = self.split, self.inner.tile
+
+        def takes(r):
+            return split.takes(cid, k1, r, T.if_then_else)
+        with IRB.If(k0 > 0):
+            with IRB.Then():
+                publish(W, F, cid * 2 + wg, acc, leader, wg)
+            with IRB.Else():
+                with IRB.If(k1 < self.k_iters):
+                    with IRB.Then():
+                        # the head's first take is certain (someone holds the tile's last k-blocks);
+                        # the rest are taken while their CTA's range starts inside the tile
+                        for r in range(2, split.most_takes() + 1):
+                            with Ax.guard(takes(r)):
+                                Ax.elementwise(acc, lambda a, q: a + q, acc, take(W, F, (cid + r) * 2 + wg, leader, wg))
+                        store(acc, out, pool, C, wg, leader, m_blk, n_blk,
+                              partial=take(W, F, (cid + 1) * 2 + wg, leader, wg))
                     with IRB.Else():
                         store(acc, out, pool, C, wg, leader, m_blk, n_blk)
 

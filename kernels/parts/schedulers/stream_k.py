@@ -10,6 +10,15 @@ holding its first k-blocks (its *head*), which adds the partial sum the CTA hold
 k-blocks (its *tail*) handed over — so the scheduler needs an epilogue that hands partials over
 (:mod:`kernels.parts.epilogues.handover`).  The methods take Python ints (the CPU model) or TIR
 expressions (the kernel), so both walk the same split; ``tiles`` may be known only at run time.
+
+*Spread* (``spread=True``, a build-time tile count below the CTA count: decode-sized M, where a
+few tiles of long K leave most SMs idle): every k-block of every tile is cut into the CTAs' ranges,
+no whole waves, so every CTA streams about ``tiles·k_iters/ctas`` k-blocks.  A range is shorter than
+a tile (refused otherwise), so it holds at most one tile's first k-block: a CTA runs at most two
+pieces, first a *tail* (its range starts inside a tile), then a *head* (a tile's first k-blocks);
+a tile falls into the ranges of its head's CTA ``p`` and the CTAs ``p + 1 …`` whose ranges start
+inside it (:meth:`StreamK.takes`), each of which hands its tail over before it waits for anything,
+so the head's waits end (every CTA co-resident).
 """
 
 from tvm.script import tirx as T
@@ -36,13 +45,20 @@ class StreamK:
     none (:meth:`dp_count`); ``bind`` (``Ax.computed_once`` in a kernel) computes each run-time value
     once — substituted into every use, the nested selects grew a kernel's CUDA 11-fold."""
 
-    def __init__(self, tiles, k_iters, ctas, select=None, bind=lambda v: v):
-        if k_iters < 4 or (select is None and tiles < ctas):
+    def __init__(self, tiles, k_iters, ctas, select=None, bind=lambda v: v, spread=False):
+        self.spread = spread and select is None and tiles < ctas
+        if self.spread and not 4 <= tiles * k_iters // ctas <= k_iters - 4:
+            raise ValueError(f"stream_k over {tiles} tiles of {k_iters} k-blocks on {ctas} CTAs: each CTA's range "
+                             f"({tiles * k_iters // ctas} k-blocks) must hold 4 to k_iters - 4 = {k_iters - 4} k-blocks, "
+                             "so that every piece holds two and no range two tiles' starts")
+        if k_iters < 4 or (select is None and tiles < ctas and not self.spread):
             raise ValueError(f"stream_k needs at least 4 k-blocks and at least one tile per CTA ({ctas}), got "
                              f"{k_iters} k-blocks and {tiles} tiles")
         self.k_iters, self.ctas = k_iters, ctas
         self.select = select
-        if select is None:      # a tile count known at build time
+        if self.spread:         # every k-block of every tile in the CTAs' ranges
+            self.tiles_, self.dp_waves, self.units = tiles, 0, tiles * k_iters
+        elif select is None:      # a tile count known at build time
             self.tiles_ = tiles
             self.dp_waves = tiles // ctas - 1               # whole waves of tiles before the split
             self.units = (tiles - self.dp_waves * ctas) * k_iters   # the last whole wave and the partial one
@@ -82,6 +98,18 @@ class StreamK:
         b0, b1 = self.bound(p), self.bound(p + 1)
         return [(self.dp_tiles + t, *self.piece(t, b0, b1)) for t in range(*self.tiles(b0, b1))]
 
+    def most_takes(self):
+        """Spread: the most tails one head takes — the CTAs whose ranges start inside one tile after
+        the head's, each range at least ``units // ctas - 2`` long (both ends moved by one at most)."""
+        return self.k_iters // (self.units // self.ctas - 2) + 1
+
+    def takes(self, p, k1, r, select=lambda c, a, b: a if c else b):
+        """Spread: whether the head piece ``[0, k1)`` that CTA ``p`` ends its range with takes the tail of
+        CTA ``p + r`` (``1 <= r <= most_takes()``): that CTA exists and its range starts before the
+        tile ends."""
+        end = self.bound(p + 1, select) - k1 + self.k_iters
+        return select(p + r < self.ctas, self.bound(p + r, select) < end, False)
+
 
 class StreamKSchedule(Persistent):
     """The persistent schedule with a stream-K tail (a build-time tile count): each CTA runs
@@ -93,12 +121,13 @@ class StreamKSchedule(Persistent):
     name = "stream-K"
     hands_over = True
 
-    def __init__(self, M, N, bm, bn, ctas, group, k_iters, rows_per_piece, cols, min_tiles=None, stack=1):
+    def __init__(self, M, N, bm, bn, ctas, group, k_iters, rows_per_piece, cols, min_tiles=None, stack=1, spread=False):
         super().__init__(M, N, bm, bn, ctas, group, stack=stack)
         if min_tiles is not None and (k_iters < 4 or self.tiles < min_tiles):
             raise ValueError(f"stream_k needs K of at least 4 k-blocks and at least {min_tiles} tiles "
                              f"(got {k_iters} k-blocks, {self.tiles} tiles)")
-        self.split = StreamK(self.tiles, k_iters, ctas)
+        self.split = StreamK(self.tiles, k_iters, ctas, spread=spread)
+        self.spread = self.split.spread
         self.k_iters = k_iters
         self.workspace = (ctas * 2 * rows_per_piece, cols)     # fp32 partials: one per CTA and warpgroup
 
