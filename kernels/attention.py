@@ -229,9 +229,10 @@ def mask_blocks(layout, width, block=ROWS, threads=128):
 #: ``sat(a − b)`` in one instruction (``FADD.SAT``: 0 where a <= b, 1 where a >= b + 1 for integers)
 _SAT_SUB = ("__forceinline__ __device__ float axe_sat_sub(float a, float b) {\n"
             "  float r;\n  asm(\"sub.sat.f32 %0, %1, %2;\" : \"=f\"(r) : \"f\"(a), \"f\"(b));\n  return r;\n}\n")
-#: what a masked score becomes in the ``block`` mask: below every finite score, and ``exp2`` of it
-#: times any ``c = scale·log2 e`` above 1e-36, less a finite running max, is 0
-MASKED = -3e38
+#: what the ``block`` mask adds to a masked score (exact in fp32).  Law: for scores of magnitude below
+#: 2^100 and ``c = scale·log2 e`` above 1e-35, a masked score ends below every kept one and ``c`` times it,
+#: less the (finite) running max, is below −150, whose ``exp2`` is 0 in fp32 — as for −∞
+MASKED = -2.0 ** 127
 
 
 def block_bound(lo, rr, row0, row_t, col_t, seq_kv, ragged, causal, minimum):
@@ -257,9 +258,9 @@ def _mask_by_block(s_acc, width, row0, col0, seq_kv, causal, tid):
     keys that every row of the warpgroup keeps (:func:`block_whole`) are left alone; in the others,
     register ``(rr, cc)`` (offsets in its block, :func:`mask_blocks`) becomes ``s + MASKED·sat(cc −
     bound[rr])`` — ``s`` itself where ``cc <= bound`` (:func:`block_bound`, converted to float once per
-    block and row offset), at most :data:`MASKED` where not — two instructions of the FMA pipe.  Every
-    row keeps key 0, so its running max is finite from the first tile on and a ``MASKED`` score's
-    ``exp2`` is 0 exactly as −∞'s.  ``seq_kv``'s term is left out where it cannot bite (``seq_kv`` a
+    block and row offset), ``s + MASKED`` where not — two instructions of the FMA pipe.  Every row
+    keeps key 0, so its running max is finite from the first tile on and a masked score's ``exp2`` is
+    0 as −∞'s (within :data:`MASKED`'s law; a NaN or ±∞ score stays one, where :func:`_mask` hides it).  ``seq_kv``'s term is left out where it cannot bite (``seq_kv`` a
     multiple of the tile)."""
     flat = s_acc.flat()
     ragged = seq_kv % width != 0
