@@ -254,14 +254,14 @@ def block_whole(lo, w, row0, seq_kv, ragged, causal):
 
 
 def _mask_by_block(s_acc, width, row0, col0, seq_kv, causal, tid):
-    """:func:`_mask`'s result on finite scores, without a compare or a select per score: blocks of 64
-    keys that every row of the warpgroup keeps (:func:`block_whole`) are left alone; in the others,
-    register ``(rr, cc)`` (offsets in its block, :func:`mask_blocks`) becomes ``s + MASKED·sat(cc −
-    bound[rr])`` — ``s`` itself where ``cc <= bound`` (:func:`block_bound`, converted to float once per
-    block and row offset), ``s + MASKED`` where not — two instructions of the FMA pipe.  Every row
-    keeps key 0, so its running max is finite from the first tile on and a masked score's ``exp2`` is
-    0 as −∞'s (within :data:`MASKED`'s law; a NaN or ±∞ score stays one, where :func:`_mask` hides it).  ``seq_kv``'s term is left out where it cannot bite (``seq_kv`` a
-    multiple of the tile)."""
+    """:func:`_mask`'s result (on scores within :data:`MASKED`'s law) without a compare or a select per
+    score: blocks of 64 keys that every row of the warpgroup keeps (:func:`block_whole`) are left
+    alone; in the others, register ``(rr, cc)`` (offsets in its block, :func:`mask_blocks`) becomes
+    ``s + MASKED·sat(cc − bound[rr])`` — ``s`` itself where ``cc <= bound`` (:func:`block_bound`,
+    converted to float once per block and row offset), ``s + MASKED`` where not — two instructions of
+    the FMA pipe.  Every row keeps key 0, so its running max is finite from the first tile on and a
+    masked score's ``exp2`` is 0 as −∞'s (a NaN or ±∞ score stays one, where :func:`_mask` hides it).
+    ``seq_kv``'s term is left out where it cannot bite (``seq_kv`` a multiple of the tile)."""
     flat = s_acc.flat()
     ragged = seq_kv % width != 0
     row_t, col_t = coords(s_acc.layout, (ROWS, width), 0, tid)
