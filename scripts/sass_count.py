@@ -62,8 +62,17 @@ def disassemble(cubin):
         with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
             f.write(cubin)
             f.flush()
-            return subprocess.run([tool, "-c", f.name], check=True, capture_output=True, text=True).stdout
-    return subprocess.run([tool, "-c", cubin], check=True, capture_output=True, text=True).stdout
+            return _run(tool, f.name, "the cubin bytes")
+    if not os.path.isfile(cubin):
+        raise FileNotFoundError(f"sass_count: cubin {cubin!r} is not a file")
+    return _run(tool, cubin, repr(cubin))
+
+
+def _run(tool, path, what):
+    r = subprocess.run([tool, "-c", path], capture_output=True, text=True)
+    if r.returncode:
+        raise ValueError(f"sass_count: nvdisasm could not read {what} (exit {r.returncode}): {r.stderr.strip()[:300]}")
+    return r.stdout
 
 
 class Insn(collections.namedtuple("Insn", "addr pred op mnemonic operands target")):
