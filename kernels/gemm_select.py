@@ -15,6 +15,7 @@ persistent schedule.
 from bisect import bisect_left
 
 from kernels.gemm_config import BK, BM, MAX_BOUND, SMS, TILE_N, TILE_N_COL
+from kernels.parts.schedulers.spread import spread_fits
 
 #: bucket bounds (rows); a call runs the artifact of the first bound ≥ M, the last one is unbounded.
 #: The middle ones step by half a doubling (384, 768) because their split-K artifacts compute every
@@ -91,7 +92,7 @@ def scheduled_rows(bound, config):
 def candidates(bound, N, K, b_major="col"):
     """The configurations (``make`` keywords) measured for a bucket: for a decode bucket every tile
     width with every split of K (deepest ring), below 128 rows the transposed decode tile
-    ``bound``×128 with every split, and in the 128-row bucket with column-major B the uncut widths
+    ``bound``×128 with every split and with stream-K spread over every SM where it fits, and in the 128-row bucket with column-major B the uncut widths
     between the 64-column steps; above
     them what a run-time M schedules (the persistent tile 128×256 or 128×128, ping-pong), and in a
     middle bucket (≤ :data:`MAX_BOUND` rows) also the run-time-M tiles of :data:`MID_WIDTHS`
@@ -105,6 +106,10 @@ def candidates(bound, N, K, b_major="col"):
         swapped = [dict(tile_m=bound, tile_n=128, split_k=s, stages=stages_for(128, bound, tile_k=tk),
                         **({} if tk == BK else {"tile_k": tk}))
                    for tk in (BK, 128) if bound < BM and N >= 128 and K >= tk for s in splits(K)]
+        # stream-K spread over every SM (tune's: it ran 0.82-1.08x the best split, H200,
+        # benchmarks/results/gemm_decode-2026-11-27-h200-spread.json)
+        swapped += [dict(tile_m=bound, tile_n=128, stream_k=True, stages=stages_for(128, bound))
+                    for _ in (1,) if bound < BM and N >= 128 and spread_fits(-(-N // BM), -(-K // BK), SMS)]
         # the 128-row bucket with column-major B: also the uncut widths between the 64-column steps (one
         # block-row of tiles: a width whose tile count fills one wave, as cuBLAS picks 112 for N = 14336)
         fine = [uncut(tn) for tn in TILE_N_COL if bound == BM and b_major == "col" and tn not in TILE_N and tn <= N]
@@ -138,18 +143,20 @@ def cost(N, K, tile_n, split_k, sms=SMS, block_rows=1, k_block=K_BLOCK, split=SP
     return waves * (slice_iters * (max(tile_n, floor) + k_block) + (split_k - 1) * split)
 
 
-#: the transposed decode tile's model: the weights stream at the DRAM's rate once :data:`SATURATE`
-#: CTAs stream them (fewer run at their own rate), and each extra slice of K costs
-#: :data:`SWAP_SPLIT` k-blocks per 16 rows of the tile; fitted to the H200 decode sweep
-#: (benchmarks/results/gemm_decode-2026-11-26-h200.json)
-SATURATE, SWAP_SPLIT = 80, 10
+#: the transposed decode tile's model: the weights stream at a rate that grows with the CTAs
+#: streaming them, up to one per SM, and each extra slice of K costs :data:`SWAP_SPLIT` k-blocks per
+#: 16 rows of the tile; fitted to four decode sweeps (benchmarks/results/gemm_decode-2026-11-26-h100.json,
+#: …-h200.json, gemm_decode-2026-11-27-h200-spread.json, …-deep.json: the pick within 7.5% of the
+#: fastest split on all 63 rows of M <= 64, 0.7% on average; the former rate cap at 80 CTAs kept
+#: 28–32 tiles at two slices where four ran 5–17% faster)
+SWAP_SPLIT = 6
 
 
 def swap_cost(N, K, tile_m, split_k, sms=SMS):
     """The modelled time (in k-blocks) of the transposed decode tile ``tile_m``×128 cut ``split_k``
     ways in K."""
     tiles, k_iters = -(-N // BM), -(-K // BK)
-    return tiles * k_iters / min(tiles * split_k, SATURATE, sms) + (split_k - 1) * SWAP_SPLIT * tile_m / 16
+    return tiles * k_iters / min(tiles * split_k, sms) + (split_k - 1) * SWAP_SPLIT * tile_m / 16
 
 
 def swap_splits(N, K, sms=SMS):

