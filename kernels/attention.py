@@ -96,7 +96,7 @@ def _sm100_body(p, cfg):
 #: cannot serve, why
 TARGETS = {
     "sm_90a": dict(form="wgmma", bn={64: 128, 128: 128}, stages=2, consumers=2, producer_regs=40, schedule="simple",
-                   persistent=False, section=None, mask="element", wg_broadcast=False,
+                   persistent=False, section=None, mask="element", wg_broadcast=False, skip_dead=False,
                    default=attention_variants.default),
     "trn1": dict(form="nki", limits=_trn1_limits, body=_trn1_body),
     "trn2": dict(form="nki", limits=_trn1_limits, body=_trn1_body),      # the same body, respelled for nki.*
@@ -159,6 +159,9 @@ class Hopper:
         if self.mask not in MASKS:
             raise ValueError(f"attention: mask must be one of {MASKS}, got {self.mask!r}")
         self.wg_broadcast = bool(cfg.get("wg_broadcast", False))
+        self.skip_dead = bool(cfg.get("skip_dead", False))
+        if self.skip_dead and self.schedule == "simple":
+            raise ValueError("attention: skip_dead runs in the overlap and pingpong loops, not schedule='simple'")
         self.persistent = bool(cfg["persistent"])
         self.producer_regs = cfg["producer_regs"]
         self.consumer_regs = min(240, (65536 // 128 - self.producer_regs) // self.consumers // 8 * 8)
@@ -518,37 +521,89 @@ def _loop_overlap(c, n, turns=None):
     ``turns``: the warpgroups' wgmma blocks take turns (:class:`_Turns`)."""
     take = (lambda first: turns.take(first)) if turns else (lambda first: None)
     give = (lambda last: turns.give(last)) if turns else (lambda last: None)
+    if c.h.skip_dead and c.h.p.causal:
+        return _loop_overlap_live(c, n, take, give)
+    _first_block(c, n, take, give)
+    with T.serial(1, n) as j:
+        take(False)
+        _block(c, j, n, give)
+    take(False)
+    _last_pv(c, n - 1, give, True)
+    c.done_v(n - 1)
+
+
+def _first_block(c, m, take, give):
+    """Block 0: S_0, its softmax and P_0 (``m``: the key tiles the warpgroup computes)."""
     take(True)
     c.qk(0, wait=False)
     give(False)
     Ax.cuda.wgmma_wait(0)
     Ax.cuda.fence_registers(c.s)
     c.done_k(0)
-    c.done_q(0, n)
+    c.done_q(0, m)
     c.softmax(0)
     c.to_p()
-    with T.serial(1, n) as j:
-        take(False)
-        c.qk(j, wait=False)
-        c.sm.rescale(c.o)                   # α_{j−1}: the softmax of S_j has not run yet
-        c.pv(j - 1, wait=False)
-        give(False)
-        Ax.cuda.wgmma_wait(1)               # S_j complete (groups complete in order); P·V may run on
-        Ax.cuda.fence_registers(c.s)
-        c.done_k(j)
-        c.done_q(j, n)
-        c.softmax(j)
-        Ax.cuda.wgmma_wait(0)
-        Ax.cuda.fence_registers(c.o)
-        c.done_v(j - 1)
-        c.to_p()
-    take(False)
-    c.sm.rescale(c.o)
-    c.pv(n - 1, wait=False)
-    give(True)
+
+
+def _block(c, j, m, give):
+    """Block j (1 <= j < m, after the turn is taken): S_j and P_{j−1}·V_{j−1} issued, the softmax of
+    S_j under P·V, then P_j."""
+    c.qk(j, wait=False)
+    c.sm.rescale(c.o)                       # α_{j−1}: the softmax of S_j has not run yet
+    c.pv(j - 1, wait=False)
+    give(False)
+    Ax.cuda.wgmma_wait(1)                   # S_j complete (groups complete in order); P·V may run on
+    Ax.cuda.fence_registers(c.s)
+    c.done_k(j)
+    c.done_q(j, m)
+    c.softmax(j)
     Ax.cuda.wgmma_wait(0)
     Ax.cuda.fence_registers(c.o)
+    c.done_v(j - 1)
+    c.to_p()
+
+
+def _last_pv(c, j, give, last):
+    """O = α_j·O + P_j·V_j for the last tile ``j`` the warpgroup computes, waited for (V_j not freed)."""
+    c.sm.rescale(c.o)
+    c.pv(j, wait=False)
+    give(last)
+    Ax.cuda.wgmma_wait(0)
+    Ax.cuda.fence_registers(c.o)
+
+
+def _loop_overlap_live(c, n, take, give):
+    """:func:`_loop_overlap` for a causal tile whose last key tiles lie past this warpgroup's last row
+    (``skip_dead``: 192 query rows a CTA read up to one key tile that the first warpgroups see none
+    of): the ``m`` live tiles run as there, each dead one only waits for its K and V and frees them,
+    and the blocks and turns stay the same (``n + 1`` a tile: :func:`turn_schedule`'s protocol).  Each
+    wgmma stage (issue to wait) lies inside one branch, so ptxas keeps them asynchronous."""
+    m = Ax.computed_once(T.min(n, (c.row0 + ROWS - 1) // c.h.bn + 1))     # >= 1: tile 0 holds key 0
+    _first_block(c, m, take, give)
+    with T.serial(1, n) as j:
+        take(False)
+        with IRB.If(j < m):
+            with IRB.Then():
+                _block(c, j, m, give)
+            with IRB.Else():
+                _past_live(c, j, m, give, False)
+                c.kpipe.wait(c.base + j)
+                c.done_k(j)
+                c.done_v(j - 1)
+    take(False)
+    _past_live(c, n, m, give, True)
     c.done_v(n - 1)
+
+
+def _past_live(c, j, m, give, last):
+    """Block ``j >= m`` of :func:`_loop_overlap_live`: the last live tile's P·V where ``j == m``, else
+    V_{j−1} only waited for (it is freed after); the turn passed on either way."""
+    with IRB.If(j == m):
+        with IRB.Then():
+            _last_pv(c, j - 1, give, last)
+        with IRB.Else():
+            c.vpipe.wait(c.base + j - 1)
+            give(last)
 
 
 def _loop_pingpong(c, n):

@@ -390,3 +390,18 @@ def test_block_mask_variant_issues_fewer_alu_instructions_per_key_tile(d, defaul
     assert new_ops["ISETP"] + new_ops["FSEL"] < (base_ops["ISETP"] + base_ops["FSEL"]) / 4
     assert new_ops["MUFU"] == base_ops["MUFU"] and new_ops["HGMMA"] == base_ops["HGMMA"]   # the same work
     assert arts[ours].launch["resources"]["spill_stores"] <= arts[default].launch["resources"]["spill_stores"]
+
+
+def test_skip_dead_keeps_the_wgmmas_asynchronous():
+    # the loop that skips a warpgroup's dead key tiles keeps each wgmma stage inside one branch: ptxas
+    # (its own report, the oracle) serializes wgmmas whose stage a branch splits (C7514), and would spill
+    # if the branches cost registers; the refusal of the simple loop names the entry
+    kw = dict(name="attention_skip_dead", causal=True)
+    base = A.build(1, 1000, 1000, 4, 4, 64, "bfloat16", variant="pp3_pm", **kw)
+    for v in ("pp3_pmd", "pp3md"):
+        art = A.build(1, 1000, 1000, 4, 4, 64, "bfloat16", variant=v, **kw)
+        assert "C7514" not in art.log and "serialized" not in art.log, v
+        assert art.launch["resources"]["spill_stores"] <= base.launch["resources"]["spill_stores"], v
+    assert "C7514" not in base.log
+    with pytest.raises(ValueError, match="skip_dead runs in the overlap and pingpong loops"):
+        A.make(1, 64, 64, 1, 1, 64, causal=True, variant="simple", skip_dead=True)

@@ -78,7 +78,14 @@ CASES = dict(
     + [_case(2061, 2061, 128, True, q_heads=32, kv_heads=8, variant="pp_p1m"),
        _case(77, 1000, 128, True, variant="pp_p1m")]
     + [_case(s, s, 128, c, variant="pp176m") for s in (77, 2061) for c in (False, True)]
-    + [_case(1000, 1000, 128, True, "float16", variant="pp176m"), _case(1000, 77, 128, True, variant="pp176m")])
+    + [_case(1000, 1000, 128, True, "float16", variant="pp176m"), _case(1000, 77, 128, True, variant="pp176m")]
+    # skip_dead: key tiles past a warpgroup's last row not computed (192-row tiles, causal)
+    + [_case(s, s, 64, True, variant=v) for s in (1, 77, 200, 1000, 2061) for v in ("pp3_pmd", "pp3md")]
+    + [_case(2061, 2061, 64, c, q_heads=32, kv_heads=32, variant=v) for c in (False, True)
+       for v in ("pp3_pmd", "pp3md")]
+    + [_case(77, 1000, 64, True, variant="pp3_pmd"), _case(1000, 77, 64, True, variant="pp3_pmd"),
+       _case(1000, 1000, 64, True, "float16", kv_heads=1, variant="pp3_pmd"),
+       _case(512, 512, 64, True, q_heads=32, kv_heads=32, batch=32, lse=False, variant="pp3_pmd")])
 
 def _builder(name, kw):
     def build():
