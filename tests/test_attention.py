@@ -228,8 +228,8 @@ def test_each_default_variant_is_built_for_its_head_size():
             if b is not None:
                 assert default(d, c, b + 1) != v or bounds.count(b) > 1
     assert default(64, True) == DEFAULTS[(64, True)][-1][1]
-    assert A.make(1, 64, 64, 1, 1, 64).meta["variant"] == default(64, False, 64) == "pp3_p"
-    assert A.make(1, 4096, 4096, 1, 1, 64).meta["variant"] == "ov3"
+    assert A.make(1, 64, 64, 1, 1, 64).meta["variant"] == default(64, False, 64) == "pp3_pm"
+    assert A.make(1, 16384, 16384, 1, 1, 64).meta["variant"] == "ov3"
 
 
 def _run_turns(ops, order):
