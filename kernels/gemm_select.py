@@ -106,8 +106,7 @@ def candidates(bound, N, K, b_major="col"):
         swapped = [dict(tile_m=bound, tile_n=128, split_k=s, stages=stages_for(128, bound, tile_k=tk),
                         **({} if tk == BK else {"tile_k": tk}))
                    for tk in (BK, 128) if bound < BM and N >= 128 and K >= tk for s in splits(K)]
-        # stream-K spread over every SM (tune's: it ran 0.82-1.08x the best split, H200,
-        # benchmarks/results/gemm_decode-2026-11-27-h200-spread.json)
+        # stream-K spread over every SM (see SPREAD)
         swapped += [dict(tile_m=bound, tile_n=128, stream_k=True, stages=stages_for(128, bound))
                     for _ in (1,) if bound < BM and N >= 128 and spread_fits(-(-N // BM), -(-K // BK), SMS)]
         # the 128-row bucket with column-major B: also the uncut widths between the 64-column steps (one
@@ -159,6 +158,25 @@ def swap_cost(N, K, tile_m, split_k, sms=SMS):
     return tiles * k_iters / min(tiles * split_k, sms) + (split_k - 1) * SWAP_SPLIT * tile_m / 16
 
 
+#: the transposed decode tile spread over every SM (stream-K, :func:`spread_fits`) streams its
+#: ``tiles·k_iters`` k-blocks over all SMs and pays :data:`SPREAD` k-blocks per 16 rows of the tile
+#: (its second piece and hand-overs); it is considered only where the best split streams on at most
+#: :data:`SPREAD_BELOW` of the SMs (from about 96 CTAs a split already reads at the DRAM's rate:
+#: GPT-3 down's 96 at 1.06x the measured read rate).  Fitted to the H200 spread run
+#: (benchmarks/results/gemm_decode-2026-11-27-h200-spread.json: the pick within 6% of the fastest of
+#: the splits and the spread on its 27 rows, 0.5% on average).  It wins where the splits leave many SMs
+#: idle on a long K: 36 tiles cut 2 ways are 72 CTAs on 132 SMs, whose time moved 85.6 → 117.1 µs between
+#: two H200 calls (Gemma-2-27B down, M = 1; cuBLAS 85.9 and 87.4), as if placed on a few GPCs
+SPREAD, SPREAD_BELOW = 32, 0.625
+
+
+def spread_cost(N, K, tile_m, sms=SMS):
+    """The modelled time (in k-blocks) of the transposed decode tile ``tile_m``×128 spread over every
+    SM, or None where the spread does not fit (:func:`spread_fits`)."""
+    tiles, k_iters = -(-N // BM), -(-K // BK)
+    return tiles * k_iters / sms + SPREAD * tile_m / 16 if spread_fits(tiles, k_iters, sms) else None
+
+
 def swap_splits(N, K, sms=SMS):
     """The splits of K the transposed decode tile chooses among: those of :func:`splits` whose CTAs
     (one per tile and slice, one SM each) fit one wave.  A split is there to fill the SMs; one that
@@ -172,7 +190,8 @@ def swap_splits(N, K, sms=SMS):
 def heuristic(M, N, K, sms=SMS, b_major="col"):
     """A configuration for M×N×K without measuring.  Buckets of at most 64 rows with B column-major:
     the transposed decode tile as tall as the bucket, cut in K as :func:`swap_cost` says among
-    :func:`swap_splits`; the
+    :func:`swap_splits`, or spread over every SM where that split leaves the SMs idle
+    (:data:`SPREAD_BELOW`) and :func:`spread_cost` is less; the
     128-row decode bucket (or B row-major): of the 64-column steps cut as :func:`splits` allows and,
     with column-major B, the uncut widths between them, the one of least :func:`cost` (ties: fewer
     slices, then 128, 64, 256 columns), the deepest ring that fits; a middle bucket: of an uncut tile of
@@ -193,6 +212,10 @@ def heuristic(M, N, K, sms=SMS, b_major="col"):
         return dict(tile_n=tn, split_k=s, stages=stages_for(tn))
     if bound < BM and b_major == "col" and N >= BM:
         split = min(swap_splits(N, K, sms), key=lambda s: (swap_cost(N, K, bound, s, sms), s))
+        spread = spread_cost(N, K, bound, sms)
+        idle = -(-N // BM) * split <= SPREAD_BELOW * sms
+        if idle and spread is not None and spread < swap_cost(N, K, bound, split, sms):
+            return dict(tile_m=bound, tile_n=128, stream_k=True, stages=stages_for(128, bound))
         return dict(tile_m=bound, tile_n=128, split_k=split, stages=stages_for(128, bound))
     order = {128: 0, 64: 1, 256: 2}
     options = [(tn, s) for tn in order if tn <= N for s in splits(K)]
