@@ -23,9 +23,10 @@ the producer at 40 registers):
 - ``pp3_pu``: ``pp3_p`` with the consumers' warpgroup index broadcast from lane 0
   (``wg_broadcast``: ptxas then computes the Q slot's wgmma descriptors on the uniform datapath
   instead of per thread on the ALU pipe);
-- ``pp3_pm``, ``pp3m``, ``pp_p1m``, ``pp176m``: ``pp3_p``, ``pp3``, ``pp_p1``, ``pp176`` with the
-  broadcast and the block mask (``mask="block"``: only the 64-key blocks the diagonal or the end
-  crosses are masked, each score by two FMA-pipe instructions instead of ALU compares and selects);
+- ``pp3_pm``, ``pp3m``, ``pp_p1m``, ``pp176m``, ``ppm``, ``pp_pm``: ``pp3_p``, ``pp3``, ``pp_p1``,
+  ``pp176``, ``pp``, ``pp_p`` with the broadcast and the block mask (``mask="block"``: only the
+  64-key blocks the diagonal or the end crosses are masked, each score by two FMA-pipe
+  instructions instead of ALU compares and selects);
 - ``pp3_pmd``, ``pp3md``: ``pp3_pm``, ``pp3m`` where, causal, a warpgroup skips the key tiles past its
   last row (``skip_dead``: with 192 query rows a CTA, up to one a query tile for the first two
   warpgroups; Q·Kᵀ, softmax and P·V not issued, K and V only waited for and freed).
@@ -52,6 +53,8 @@ VARIANTS = {
     "pp3m": dict(schedule="pingpong", consumers=3, producer_regs=24, wg_broadcast=True, mask="block"),
     "pp_p1m": dict(schedule="pingpong", persistent=True, section=1, wg_broadcast=True, mask="block"),
     "pp176m": dict(schedule="pingpong", bn=176, producer_regs=24, wg_broadcast=True, mask="block"),
+    "ppm": dict(schedule="pingpong", wg_broadcast=True, mask="block"),
+    "pp_pm": dict(schedule="pingpong", persistent=True, wg_broadcast=True, mask="block"),
     "pp3_pmd": dict(schedule="pingpong", consumers=3, producer_regs=24, persistent=True, wg_broadcast=True,
                     mask="block", skip_dead=True),
     "pp3md": dict(schedule="pingpong", consumers=3, producer_regs=24, wg_broadcast=True, mask="block",
@@ -62,7 +65,7 @@ VARIANTS = {
 HEAD_DIMS = {"simple": (64, 128), "ov": (64, 128), "ov176": (128,), "ov3": (64,), "pp": (64, 128), "pp176": (128,),
              "pp3": (64,), "pp_p": (64, 128), "pp3_p": (64,), "ov3_p": (64,), "pp_p1": (64, 128), "pp3_p1": (64,),
              "pp3_pu": (64,), "pp3_pm": (64,), "pp3m": (64,), "pp_p1m": (64, 128), "pp176m": (128,),
-             "pp3_pmd": (64,), "pp3md": (64,)}
+             "pp3_pmd": (64,), "pp3md": (64,), "ppm": (64, 128), "pp_pm": (64, 128)}
 
 #: the default variant per (head size, causal), by the longest key sequence it serves: ``((bound,
 #: variant), ..., (None, variant))``, the first whose bound is >= seq_kv.  Short sequences take the

@@ -79,6 +79,10 @@ CASES = dict(
        _case(77, 1000, 128, True, variant="pp_p1m")]
     + [_case(s, s, 128, c, variant="pp176m") for s in (77, 2061) for c in (False, True)]
     + [_case(1000, 1000, 128, True, "float16", variant="pp176m"), _case(1000, 77, 128, True, variant="pp176m")]
+    + [_case(s, s, d, c, variant=v) for v in ("ppm", "pp_pm") for s in (77, 2061) for d in (64, 128)
+       for c in (False, True)]
+    + [_case(1000, 77, 128, False, "float16", variant="ppm"), _case(2061, 2061, 128, False, q_heads=32, kv_heads=8,
+                                                                    variant="pp_pm")]
     # skip_dead: key tiles past a warpgroup's last row not computed (192-row tiles, causal)
     + [_case(s, s, 64, True, variant=v) for s in (1, 77, 200, 1000, 2061) for v in ("pp3_pmd", "pp3md")]
     + [_case(2061, 2061, 64, c, q_heads=32, kv_heads=32, variant=v) for c in (False, True)
