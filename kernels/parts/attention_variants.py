@@ -75,15 +75,14 @@ HEAD_DIMS = {"simple": (64, 128), "ov": (64, 128), "ov176": (128,), "ov3": (64,)
 #: 64 three consumer warpgroups (192-row tiles halve the K/V traffic per FLOP against 128 and hide
 #: the exp2s, which cost as much as its GEMMs) — without a mask overlapped inside each warpgroup, with
 #: one ping-ponged so the diagonal's masking hides under the other's wgmma; head 128 FA3's
-#: ping-pong, 176-key tiles once the key loop is long (without a mask from 8192 keys, at 2048–4096
-#: the 128-key tiles measured as fast or faster; causal from 8192, where the diagonal's masked
-#: tiles are few among the unmasked ones).  From 2048 to 4096 keys (8192 at head 64 unmasked) the
-#: persistent forms with the warpgroup index broadcast and the block mask (``pp3_pm``, ``pp_p1m``:
-#: about 40% fewer ALU instructions per key loop) replace their plain twins.  The fastest measured
-#: per row of ``benchmarks/attention.py`` (docs/attention.md has the figures)
+#: ping-pong, causal with 176-key tiles from 8192 keys, where the diagonal's masked tiles are few
+#: among the unmasked ones.  From 2048 keys (to 4096 causal, to 8192 at head 64 unmasked) the
+#: persistent forms with the warpgroup index broadcast and the block mask (``pp3_pm``, ``pp_p1m``,
+#: ``pp_pm``: about 40% fewer ALU instructions per key loop) replace their plain twins.  The fastest
+#: measured per row of ``benchmarks/attention.py`` (docs/attention.md has the figures)
 DEFAULTS = {(64, False): ((8192, "pp3_pm"), (None, "ov3")),
             (64, True): ((1024, "pp_p1"), (4096, "pp3_pm"), (None, "pp3")),
-            (128, False): ((1024, "pp_p"), (4096, "pp"), (None, "pp176")),
+            (128, False): ((1024, "pp_p"), (None, "pp_pm")),
             (128, True): ((1024, "pp_p1"), (4096, "pp_p1m"), (None, "pp176"))}
 
 
