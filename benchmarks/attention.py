@@ -10,9 +10,10 @@ Two modes:
 - ``--build`` (CPU machine, TVM): build axe's artifacts into ``.carry/attention_bench/<name>/``;
 - default (GPU machine, no TVM): load them with ``axe.runtime``, check every side against the first
   peer that runs (max |err| / max |ref| < 3e-2, outputs poisoned with NaN first), then time the sides
-  in interleaved rounds (each round: every side, an untimed block of ``--iters`` back-to-back launches
-  then a timed one between CUDA events, so that no side's block starts with the clock headroom
-  another side's lighter kernel left; median over ``--rounds``; no L2 flush) and write
+  in interleaved rounds (each round: every side, untimed back-to-back launches for at least
+  :data:`PREROLL_S` then a timed block of ``--iters`` between CUDA events, so that no side's block
+  starts with the clock headroom another side's lighter kernel left; median over ``--rounds``; no
+  L2 flush) and write
   ``benchmarks/results/attention-DATE-DEVICE.json`` (under ``$OUT`` when set): per shape ``seq,
   head_dim, causal, axe_ms, best_peer_ms, best_peer``, every peer's ms, TFLOP/s per side and, for a
   peer that could not run, why; ``axe_ms`` is the default configuration, ``axe_configs_ms`` adds the
@@ -33,6 +34,7 @@ Usage::
 """
 
 import argparse
+import math
 import os
 import sys
 
@@ -46,6 +48,8 @@ HEAD_DIMS = (64, 128)
 TOKENS, HIDDEN = 16384, 2048
 OUT_DIR = os.path.join(ROOT, ".carry", "attention_bench")
 PEERS = ("sdpa_flash", "sdpa_cudnn", "flash_attn_4", "flashinfer")
+#: seconds of untimed launches of a side right before each of its timed blocks (see run_shape)
+PREROLL_S = 0.25
 
 
 def shape(seq, d):
@@ -201,9 +205,12 @@ def run_shape(torch, rt, args, seq, d, causal):
         except Exception as e:  # noqa: BLE001
             row["why"][s] = _why(e)
             del sides[s]
-    # each timed block follows an untimed block of the same side: a block that followed a lighter
-    # kernel (sdpa_flash draws less power) would start with the clock headroom the power cap left it
-    times = round_robin({s: (lambda fn=fn: burst_ms(torch, fn, calls=args.iters, blocks=1, warmup=args.iters))
+    # each timed block follows an untimed run of the same side lasting PREROLL_S: a block that followed
+    # a lighter kernel (sdpa_flash draws less power) would start with the clock headroom the power cap
+    # left it, and that headroom outlasted a 10-launch pre-roll at 3-4 ms a launch (head 128, 16384 keys)
+    est = {s: burst_ms(torch, fn, calls=args.iters, blocks=1) for s, fn in sides.items()}
+    times = round_robin({s: (lambda fn=fn, n=max(args.iters, math.ceil(PREROLL_S * 1e3 / est[s])):
+                             burst_ms(torch, fn, calls=args.iters, blocks=1, warmup=n))
                          for s, fn in sides.items()}, args.rounds)
     ms = {s: median(t) for s, t in times.items()}
     if args.sustain:
@@ -290,8 +297,9 @@ def run(args):
     result = {"benchmark": "attention", "date": date, "device": torch.cuda.get_device_name(),
               "sms": torch.cuda.get_device_properties(0).multi_processor_count, "versions": versions(),
               "dtype": "bfloat16", "tokens_per_batch": TOKENS, "hidden": HIDDEN,
-              "timing": f"CUDA events around {args.iters} back-to-back launches after an untimed block of "
-                        f"{args.iters} of the same side, sides interleaved, median of {args.rounds} rounds; no L2 flush",
+              "timing": f"CUDA events around {args.iters} back-to-back launches after at least {PREROLL_S} s of "
+                        f"untimed launches of the same side, sides interleaved, median of {args.rounds} rounds; "
+                        "no L2 flush",
               "rows": rows}
     with open(path, "w") as f:
         json.dump(result, f, indent=1)
