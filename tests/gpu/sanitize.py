@@ -9,7 +9,8 @@ Every error the sanitizer reports is attributed to the kernel it names (axe kern
 "(not axe)"); a check that fails under a tool counts too.  Cells: ``ok`` (the check passed and
 no error names the kernel), ``N err`` (sanitizer errors), ``FAIL`` (the check failed), ``-``
 (not reached before the tool's time limit).  Logs go to ``--out`` (``$OUT`` on the device tool);
-the table is printed and written to ``sanitize-table.txt`` there.  Exit 1 when any cell is not ok.
+the table is printed and written to ``sanitize-single-table.txt`` there (``sanitize-dist-table.txt``
+with ``--dist``).  Exit 1 when any cell is not ok.
 
 Usage: ``python3 tests/gpu/sanitize.py [--tools memcheck,racecheck] [--only NAME ...]
 [--dist] [--limit SECONDS] [--out DIR]``.
