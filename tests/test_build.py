@@ -328,7 +328,7 @@ def test_param_pack_reuse(built):
     rewrites pointers per call: what a repeat launch writes equals what a fresh pack writes."""
     import torch
 
-    from axe.runtime.launcher import ParamPack, bind_arguments
+    from axe.runtime.launcher import LaunchError, ParamPack, bind_arguments
 
     launch = built["tma_copy"].launch
     drv = FakeDriver()
@@ -350,6 +350,10 @@ def test_param_pack_reuse(built):
         arr = (ctypes.c_void_p * 5).from_address(pack.fill({"A": xs, "B": y, "C": z}))
         assert [ctypes.c_void_p.from_address(arr[i]).value for i in range(3)] == [xs.data_ptr(), y.data_ptr(), z.data_ptr()]
         assert ctypes.c_float.from_address(arr[4]).value == 0.5
+    pack.scalar(4).value = 2.0          # a scalar slot rewritten in place: the next launch passes it
+    assert ctypes.c_float.from_address(pack.array[4]).value == 2.0
+    with pytest.raises(LaunchError, match="parameter 0 .* is not a scalar"):
+        pack.scalar(0)
 
 
 def test_tensormap_rules():

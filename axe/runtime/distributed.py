@@ -16,7 +16,6 @@ Only torch and ``cuda.bindings`` are imported, lazily; TVM never is.
 
 from __future__ import annotations
 
-import ctypes
 from math import prod
 
 from .launcher import Kernel, LaunchError
@@ -259,8 +258,7 @@ class DistKernel:
         if got is None:
             fixed = full[:self._epoch_at] + (0,) + full[self._epoch_at + 1:]
             plan = self.kernel.plan(*fixed, stream=raw)
-            values = {ctypes.addressof(c): c for c in plan.pack._keep if isinstance(c, ctypes._SimpleCData)}
-            got = self._plans[key] = (plan, [values[plan.pack.array[i]] for i in self._epoch_params])
+            got = self._plans[key] = (plan, [plan.pack.scalar(i) for i in self._epoch_params])
         plan, slots = got
         for c in slots:
             c.value = full[self._epoch_at]

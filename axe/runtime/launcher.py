@@ -259,6 +259,7 @@ class ParamPack:
         specs = launch.get("tensormaps", [])
         self.array = (ctypes.c_void_p * max(len(params), 1))()
         self._pointers, self._tensormaps, self._keep = [], [], []
+        self._scalars = {}      # parameter index -> its ctypes value (see scalar())
         self._maps = {}
         for i, p in enumerate(params):
             kind = p["kind"]
@@ -270,6 +271,7 @@ class ParamPack:
                 if ct is None:
                     raise LaunchError(f"kernel parameter {p['name']!r} has dtype {p['dtype']}, which the runtime cannot pass")
                 c = ct(env[p["value"]] if isinstance(p["value"], str) and p["value"] in env else eval_expr(p["value"], env))
+                self._scalars[i] = c
             elif kind == "tensormap":
                 self._tensormaps.append((i, specs[p["tensormap"]]))
                 continue
@@ -277,6 +279,13 @@ class ParamPack:
                 raise LaunchError(f"kernel parameter {p['name']!r} has unknown kind {kind!r}")
             self._keep.append(c)
             self.array[i] = ctypes.addressof(c)
+
+    def scalar(self, i: int):
+        """The ctypes value that scalar parameter ``i`` is passed from: setting its ``value`` changes
+        what the next launch of this pack passes (the driver copies the parameters at each launch)."""
+        if i not in self._scalars:
+            raise LaunchError(f"kernel parameter {i} ({self.launch['params'][i]['name']!r}) is not a scalar")
+        return self._scalars[i]
 
     def fill(self, tensors: dict) -> int:
         """Write the data pointers and tensor maps of ``tensors`` (by argument name); returns the
