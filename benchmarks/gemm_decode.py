@@ -76,8 +76,9 @@ def measured(bound, n, k, extra=()):
     keywords outside the candidate list, e.g. a deeper ring) that serve the bucket (a decode bucket
     no taller than their ``tile_m``)."""
     from kernels import gemm_select
-    more = [x for x in extra if bound <= gemm_select.BM and bound <= x.get("tile_m", gemm_select.BM)]
-    return gemm_select.candidates(bound, n, k) + [x for x in more if x not in gemm_select.candidates(bound, n, k)]
+    cands = gemm_select.candidates(bound, n, k)
+    return cands + [x for x in extra if bound <= gemm_select.BM and bound <= x.get("tile_m", gemm_select.BM)
+                    and x not in cands]
 
 
 def configs(n, k, ms, extra=()):

@@ -92,9 +92,9 @@ def scheduled_rows(bound, config):
 def candidates(bound, N, K, b_major="col"):
     """The configurations (``make`` keywords) measured for a bucket: for a decode bucket every tile
     width with every split of K (deepest ring), below 128 rows the transposed decode tile
-    ``bound``×128 with every split and with stream-K spread over every SM where it fits, and in the 128-row bucket with column-major B the uncut widths
-    between the 64-column steps; above
-    them what a run-time M schedules (the persistent tile 128×256 or 128×128, ping-pong), and in a
+    ``bound``×128 with every split and with stream-K spread over every SM where it fits, and in the
+    128-row bucket with column-major B the uncut widths between the 64-column steps; above them what
+    a run-time M schedules (the persistent tile 128×256 or 128×128, ping-pong), and in a
     middle bucket (≤ :data:`MAX_BOUND` rows) also the run-time-M tiles of :data:`MID_WIDTHS`
     (``b_major``'s) and :data:`MID_NARROW` (tune's only), CTA pairs sharing B with tiles 128 and
     256 wide (scheduled for the bound: cuBLAS runs 2-CTA clusters on nearly every middle shape; the
@@ -106,9 +106,8 @@ def candidates(bound, N, K, b_major="col"):
         swapped = [dict(tile_m=bound, tile_n=128, split_k=s, stages=stages_for(128, bound, tile_k=tk),
                         **({} if tk == BK else {"tile_k": tk}))
                    for tk in (BK, 128) if bound < BM and N >= 128 and K >= tk for s in splits(K)]
-        # stream-K spread over every SM (see SPREAD)
-        swapped += [dict(tile_m=bound, tile_n=128, stream_k=True, stages=stages_for(128, bound))
-                    for _ in (1,) if bound < BM and N >= 128 and spread_fits(-(-N // BM), -(-K // BK), SMS)]
+        if bound < BM and N >= 128 and spread_fits(-(-N // BM), -(-K // BK), SMS):      # stream-K (see SPREAD)
+            swapped.append(dict(tile_m=bound, tile_n=128, stream_k=True, stages=stages_for(128, bound)))
         # the 128-row bucket with column-major B: also the uncut widths between the 64-column steps (one
         # block-row of tiles: a width whose tile count fills one wave, as cuBLAS picks 112 for N = 14336)
         fine = [uncut(tn) for tn in TILE_N_COL if bound == BM and b_major == "col" and tn not in TILE_N and tn <= N]

@@ -48,7 +48,7 @@ def store(problem, main, sched, cfg, gen, act=None):
         chunk = cfg.bn if cfg.pingpong else math.gcd(EPILOGUE[gen], cfg.bn)
         epi = ChunkedStore(main, sched, problem.dtype, cfg.epilogue or chunk, cfg.epilogue_bufs)
     if cfg.stream_k:
-        return SpreadHandover(epi, sched.split) if sched.spread else Handover(epi, main.k_iters)
+        return SpreadHandover(epi, sched.split) if sched.split.spread else Handover(epi, main.k_iters)
     if cfg.split_k > 1:
         return SplitKHandover(epi, cfg.split_k)
     return epi

@@ -115,20 +115,15 @@ class StreamK:
 class StreamKSchedule(Persistent):
     """The persistent schedule with a stream-K tail (a build-time tile count): each CTA runs
     ``dp_waves`` whole tiles, then its stream-K pieces (at most three: at most one head and one
-    tail), each followed by the epilogue's ``finish`` (store, hand over, or wait and add).
-    ``min_tiles``: refuse below that many tiles (at least one per CTA: the module's law keeps every
-    tile in at most two CTAs' ranges from there on)."""
+    tail), each followed by the epilogue's ``finish`` (store, hand over, or wait and add); with
+    ``spread`` (:class:`StreamK`'s) fewer tiles than CTAs are spread over all of them, else refused."""
 
     name = "stream-K"
     hands_over = True
 
-    def __init__(self, M, N, bm, bn, ctas, group, k_iters, rows_per_piece, cols, min_tiles=None, stack=1, spread=False):
+    def __init__(self, M, N, bm, bn, ctas, group, k_iters, rows_per_piece, cols, stack=1, spread=False):
         super().__init__(M, N, bm, bn, ctas, group, stack=stack)
-        if min_tiles is not None and (k_iters < 4 or self.tiles < min_tiles):
-            raise ValueError(f"stream_k needs K of at least 4 k-blocks and at least {min_tiles} tiles "
-                             f"(got {k_iters} k-blocks, {self.tiles} tiles)")
         self.split = StreamK(self.tiles, k_iters, ctas, spread=spread)
-        self.spread = self.split.spread
         self.k_iters = k_iters
         self.workspace = (ctas * 2 * rows_per_piece, cols)     # fp32 partials: one per CTA and warpgroup
 
