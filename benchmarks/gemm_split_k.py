@@ -11,15 +11,14 @@ gemm_split_k-<date>-<device>.json`` (rows: M, N, K, config, us, cublas_us, ratio
 """
 
 import argparse
-import datetime
 import glob
-import json
 import os
 import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
 sys.path.insert(0, os.path.join(ROOT, "benchmarks"))
+from result_file import write_rows  # noqa: E402
 OUT = os.path.join(ROOT, ".carry", "gemm_splitk")
 M = 128
 #: (name, N, K): Llama-3.1-8B down (16 tiles at M = 128) and up/gate (56 tiles)
@@ -44,7 +43,7 @@ def run(path, rounds, eager=False):
     import axe.runtime as rt
     from axe.torch.timing import capture, eager_ms, graph_ms, median, round_robin
     from gemm_decode import checked
-    rows, dev = [], torch.cuda.get_device_name()
+    rows = []
     for label, n, k in SHAPES:
         a = torch.randn(M, k, device="cuda", dtype=torch.bfloat16)
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
@@ -69,12 +68,8 @@ def run(path, rounds, eager=False):
                          "cublas_us": us["cublas"], "ratio": us["cublas"] / us[s], "rel_err": errs[s]})
             print(f"{label:14s} split_k={s}: {us[s]:7.1f} us  cuBLAS {us['cublas']:7.1f} us  "
                   f"ratio {us['cublas'] / us[s]:.2f}  err {errs[s]:.1e}", flush=True)
-    day = datetime.date.today().isoformat()
-    path = path or os.path.join(ROOT, "benchmarks", "results", f"gemm_split_k-{day}-{dev.split()[-1].lower()}.json")
-    with open(path, "w") as f:
-        json.dump({"device": dev, "date": day, "versions": {"torch": torch.__version__, "cuda": torch.version.cuda},
-                   "timing": f"{'eager launches' if eager else 'CUDA graph replays'}, median of {rounds} interleaved rounds",
-                   "rows": rows}, f, indent=1)
+    path = write_rows(torch, "gemm_split_k", rows, f"{'eager launches' if eager else 'CUDA graph replays'}, median of "
+                      f"{rounds} interleaved rounds", path)
     print("wrote", path)
 
 

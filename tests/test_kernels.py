@@ -60,3 +60,5 @@ def test_transpose_tensormap_spec():
     assert load["strides_bytes"] == [transpose.N * 2] and load["shape"] == [transpose.N, transpose.M]
     assert store["param"] == "B_map" and store["box"] == [64, 64] and store["swizzle"] == 128
     assert store["strides_bytes"] == [transpose.M * 2] and store["shape"] == [transpose.M, transpose.N]
+    # both maps ask L2 to fill 256-byte lines from DRAM (tma.L2_PROMOTION; benchmarks/tma_l2.py measures it)
+    assert load["l2_promotion"] == store["l2_promotion"] == 256

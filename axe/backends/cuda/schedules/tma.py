@@ -34,6 +34,12 @@ __all__ = ["TmaPlan", "swizzle_mode", "tma_plan"]
 
 _MODES = {1: 32, 2: 64, 3: 128}
 
+#: the L2 promotion every tensor map asks for (bytes): a TMA box row of 64–128 bytes (a 64-deep bf16
+#: k-block, a 128-deep fp8 one) then fills its 256-byte L2 line pair from DRAM at once, so the next
+#: k-block of the same rows hits L2 instead of opening the DRAM row again (the driver's default is
+#: none; ``benchmarks/tma_l2.py`` times both on the same cubins)
+L2_PROMOTION = 256
+
 
 def swizzle_mode(L, elem_bytes: int):
     """TMA swizzle bytes (0, 32, 64, 128) of a shared layout, or a reason string."""
@@ -179,6 +185,7 @@ def tma_plan(call, ctx, store: bool = False):
         # an extent-1 dimension has no iter (stride 0), which the driver rejects: it gets the packed stride
         "strides_bytes": packed_strides(dims, [int(s) * eb for s in reversed(strides[:-1])], eb),
         "box": list(reversed(box)), "elem_strides": [1] * len(box), "swizzle": mode, "oob_fill": "zero",
+        "l2_promotion": L2_PROMOTION,
     }
     return TmaPlan(box, mode, atoms, spec, prod(smem.shape) * eb, store)
 
