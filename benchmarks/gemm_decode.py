@@ -74,11 +74,11 @@ def artifact(bound, cfg):
 def measured(bound, n, k, extra=()):
     """The configurations timed for bucket ``bound``: its candidates, then those of ``extra`` (``make``
     keywords outside the candidate list, e.g. a deeper ring) that serve the bucket (a decode bucket
-    no taller than their ``tile_m``)."""
+    no taller than their ``tile_m``; a middle bucket with 128-row tiles)."""
     from kernels import gemm_select
     cands = gemm_select.candidates(bound, n, k)
-    return cands + [x for x in extra if bound <= gemm_select.BM and bound <= x.get("tile_m", gemm_select.BM)
-                    and x not in cands]
+    serves = (lambda x: bound <= x.get("tile_m", gemm_select.BM)) if bound <= gemm_select.BM else (lambda x: "tile_m" not in x)
+    return cands + [x for x in extra if serves(x) and x not in cands]
 
 
 def configs(n, k, ms, extra=()):
