@@ -69,9 +69,9 @@ class Config:
     def __init__(self, stages=None, sms=SMS, in_flight=None, group=GROUP, cluster=1, epilogue=None,
                  schedule="cooperative", epilogue_bufs=None, stream_k=False, split_k=1, epilogue_ops=(), tile_n=BN,
                  tile_m=BM, tile_k=BK):
-        if tile_n not in TILE_N_COL or (cluster > 1 and tile_n % 128):
+        if tile_n not in TILE_N_COL:
             raise ValueError(f"gemm: tile_n must be one of {TILE_N}, or with column-major B a multiple of 16 from 64 "
-                             f"to 256 (128 or 256 with CTA pairs, which split B's tile in 64-column halves), got {tile_n!r}")
+                             f"to 256, got {tile_n!r}")
         if tile_m not in TILE_M:
             raise ValueError(f"gemm: tile_m must be one of {TILE_M}, got {tile_m!r}")
         if tile_m < BM and (tile_n != 128 or schedule != "cooperative" or cluster > 1 or epilogue_ops):

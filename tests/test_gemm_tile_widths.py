@@ -89,8 +89,7 @@ def test_refusals_name_the_argument():
     for bad in (100, 72, 272, 48):
         with pytest.raises(ValueError, match=rf"tile_n must be .*got {bad}"):
             Config(tile_n=bad)
-    with pytest.raises(ValueError, match=r"tile_n must be .*CTA pairs.*got 176"):
-        Config(tile_n=176, cluster=2)
+    assert Config(tile_n=176, cluster=2).cluster == 2      # column-major B: each CTA of a pair loads 88 rows
     for kw, named in (({"schedule": "pingpong"}, "pingpong"), ({"stream_k": True}, "stream_k"),
                       ({"epilogue_ops": ("bias",)}, "epilogue_ops")):
         with pytest.raises(ValueError, match=rf"tile_n=176 .*{named}"):
@@ -101,8 +100,11 @@ def test_refusals_name_the_argument():
         gemm.make(1000, 2048, 512, "bfloat16", "col", tile_n=176, act="silu_mul")
     with pytest.raises(ValueError, match=r"b_major='row'"):
         Cooperative("bfloat16", "row", 128, 176, 64, 4, 8, 0, WholeB())
-    with pytest.raises(ValueError, match=r"B multicast"):
-        Cooperative("bfloat16", "col", 128, 176, 64, 4, 8, 0, MulticastB())
+    assert Cooperative("bfloat16", "col", 128, 176, 64, 4, 8, 0, MulticastB()).b_half == (88, 64)
+    with pytest.raises(ValueError, match=r"CTA pairs .*rows of 8.*got 136 columns"):
+        Cooperative("bfloat16", "col", 128, 136, 64, 4, 8, 0, MulticastB())
+    with pytest.raises(ValueError, match=r"CTA pairs .*64-column.*got 192 columns with b_major='row'"):
+        Cooperative("bfloat16", "row", 128, 192, 64, 4, 8, 0, MulticastB())
     assert TILE_N == (64, 128, 192, 256) and set(TILE_N) < set(TILE_N_COL)
 
 

@@ -307,4 +307,12 @@ BOUNDED_SHAPE.update({"bnd_t16sk": (3584, 14336), "bnd_t16sk8": (640, 4096), "bn
                       "bnd512_n128sk": (4096, 14336)})
 BUILDS.update({case_name("dyn", dt, b, t): _bounded_builder(t, dt, b) for t in SPREAD
                for dt, b in (("float16", "row"), ("bfloat16", "col")) if b == "col" or "tile_m" not in SPREAD[t]})
+#: CTA pairs with narrow tiles (column-major B only: each CTA of a pair loads half of the tile's rows,
+#: 56 and 72 here) on an odd and an even number of block-rows
+NARROW_PAIRS = {"bnd512_n112c2": {"tile_n": 112, "cluster": 2, "stages": 6},
+                "bnd1024_n144c2": {"tile_n": 144, "cluster": 2, "stages": 5}}
+BOUNDED.update(NARROW_PAIRS)
+BOUNDED_ROWS.update({"bnd512_n112c2": 512, "bnd1024_n144c2": 1024})
+BUILDS.update({case_name("dyn", dt, "col", t): _bounded_builder(t, dt, "col") for t in NARROW_PAIRS
+               for dt in ("float16", "bfloat16")})
 CHECKS = {name: _check_of(name) for name in BUILDS}

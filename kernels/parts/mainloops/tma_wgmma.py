@@ -82,10 +82,14 @@ class Cooperative:
     split = "rows"              # how the consumers split the tile
 
     def __init__(self, dtype, b_major, bm, bn, bk, stages, k_iters, in_flight, b):
-        if bn % 64 and (b_major != "col" or bn % 8 or b.cluster > 1):
+        if bn % 64 and (b_major != "col" or bn % 8):
             raise ValueError(f"gemm: a B tile {bn} columns wide (not a multiple of 64) is built with column-major B "
-                             f"(b_major='col', N×K: its 128-byte swizzle runs along K) loaded whole, in rows of 8 "
-                             f"(wgmma's N step); got b_major={b_major!r}, {b.name}")
+                             f"(b_major='col', N×K: its 128-byte swizzle runs along K), in rows of 8 (wgmma's N step); "
+                             f"got b_major={b_major!r}, {b.name}")
+        if b.cluster > 1 and (bn // 2) % (8 if b_major == "col" else 64):
+            raise ValueError(f"gemm: CTA pairs ({b.name}) load half of B's tile each: with row-major B whole 64-column "
+                             f"swizzle blocks (a tile 128 or 256 wide), with column-major B rows of 8 (a width that is "
+                             f"a multiple of 16); got {bn} columns with b_major={b_major!r}")
         self.dtype, self.b_major, self.bm, self.bn, self.bk, self.stages = dtype, b_major, bm, bn, bk, stages
         self.k_iters, self.b = k_iters, b
         self.cluster = b.cluster
