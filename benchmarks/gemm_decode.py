@@ -92,12 +92,12 @@ def configs(n, k, ms, extra=()):
     return out
 
 
-def build(only=None, mid=False, names=None, extra=()):
+def build(only=None, mid=False, names=None, extra=(), ms=None):
     os.environ.setdefault("CUDA_PATH", "/usr/local/cuda")
     from axe.backends.cuda.build import c_identifier
     from kernels import gemm
     for label, n, k in shapes(mid, names):
-        for cname, (cfg, rows) in configs(n, k, MS_MID if mid else MS, extra).items():
+        for cname, (cfg, rows) in configs(n, k, ms or (MS_MID if mid else MS), extra).items():
             tag = f"{label}__{cname}"
             if only and not any(o in tag for o in only):
                 continue
@@ -134,7 +134,7 @@ def read_rate(torch, gib=4, reps=5):
     return best
 
 
-def run(path, rounds, mid=False, names=None, extra=()):
+def run(path, rounds, mid=False, names=None, extra=(), ms=None):
     import torch
 
     import axe.runtime as rt
@@ -147,7 +147,7 @@ def run(path, rounds, mid=False, names=None, extra=()):
     for label, n, k in shapes(mid, names):
         w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
         loaded = {d.split("__", 1)[1]: rt.load(d) for d in sorted(glob.glob(os.path.join(OUT, f"{label}__*")))}
-        for m in (MS_MID if mid else MS):
+        for m in ms or (MS_MID if mid else MS):
             bound = gemm_select.bucket(m)
             names = {artifact(bound, x)[0]: gemm_select.name(x) for x in measured(bound, n, k, extra)}
             kernels = {names[c]: loaded[c] for c in names if c in loaded}
@@ -208,6 +208,8 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--only", nargs="*", help="build the artifacts whose names contain one of these")
     ap.add_argument("--mid", action="store_true", help="the middle buckets (M 256, 512, 1024) instead of decode")
+    ap.add_argument("--ms", nargs="*", type=int, help="build/run: these row counts instead (e.g. --mid --ms 2048 4096: "
+                    "the larger buckets' run-time-M widths)")
     ap.add_argument("--shapes", nargs="*", help="build/run: these shapes' labels only (see shapes())")
     ap.add_argument("--shape", help="once: the shape label")
     ap.add_argument("--m", type=int, default=1, help="once: the row count")
@@ -219,10 +221,10 @@ def main(argv=None):
     if args.mode == "once":
         return once(args.shape, args.m, args.configs)
     if args.mode == "build":
-        return build(args.only, args.mid, args.shapes, args.extra)
+        return build(args.only, args.mid, args.shapes, args.extra, args.ms)
     if not glob.glob(os.path.join(OUT, "*", "launch.json")):
         raise SystemExit(f"no artifacts in {OUT}: run `benchmarks/gemm_decode.py build` on the CPU machine")
-    return run(args.json, args.rounds, args.mid, args.shapes, args.extra)
+    return run(args.json, args.rounds, args.mid, args.shapes, args.extra, args.ms)
 
 
 if __name__ == "__main__":

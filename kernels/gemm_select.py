@@ -14,7 +14,7 @@ persistent schedule.
 
 from bisect import bisect_left
 
-from kernels.gemm_config import BK, BM, MAX_BOUND, SMS, TILE_N, TILE_N_COL
+from kernels.gemm_config import BK, BM, BN as BN_DEFAULT, MAX_BOUND, SMS, TILE_N, TILE_N_COL
 from kernels.parts.schedulers.spread import spread_fits
 
 #: bucket bounds (rows); a call runs the artifact of the first bound ≥ M, the last one is unbounded.
@@ -63,6 +63,18 @@ MID_NARROW = (96, 112)
 #: the slice counts a middle bucket tries: with a few block-rows the tile count is rarely a multiple
 #: of the SMs, and 3 or 6 slices can fill the last wave where 2 and 4 leave it half empty
 MID_SPLITS = (1, 2, 3, 4, 6)
+#: the largest bucket whose heuristic also weighs the uncut widths of :data:`MID_WIDTHS` (run-time-M
+#: artifacts, no bound): at 2048–4096 rows a few shapes still leave a last wave mostly empty (Gemma-2-27B
+#: down, 4608 × 36864, at 2048 rows: 288 tiles of 256 columns are 2.2 waves of 132 SMs; 0.77× cuBLAS on
+#: an H100, benchmarks/results/gemm-allm-2026-11-27-h100-l2-256.json), and above it the 256-wide tile's
+#: waves are many enough
+WIDE_BOUND = 4096
+#: there a narrower width is picked only where the model costs it at most this share of the 256-wide
+#: tile's: the model charges a narrow tile's k-block less than it measures (the 112–144-wide tiles run
+#: at about 70% of the 256-wide tile's rate per SM, docs/gemm.md).  On four shapes × 2048/4096 rows
+#: (H100, benchmarks/results/gemm_wide-2026-11-27-h100.json) the six picks it lets through ran 0.996–1.18×
+#: the 256-wide tile's speed (Gemma-2-27B down at 2048 rows: 192 wide, 1024 against 1211 µs)
+WIDE_MARGIN = 0.95
 
 
 def uncut(tile_n):
@@ -94,9 +106,9 @@ def candidates(bound, N, K, b_major="col"):
     width with every split of K (deepest ring), below 128 rows the transposed decode tile
     ``bound``×128 with every split and with stream-K spread over every SM where it fits, and in the
     128-row bucket with column-major B the uncut widths between the 64-column steps; above them what
-    a run-time M schedules (the persistent tile 128×256 or 128×128, ping-pong), and in a
-    middle bucket (≤ :data:`MAX_BOUND` rows) also the run-time-M tiles of :data:`MID_WIDTHS`
-    (``b_major``'s) and :data:`MID_NARROW` (tune's only), CTA pairs sharing B with tiles 128 and
+    a run-time M schedules (the persistent tile 128×256 or 128×128, ping-pong), up to
+    :data:`WIDE_BOUND` rows also the run-time-M tiles of :data:`MID_WIDTHS` (``b_major``'s), and in a
+    middle bucket (≤ :data:`MAX_BOUND` rows) also :data:`MID_NARROW` (tune's only), CTA pairs sharing B with tiles 128 and
     256 wide (scheduled for the bound: cuBLAS runs 2-CTA clusters on nearly every middle shape; the
     heuristic's model has no term for them, they are ``axe tune``'s to pick), and the tiles 128,
     :data:`MID_TILE` and 256 wide cut in K as :data:`MID_SPLITS` allows.  Stream-K is not one:
@@ -114,11 +126,14 @@ def candidates(bound, N, K, b_major="col"):
         return swapped + [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in TILE_N if tn != 192 and tn <= N
                           for s in splits(K)] + fine
     runtime = [dict(), uncut(128), dict(schedule="pingpong")]
-    if bound is None or bound > MAX_BOUND:
+    if bound is None or bound > WIDE_BOUND:
         return runtime
+    widths = [uncut(tn) for tn in MID_WIDTHS[b_major] if tn not in (128, 256) and tn <= N]
+    if bound > MAX_BOUND:
+        return runtime + widths
     pairs = [dict(tile_n=tn, cluster=2, stages=stages_for(tn)) for tn in (128, 256) if tn <= N]
     narrow = [uncut(tn) for tn in MID_NARROW if b_major == "col" and tn <= N]
-    return runtime + [uncut(tn) for tn in MID_WIDTHS[b_major] if tn not in (128, 256) and tn <= N] + narrow + pairs + \
+    return runtime + widths + narrow + pairs + \
         [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in (128, MID_TILE, 256) if tn <= N
          for s in splits(K, MID_SPLITS) if s > 1]
 
@@ -196,11 +211,16 @@ def heuristic(M, N, K, sms=SMS, b_major="col"):
     slices, then 128, 64, 256 columns), the deepest ring that fits; a middle bucket: of an uncut tile of
     :data:`MID_WIDTHS` (``b_major``'s: with column-major B every multiple of 16 from 128 to 256) or a
     tile 256, :data:`MID_TILE` or 128 wide cut in K, the one of least :func:`cost` over the bound's
-    block-rows (ties: fewer slices, then wider; uncut: the run-time-M artifact); otherwise the
-    default (the persistent 128×256 tile)."""
+    block-rows (ties: fewer slices, then wider; uncut: the run-time-M artifact); a bucket up to
+    :data:`WIDE_BOUND`: of the uncut widths the one of least :func:`cost` if it is at most
+    :data:`WIDE_MARGIN` of the 256-wide tile's; otherwise the default (the persistent 128×256 tile)."""
     bound = bucket(M)
-    if bound is None or bound > MAX_BOUND:
+    if bound is None or bound > WIDE_BOUND:
         return dict()
+    if bound > MAX_BOUND:       # uncut widths only (run-time M), against the 256-wide tile with a margin
+        rows = bound // BM
+        tn = min((tn for tn in MID_WIDTHS[b_major] if tn <= N), key=lambda w: (cost(N, K, w, 1, sms, rows), -w))
+        return uncut(tn) if cost(N, K, tn, 1, sms, rows) <= WIDE_MARGIN * cost(N, K, BN_DEFAULT, 1, sms, rows) else dict()
     if bound > BM:
         rows = -(-bound // BM)
         options = [(tn, 1) for tn in MID_WIDTHS[b_major] if tn <= N] + \
