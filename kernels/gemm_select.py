@@ -72,8 +72,9 @@ WIDE_BOUND = 4096
 #: there a narrower width is picked only where the model costs it at most this share of the 256-wide
 #: tile's: the model charges a narrow tile's k-block less than it measures (the 112–144-wide tiles run
 #: at about 70% of the 256-wide tile's rate per SM, docs/gemm.md).  On four shapes × 2048/4096 rows
-#: (H100, benchmarks/results/gemm_wide-2026-11-27-h100.json) the six picks it lets through ran 0.996–1.18×
-#: the 256-wide tile's speed (Gemma-2-27B down at 2048 rows: 192 wide, 1024 against 1211 µs)
+#: (benchmarks/results/gemm_wide-2026-11-27-{h100,h200}.json) the six picks it lets through ran
+#: 0.996–1.18× the 256-wide tile's speed on the H100 and 1.03–1.14× on the H200 (Gemma-2-27B down at 2048
+#: rows: 192 wide, 1024 against 1211 µs on the H100, cuBLAS 973)
 WIDE_MARGIN = 0.95
 
 
