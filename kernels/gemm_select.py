@@ -83,6 +83,14 @@ def uncut(tile_n):
     return dict(tile_n=tile_n, stages=stages_for(tile_n))
 
 
+def fitting(N, b_major="col"):
+    """The widest uncut tile no wider than N (:data:`~kernels.gemm_config.TILE_N_COL` with column-major B,
+    :data:`~kernels.gemm_config.TILE_N` with row-major), or None where N is below 64: what a bucket of
+    128-row tiles runs when N is narrower than its 256-wide tile (a router's 64 or 128 experts)."""
+    widths = [w for w in (TILE_N_COL if b_major == "col" else TILE_N) if w <= N]
+    return uncut(max(widths)) if widths else None
+
+
 def splits(K, counts=(1, 2, 4)):
     """The split-K slice counts worth trying for K: 1, and those of ``counts`` whose slices keep at
     least :data:`MIN_SLICE` k-blocks of 64."""
@@ -107,7 +115,8 @@ def candidates(bound, N, K, b_major="col"):
     width with every split of K (deepest ring), below 128 rows the transposed decode tile
     ``bound``×128 with every split and with stream-K spread over every SM where it fits, and in the
     128-row bucket with column-major B the uncut widths between the 64-column steps; above them what
-    a run-time M schedules (the persistent tile 128×256 or 128×128, ping-pong), up to
+    a run-time M schedules (the persistent tile 128×256 or 128×128, ping-pong; with N below 256 also
+    :func:`fitting`'s tile), up to
     :data:`WIDE_BOUND` rows also the run-time-M tiles of :data:`MID_WIDTHS` (``b_major``'s), and in a
     middle bucket (≤ :data:`MAX_BOUND` rows) also :data:`MID_NARROW` (tune's only), CTA pairs sharing B with tiles 128 and
     256 wide (scheduled for the bound: cuBLAS runs 2-CTA clusters on nearly every middle shape; the
@@ -127,6 +136,8 @@ def candidates(bound, N, K, b_major="col"):
         return swapped + [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in TILE_N if tn != 192 and tn <= N
                           for s in splits(K)] + fine
     runtime = [dict(), uncut(128), dict(schedule="pingpong")]
+    if N < BN_DEFAULT and fitting(N, b_major) not in runtime + [None]:       # N narrower than the default tile
+        runtime.append(fitting(N, b_major))
     if bound is None or bound > WIDE_BOUND:
         return runtime
     widths = [uncut(tn) for tn in MID_WIDTHS[b_major] if tn not in (128, 256) and tn <= N]
@@ -214,8 +225,12 @@ def heuristic(M, N, K, sms=SMS, b_major="col"):
     tile 256, :data:`MID_TILE` or 128 wide cut in K, the one of least :func:`cost` over the bound's
     block-rows (ties: fewer slices, then wider; uncut: the run-time-M artifact); a bucket up to
     :data:`WIDE_BOUND`: of the uncut widths the one of least :func:`cost` if it is at most
-    :data:`WIDE_MARGIN` of the 256-wide tile's; otherwise the default (the persistent 128×256 tile)."""
+    :data:`WIDE_MARGIN` of the 256-wide tile's; otherwise the default (the persistent 128×256 tile).
+    Above 128 rows with N narrower than 256 columns, where the middle buckets' choice has no width
+    that fits (N below 128) and in the larger buckets: :func:`fitting`."""
     bound = bucket(M)
+    if (bound is None or bound > BM) and N < BN_DEFAULT and (N < BM or bound is None or bound > MAX_BOUND):
+        return fitting(N, b_major) or dict()        # no 256-wide tile fits (below 64 columns: make refuses N)
     if bound is None or bound > WIDE_BOUND:
         return dict()
     if bound > MAX_BOUND:       # uncut widths only (run-time M), against the 256-wide tile with a margin

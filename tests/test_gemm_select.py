@@ -155,6 +155,23 @@ def test_the_wide_buckets_pick_against_their_measured_widths(gpu):
     assert gemm_select.heuristic(2048, 4608, 36864) == gemm_select.uncut(192) and us["stages4_tile_n192"] == min(us.values())
 
 
+@pytest.mark.parametrize("b_major", ["col", "row"])
+def test_every_bucket_picks_a_tile_that_fits_a_narrow_n(b_major):
+    """N below the default 256 columns (a router's 64 or 128 experts): every bucket's pick is no wider
+    than N (above 128 rows the widest uncut tile that fits where the buckets' own choice has none),
+    is one of its bucket's candidates, and the one the largest bucket picks for N = 200 builds."""
+    for N in (64, 100, 128, 200, 255):
+        for M in (1, 100, 300, 700, 1500, 2048, 4096, 8192, 20000):
+            cfg, bound = gemm_select.heuristic(M, N, 4096, b_major=b_major), gemm_select.bucket(M)
+            assert cfg.get("tile_n", 256) <= N, (N, M, cfg)
+            if bound is None or bound > 128:
+                assert cfg in gemm_select.candidates(bound, N, 4096, b_major), (N, M, cfg)
+    assert gemm_select.heuristic(8192, 200, 4096, b_major=b_major) == gemm_select.uncut(192)
+    assert gemm_select.heuristic(8192, 100, 4096, b_major=b_major) == gemm_select.uncut(96 if b_major == "col" else 64)
+    assert gemm_select.fitting(48) is None and gemm_select.heuristic(8192, 48, 4096) == {}     # make refuses N
+    gemm.make(None, 200, 4096, "bfloat16", b_major, **gemm_select.heuristic(8192, 200, 4096, b_major=b_major))
+
+
 def test_names_are_stable_and_distinct():
     cands = gemm_select.candidates(128, 4096, 14336) + gemm_select.candidates(None, 4096, 14336)
     names = [gemm_select.name(c) for c in cands]
