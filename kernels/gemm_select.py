@@ -136,8 +136,9 @@ def candidates(bound, N, K, b_major="col"):
         return swapped + [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in TILE_N if tn != 192 and tn <= N
                           for s in splits(K)] + fine
     runtime = [dict(), uncut(128), dict(schedule="pingpong")]
-    if N < BN_DEFAULT and fitting(N, b_major) not in runtime + [None]:       # N narrower than the default tile
-        runtime.append(fitting(N, b_major))
+    fit = fitting(N, b_major) if N < BN_DEFAULT else None        # N narrower than the default tile
+    if fit is not None and fit not in runtime:
+        runtime.append(fit)
     if bound is None or bound > WIDE_BOUND:
         return runtime
     widths = [uncut(tn) for tn in MID_WIDTHS[b_major] if tn not in (128, 256) and tn <= N]
@@ -229,7 +230,7 @@ def heuristic(M, N, K, sms=SMS, b_major="col"):
     Above 128 rows with N narrower than 256 columns, where the middle buckets' choice has no width
     that fits (N below 128) and in the larger buckets: :func:`fitting`."""
     bound = bucket(M)
-    if (bound is None or bound > BM) and N < BN_DEFAULT and (N < BM or bound is None or bound > MAX_BOUND):
+    if N < BN_DEFAULT and (bound is None or bound > MAX_BOUND or BM < bound and N < BM):
         return fitting(N, b_major) or dict()        # no 256-wide tile fits (below 64 columns: make refuses N)
     if bound is None or bound > WIDE_BOUND:
         return dict()

@@ -30,7 +30,8 @@ class OwnerOrder(Persistent):
 
     def __init__(self, M, N, bm, bn, ctas, group, world, stack=1, order="owners"):
         if order not in ORDERS:
-            raise ValueError(f"gemm_rs: the owners' order must be one of {list(ORDERS)}, got {order!r}")
+            raise ValueError(f"gemm_rs: rs_order must be one of {list(ORDERS)}, got {order!r} (the owners' segments: "
+                             "each rank's own rows last, or in row order)")
         super().__init__(M, N, bm, bn, ctas, group, stack=stack, segments=world)
         self.world, self.order = world, order
 
