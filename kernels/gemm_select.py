@@ -14,7 +14,8 @@ persistent schedule.
 
 from bisect import bisect_left
 
-from kernels.gemm_config import BK, BM, BN as BN_DEFAULT, MAX_BOUND, SMS, TILE_N, TILE_N_COL
+from kernels.gemm_config import BK, BM, BN as BN_DEFAULT, MAX_BOUND, SMS, TILE_N, TILE_N_COL, narrow_chunk
+from kernels.parts.epilogues.chunks import chunking
 from kernels.parts.schedulers.spread import spread_fits
 
 #: bucket bounds (rows); a call runs the artifact of the first bound ≥ M, the last one is unbounded.
@@ -36,14 +37,17 @@ def bucket(M):
 
 
 def stages_for(tile_n, tile_m=BM, dtype_bytes=2, tile_k=BK):
-    """The deepest ring of k-block slots that fits beside the epilogue's buffers, at most 8: (128×64
-    A, 64×tile_n B) slots and one 64×min(128, tile_n) chunk buffer per consumer warpgroup, or for a
-    transposed decode tile (``tile_m`` < 128) (128×64 weights, tile_m×64 A) slots and one tile_m×64
-    buffer per warpgroup."""
+    """The deepest ring of k-block slots that fits beside the epilogue's buffers, at most 8: (128×tile_k
+    A, tile_k×tile_n B) slots beside the store's buffers as the store cuts the tile (its default chunk,
+    :func:`~kernels.gemm_config.narrow_chunk`, and :func:`~kernels.parts.epilogues.chunks.chunking`'s
+    buffers: 64 rows × chunk per buffer per consumer warpgroup), or for a transposed decode tile
+    (``tile_m`` < 128) (128×tile_k weights, tile_m×tile_k A) slots and one tile_m×64 buffer per
+    warpgroup.  Law: the ring and the buffers fit :data:`SMEM`."""
     if tile_m < BM:
         chunk, slot = 2 * 64 * tile_m * dtype_bytes, (BM + tile_m) * tile_k * dtype_bytes
     else:
-        chunk, slot = 2 * 64 * min(128, tile_n) * dtype_bytes, (BM + tile_n) * tile_k * dtype_bytes
+        cols = narrow_chunk(tile_n)
+        chunk, slot = 2 * chunking(cols, tile_n)[1] * 64 * cols * dtype_bytes, (BM + tile_n) * tile_k * dtype_bytes
     return min(8, (SMEM - chunk) // slot)
 
 
@@ -228,10 +232,14 @@ def heuristic(M, N, K, sms=SMS, b_major="col"):
     :data:`WIDE_BOUND`: of the uncut widths the one of least :func:`cost` if it is at most
     :data:`WIDE_MARGIN` of the 256-wide tile's; otherwise the default (the persistent 128×256 tile).
     Above 128 rows with N narrower than 256 columns, where the middle buckets' choice has no width
-    that fits (N below 128) and in the larger buckets: :func:`fitting`."""
+    that fits (N below 128) and in the larger buckets: :func:`fitting`.  N below 64 columns (the
+    narrowest tile) is a ``ValueError`` naming it."""
+    if N < TILE_N[0]:
+        raise ValueError(f"gemm: N={N} is narrower than the narrowest tile ({TILE_N[0]} columns): no configuration "
+                         f"fits (a build of it is refused too)")
     bound = bucket(M)
     if N < BN_DEFAULT and (bound is None or bound > MAX_BOUND or BM < bound and N < BM):
-        return fitting(N, b_major) or dict()        # no 256-wide tile fits (below 64 columns: make refuses N)
+        return fitting(N, b_major)          # no 256-wide tile fits
     if bound is None or bound > WIDE_BOUND:
         return dict()
     if bound > MAX_BOUND:       # uncut widths only (run-time M), against the 256-wide tile with a margin

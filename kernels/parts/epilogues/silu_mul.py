@@ -14,7 +14,8 @@ and every c < p/2; C has half the GEMM's columns.
 from tvm.script import tirx as T
 
 import axe.lang as Ax
-from kernels.parts.epilogues.store import ChunkedStore, chunking
+from kernels.parts.epilogues.chunks import chunking
+from kernels.parts.epilogues.store import ChunkedStore
 
 
 def silu_mul(dtype):
