@@ -64,6 +64,17 @@ MID_WIDTHS = {"col": tuple(w for w in TILE_N_COL if w >= 128), "row": (128, MID_
 #: B: where N is small (the down projections) cuBLAS runs a 112-wide tile in one wave
 #: (3584 × 14336 at 256 and 512 rows: 32 × 4 = 128 tiles), where 128 columns make 112 tiles
 MID_NARROW = (96, 112)
+#: the uncut widths a middle bucket also tries with 128-deep k-blocks (``tile_k=128``, 3 slots): a k-block's
+#: fixed cost (the consumers' wait, drain and restart) is paid once per two 64-column panels, which the
+#: narrow tiles need most (docs/gemm.md, "The narrow tile's ring and its k-block depth"); 112 with
+#: column-major B only (96 was measured too and was never the fastest); where K holds at least one
+MID_DEEP = (112, 128)
+#: the heuristic's :data:`K_BLOCK` for a 128-deep k-block, per 64-column panel: fitted to 28 rows of the
+#: middle buckets on an H100 (seven down projections × 128–1024 rows, every candidate and the deep widths,
+#: benchmarks/results/gemm_mid-2026-11-27-h100-deep.json): it takes the deep tile on the three rows where
+#: it measured fastest (the one-wave 128- and 112-wide tiles at 512 rows: Qwen3-8B, Llama-3.1-8B and
+#: Gemma-2-9B down, 7–12% faster than the former pick) and on no other
+DEEP_K_BLOCK = 48
 #: the slice counts a middle bucket tries: with a few block-rows the tile count is rarely a multiple
 #: of the SMs, and 3 or 6 slices can fill the last wave where 2 and 4 leave it half empty
 MID_SPLITS = (1, 2, 3, 4, 6)
@@ -85,6 +96,11 @@ WIDE_MARGIN = 0.95
 def uncut(tile_n):
     """The uncut tile ``tile_n`` wide with the deepest ring that fits (a configuration)."""
     return dict(tile_n=tile_n, stages=stages_for(tile_n))
+
+
+def deep(tile_n):
+    """The uncut tile ``tile_n`` wide with 128-deep k-blocks and the deepest ring of them that fits."""
+    return dict(tile_n=tile_n, tile_k=128, stages=stages_for(tile_n, tile_k=128))
 
 
 def fitting(N, b_major="col"):
@@ -122,7 +138,8 @@ def candidates(bound, N, K, b_major="col"):
     a run-time M schedules (the persistent tile 128×256 or 128×128, ping-pong; with N below 256 also
     :func:`fitting`'s tile), up to
     :data:`WIDE_BOUND` rows also the run-time-M tiles of :data:`MID_WIDTHS` (``b_major``'s), and in a
-    middle bucket (≤ :data:`MAX_BOUND` rows) also :data:`MID_NARROW` (tune's only), CTA pairs sharing B with tiles 128 and
+    middle bucket (≤ :data:`MAX_BOUND` rows) also :data:`MID_NARROW` (tune's only), the widths of :data:`MID_DEEP`
+    with 128-deep k-blocks (:func:`deep`), CTA pairs sharing B with tiles 128 and
     256 wide (scheduled for the bound: cuBLAS runs 2-CTA clusters on nearly every middle shape; the
     heuristic's model has no term for them, they are ``axe tune``'s to pick), and the tiles 128,
     :data:`MID_TILE` and 256 wide cut in K as :data:`MID_SPLITS` allows.  Stream-K is not one:
@@ -150,7 +167,8 @@ def candidates(bound, N, K, b_major="col"):
         return runtime + widths
     pairs = [dict(tile_n=tn, cluster=2, stages=stages_for(tn)) for tn in (128, 256) if tn <= N]
     narrow = [uncut(tn) for tn in MID_NARROW if b_major == "col" and tn <= N]
-    return runtime + widths + narrow + pairs + \
+    deeps = [deep(tn) for tn in MID_DEEP if tn <= N and K >= 128 and (b_major == "col" or tn % 64 == 0)]
+    return runtime + widths + narrow + deeps + pairs + \
         [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in (128, MID_TILE, 256) if tn <= N
          for s in splits(K, MID_SPLITS) if s > 1]
 
@@ -226,9 +244,10 @@ def heuristic(M, N, K, sms=SMS, b_major="col"):
     128-row decode bucket (or B row-major): of the 64-column steps cut as :func:`splits` allows and,
     with column-major B, the uncut widths between them, the one of least :func:`cost` (ties: fewer
     slices, then 128, 64, 256 columns), the deepest ring that fits; a middle bucket: of an uncut tile of
-    :data:`MID_WIDTHS` (``b_major``'s: with column-major B every multiple of 16 from 128 to 256) or a
-    tile 256, :data:`MID_TILE` or 128 wide cut in K, the one of least :func:`cost` over the bound's
-    block-rows (ties: fewer slices, then wider; uncut: the run-time-M artifact); a bucket up to
+    :data:`MID_WIDTHS` (``b_major``'s: with column-major B every multiple of 16 from 128 to 256), a
+    tile 256, :data:`MID_TILE` or 128 wide cut in K, or a width of :data:`MID_DEEP` with 128-deep k-blocks
+    (costed with :data:`DEEP_K_BLOCK`), the one of least :func:`cost` over the bound's
+    block-rows (ties: fewer slices, then wider, then 64-deep; uncut: the run-time-M artifact); a bucket up to
     :data:`WIDE_BOUND`: of the uncut widths the one of least :func:`cost` if it is at most
     :data:`WIDE_MARGIN` of the 256-wide tile's; otherwise the default (the persistent 128×256 tile).
     Above 128 rows with N narrower than 256 columns, where the middle buckets' choice has no width
@@ -248,9 +267,13 @@ def heuristic(M, N, K, sms=SMS, b_major="col"):
         return uncut(tn) if cost(N, K, tn, 1, sms, rows) <= WIDE_MARGIN * cost(N, K, BN_DEFAULT, 1, sms, rows) else dict()
     if bound > BM:
         rows = -(-bound // BM)
-        options = [(tn, 1) for tn in MID_WIDTHS[b_major] if tn <= N] + \
-            [(tn, s) for tn in (256, MID_TILE, 128) if tn <= N for s in splits(K, MID_SPLITS) if s > 1]
-        tn, s = min(options, key=lambda c: (cost(N, K, c[0], c[1], sms, rows), c[1], -c[0]))
+        options = [(tn, 1, BK) for tn in MID_WIDTHS[b_major] if tn <= N] + \
+            [(tn, s, BK) for tn in (256, MID_TILE, 128) if tn <= N for s in splits(K, MID_SPLITS) if s > 1] + \
+            [(tn, 1, 128) for tn in MID_DEEP if tn <= N and K >= 128 and (b_major == "col" or tn % 64 == 0)]
+        tn, s, tk = min(options, key=lambda c: (cost(N, K, c[0], c[1], sms, rows, DEEP_K_BLOCK if c[2] > BK else K_BLOCK),
+                                               c[1], -c[0], c[2]))
+        if tk > BK:
+            return deep(tn)
         if s == 1:
             return dict() if tn == 256 else uncut(tn)
         return dict(tile_n=tn, split_k=s, stages=stages_for(tn))
@@ -281,12 +304,16 @@ def act_config(config, N):
     store (``make(..., act="silu_mul")``): the store needs the cooperative tile whose columns are
     whole 128-column interleave periods and divide ``N`` (the weight's rows), so ping-pong
     becomes the default persistent tile and a narrower, odd or non-dividing tile 128 columns (with
-    the deepest ring that fits); every other key is kept.  Law: a configuration that composes is
-    returned unchanged."""
+    the deepest ring that fits), and 128-deep k-blocks (:func:`deep`) 64-deep ones with the deepest
+    ring (the fused store is GPU-checked on 64-deep rings); every other key is kept.  Law: any other
+    configuration that composes is returned unchanged."""
     out = dict(config)
     if out.get("schedule") == "pingpong":
         del out["schedule"]
     tile_n = out.get("tile_n", 256)
     if out.get("tile_m", BM) == BM and (tile_n % 128 or N % tile_n):
         out.update(uncut(128))
+    if out.get("tile_m", BM) == BM and out.get("tile_k", BK) != BK:     # the fused store's ring is checked 64-deep
+        del out["tile_k"]
+        out["stages"] = stages_for(out.get("tile_n", 256))
     return out

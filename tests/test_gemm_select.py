@@ -96,9 +96,11 @@ def test_heuristic_picks_the_least_modelled_cost(N, K):
         def model(x):
             if x.get("stream_k"):
                 return gemm_select.stream_k_cost(N, K, block_rows=rows)
-            return gemm_select.cost(N, K, x.get("tile_n", 256), x.get("split_k", 1), block_rows=rows)
+            deep = x.get("tile_k", 64) == 128        # a 128-deep k-block: its fixed cost per panel is less
+            return gemm_select.cost(N, K, x.get("tile_n", 256), x.get("split_k", 1), block_rows=rows,
+                                    k_block=gemm_select.DEEP_K_BLOCK if deep else gemm_select.K_BLOCK)
         assert model(cfg) == min(model(x) for x in gemm_select.candidates(bound, N, K)     # tune's extras excluded
-                                 if "schedule" not in x and x.get("tile_n") not in gemm_select.MID_NARROW)
+                                 if "schedule" not in x and (x.get("tile_n") not in gemm_select.MID_NARROW or "tile_k" in x))
 
 
 def test_a_decode_split_never_overfills_one_wave():
@@ -346,6 +348,28 @@ def test_the_128_row_bucket_picks_the_fastest_measured_width():
         pick = {k: v for k, v in gemm_select.heuristic(128, N, K).items() if k != "stages"}
         pick = gemm_select.name(pick)
         assert us[pick] <= 1.02 * min(us.values()), (N, K, pick, us[pick], min(us.values()))
+
+
+def test_the_middle_buckets_pick_128_deep_k_blocks_where_they_measured_fastest():
+    """On the H100 run of the deep widths (seven down projections × 256–1024 rows: each row's former
+    pick, the deep widths and their splits, benchmarks/results/gemm_mid-2026-11-27-h100-deep.json) the
+    pick is within 6% of the fastest measured configuration on every row, and it is 128-deep exactly
+    on the three rows where a deep tile measured fastest."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "results",
+                        "gemm_mid-2026-11-27-h100-deep.json")
+    by = {}
+    for r in json.load(open(path))["rows"]:
+        if r["M"] > 128:
+            by.setdefault((r["M"], r["N"], r["K"]), {})[re.sub(r"_r\d+$", "", r["config"])] = r["axe_us"]
+    assert len(by) == 21
+    deep_picks = set()
+    for (M, N, K), us in by.items():
+        pick = gemm_select.heuristic(M, N, K)
+        assert us[gemm_select.name(pick)] <= 1.06 * min(us.values()), (M, N, K, pick)
+        if pick.get("tile_k") == 128:
+            deep_picks.add((M, N, K))
+            assert us[gemm_select.name(pick)] == min(us.values())
+    assert deep_picks == {(512, 4096, 12288), (512, 4096, 14336), (512, 3584, 14336)}
 
 
 def test_the_decode_sweep_times_extra_configurations_where_they_serve():
