@@ -60,8 +60,7 @@ def mainloop(problem, cfg, gen):
     b = MulticastB() if cfg.cluster > 1 else WholeB()
     if cfg.pingpong:
         return PingPong(problem.dtype, problem.b_major, cfg.bn, cfg.bk, cfg.stages, k_iters, cfg.in_flight, b)
-    return Cooperative(problem.dtype, problem.b_major, BM, cfg.bn, cfg.bk, cfg.stages, k_iters, cfg.in_flight, b,
-                       cfg.per_wait)
+    return Cooperative(problem.dtype, problem.b_major, BM, cfg.bn, cfg.bk, cfg.stages, k_iters, cfg.in_flight, b)
 
 
 def gpu_parts(problem, cfg, gen, act=None):
@@ -148,8 +147,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, max_rows=None, prog
             raise Ax.TargetError(f"gemm on {target}: {sizes}")
         if max_rows is not None:        # scheduled for max_rows: a launch with more rows is refused
             Ax.current_build().symbol_max["M"] = max_rows
-        if gen == "tcgen05" and (cfg.pingpong or cfg.stream_k or cfg.split_k > 1 or cfg.bn != BN or cfg.bk != BK
-                                 or cfg.per_wait != 1):
+        if gen == "tcgen05" and (cfg.pingpong or cfg.stream_k or cfg.split_k > 1 or cfg.bn != BN or cfg.bk != BK):
             raise Ax.TargetError("gemm on sm_100a: only the cooperative 128x256 schedule without stream_k, split_k "
                                  "or reduce-scatter is built for tcgen05 so far (got " + ", ".join(
                                      o for o in cfg.options() if o != "cluster>1") + ")")

@@ -64,12 +64,11 @@ class Config:
     (:mod:`kernels.parts.epilogues.elementwise`), ``tile_n`` the tile's columns (:data:`TILE_N`; with
     column-major B :data:`TILE_N_COL`, whose store chunks default to :func:`narrow_chunk`), ``tile_m`` its
     rows (:data:`TILE_M`; below 128 the tile is computed transposed, for few rows), ``tile_k`` the
-    k-block's depth (:data:`TILE_K`), ``k_per_wait`` the k-blocks a consumer issues per wait for its
-    wgmma group (1, or 2: fewer drains per k-column, the two consumers' drains alternating)."""
+    k-block's depth (:data:`TILE_K`)."""
 
     def __init__(self, stages=None, sms=SMS, in_flight=None, group=GROUP, cluster=1, epilogue=None,
                  schedule="cooperative", epilogue_bufs=None, stream_k=False, split_k=1, epilogue_ops=(), tile_n=BN,
-                 tile_m=BM, tile_k=BK, k_per_wait=1):
+                 tile_m=BM, tile_k=BK):
         if tile_n not in TILE_N_COL:
             raise ValueError(f"gemm: tile_n must be one of {TILE_N}, or with column-major B a multiple of 16 from 64 "
                              f"to 256, got {tile_n!r}")
@@ -93,15 +92,11 @@ class Config:
             epilogue = narrow_chunk(tile_n)
         self.stages, self.sms, self.group, self.cluster, self.schedule = stages or STAGES, sms, group, cluster, schedule
         self.in_flight = (1 if pp else 0) if in_flight is None else in_flight
-        if k_per_wait not in (1, 2) or (k_per_wait == 2 and (schedule != "cooperative" or stream_k or tile_m < BM)):
-            raise ValueError(f"gemm: k_per_wait must be 1, or 2 on the cooperative 128-row tile without stream_k (its "
-                             f"pieces may be one k-block), got k_per_wait={k_per_wait!r} with schedule={schedule!r}, "
-                             f"stream_k={stream_k}, tile_m={tile_m}")
         if stream_k and split_k > 1:
             raise ValueError("gemm: stream_k and split_k are two tile schedulers; pick one")
         self.epilogue, self.epilogue_bufs, self.stream_k, self.pingpong = epilogue, epilogue_bufs, stream_k, pp
         self.split_k, self.epilogue_ops, self.bn = split_k, tuple(epilogue_ops), tile_n
-        self.tile_m, self.bk, self.per_wait = tile_m, tile_k, k_per_wait
+        self.tile_m, self.bk = tile_m, tile_k
         self.bm = HALF if pp else BM        # rows of one scheduled tile (ping-pong: one warpgroup's)
 
     @classmethod
@@ -135,5 +130,4 @@ class Config:
         """The configuration's non-default choices, by name (for messages)."""
         return [n for n, v in (("stream_k", self.stream_k), ("split_k", self.split_k > 1), ("cluster>1", self.cluster > 1),
                                ("pingpong", self.pingpong), ("epilogue_ops", self.epilogue_ops),
-                               ("tile_n", self.bn != BN), ("tile_m", self.tile_m != BM), ("tile_k", self.bk != BK),
-                               ("k_per_wait", self.per_wait != 1)) if v]
+                               ("tile_n", self.bn != BN), ("tile_m", self.tile_m != BM), ("tile_k", self.bk != BK)) if v]

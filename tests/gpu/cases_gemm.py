@@ -315,22 +315,6 @@ BOUNDED.update(NARROW_PAIRS)
 BOUNDED_ROWS.update({"bnd512_n112c2": 512, "bnd1024_n144c2": 1024})
 BUILDS.update({case_name("dyn", dt, "col", t): _bounded_builder(t, dt, "col") for t in NARROW_PAIRS
                for dt in ("float16", "bfloat16")})
-#: two k-blocks per wgmma wait (``k_per_wait=2``): even and odd k-block counts (k2: one step; multi: 9,
-#: the last step one k-block), the 112-wide tile with its 7 slots, split-K slices of 6, CTA pairs, and
-#: a middle bucket's bound
-PER_WAIT = {"kp2": {"k_per_wait": 2}, "kp2n112": {"tile_n": 112, "stages": 7, "k_per_wait": 2},
-            "kp2x3": {"sms": 8, "split_k": 3, "k_per_wait": 2}, "kp2c2": {"cluster": 2, "k_per_wait": 2}}
-VARIANTS.update(PER_WAIT)
-PER_WAIT_CASES = [(s, dt, b, "kp2") for s in ("square", "ragged", "ragged2", "k2", "multi")
-                  for dt, b in (("float16", "row"), ("bfloat16", "col"))] + \
-                 [(s, dt, "col", "kp2n112") for s in ("ragged", "multi") for dt in ("float16", "bfloat16")] + \
-                 [("kx_a", dt, "col", "kp2x3") for dt in ("float16", "bfloat16")] + \
-                 [(s, "bfloat16", b, "kp2c2") for s in ("ragged2", "multi") for b in ("row", "col")]
-BUILDS.update({case_name(*c): _builder(*c) for c in PER_WAIT_CASES})
-BOUNDED.update({"bnd512_n112kp2": {"tile_n": 112, "stages": 7, "k_per_wait": 2}})
-BOUNDED_ROWS.update({"bnd512_n112kp2": 512})
-BUILDS.update({case_name("dyn", dt, "col", "bnd512_n112kp2"): _bounded_builder("bnd512_n112kp2", dt, "col")
-               for dt in ("float16", "bfloat16")})
 #: the middle buckets' 128-deep uncut tiles (``gemm_select.deep``), M at run time
 DEEP_RUNTIME = {"rtn128k128": {"tile_n": 128, "tile_k": 128, "stages": 3},
                 "rtn112k128": {"tile_n": 112, "tile_k": 128, "stages": 3}}

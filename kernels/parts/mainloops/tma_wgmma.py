@@ -26,7 +26,6 @@ under the other's main loop.  ``cluster=2`` (CTA pairs on vertically neighbourin
 through :class:`MulticastB`: each CTA loads half of the B tile with a TMA multicast to both.
 """
 
-import tvm
 from tvm.script import tirx as T
 
 import axe.lang as Ax
@@ -82,10 +81,7 @@ class Cooperative:
     releases = 2                # consumer warpgroups that free a slot
     split = "rows"              # how the consumers split the tile
 
-    def __init__(self, dtype, b_major, bm, bn, bk, stages, k_iters, in_flight, b, per_wait=1):
-        if per_wait not in (1, 2) or (per_wait == 2 and (in_flight or k_iters < 2)):
-            raise ValueError(f"gemm: k_per_wait must be 1, or 2 with no wgmma group left in flight (in_flight=0) and at "
-                             f"least 2 k-blocks; got k_per_wait={per_wait!r}, in_flight={in_flight}, {k_iters} k-blocks")
+    def __init__(self, dtype, b_major, bm, bn, bk, stages, k_iters, in_flight, b):
         if bn % 64 and (b_major != "col" or bn % 8):
             raise ValueError(f"gemm: a B tile {bn} columns wide (not a multiple of 64) is built with column-major B "
                              f"(b_major='col', N×K: its 128-byte swizzle runs along K), in rows of 8 (wgmma's N step); "
@@ -95,7 +91,7 @@ class Cooperative:
                              f"swizzle blocks (a tile 128 or 256 wide), with column-major B rows of 8 (a width that is "
                              f"a multiple of 16); got {bn} columns with b_major={b_major!r}")
         self.dtype, self.b_major, self.bm, self.bn, self.bk, self.stages = dtype, b_major, bm, bn, bk, stages
-        self.k_iters, self.b, self.per_wait = k_iters, b, per_wait
+        self.k_iters, self.b = k_iters, b
         self.cluster = b.cluster
         self.wait = in_flight if k_iters > 1 else 0           # wgmma groups left running per k-block
         self.b_tile = (bk, bn) if b_major == "row" else (bn, bk)
@@ -172,44 +168,10 @@ class Cooperative:
         if accumulate or not wait:
             pipe.release(i - wait, pred=leader)
 
-    def k_step(self, pool, pipe, acc, wg, leader, i, count, first):
-        """``count`` (1 or 2) k-blocks from pipeline iteration i as one wgmma group: wait for the
-        slots, issue their wgmmas back to back, wait for the group, free the slots; ``first``: the
-        tile's first k-block starts the sum.  (Waiting for the second slot between the two batches
-        puts a loop inside the group, and ptxas then serializes every wgmma.)"""
-        for j in range(count):
-            pipe.wait(i + j)
-        for j in range(count):
-            s, last = pipe.slot(i + j), j == count - 1
-            Ax.gemm(acc, self.a_operand(pool, s, wg), self.b_operand(pool, s), accumulate=not (first and j == 0),
-                    fence=j == 0, commit=last, wait=0 if last else False)
-        for j in range(count):
-            pipe.release(i + j, pred=leader)
-
-    def k_pairs(self, pool, pipe, acc, wg, leader, base, k0, k1):
-        """k-blocks k0 .. k1-1 (a count known when building, at least two) in steps of two per wgmma
-        wait, the first and the last step (one k-block where the count is odd) in straight-line code."""
-        n = k1 - k0 if isinstance(k1 - k0, int) else tvm.sym.Analyzer().simplify(k1 - k0)
-        if not isinstance(n, int) and not isinstance(n, tvm.tirx.IntImm):
-            raise ValueError(f"gemm: k_per_wait=2 steps through a count of k-blocks known when building, got {n}")
-        n = int(n)
-        last = 2 - n % 2
-        self.k_step(pool, pipe, acc, wg, leader, base + k0, 2, True)
-        if n - 2 - last > 0:
-            with T.serial((n - 2 - last) // 2) as p:
-                self.k_step(pool, pipe, acc, wg, leader, base + k0 + 2 + 2 * p, 2, False)
-        if n > 2:
-            self.k_step(pool, pipe, acc, wg, leader, base + k0 + n - last, last, False)
-
     def k_range(self, pool, pipe, acc, wg, leader, base, k0, k1, before_last=None):
         """k-blocks k0 .. k1-1 of a tile (``base`` is the pipeline iteration of k-block 0; at least
         two k-blocks unless the tile has one), the last one waited for in straight-line code;
-        ``before_last`` runs before the last k-block is issued.  With ``per_wait`` 2:
-        :meth:`k_pairs`."""
-        if self.per_wait == 2:
-            if before_last:
-                raise ValueError("gemm: k_per_wait=2 is built for the cooperative schedule (no turn to pass)")
-            return self.k_pairs(pool, pipe, acc, wg, leader, base, k0, k1)
+        ``before_last`` runs before the last k-block is issued."""
         wait = self.wait
         self.mma_step(pool, pipe, acc, wg, base + k0, False, leader, wait)
         with T.serial(k0 + 1, k1 - 1) as kb:
