@@ -29,7 +29,6 @@ from kernels.gemm_config import (BK, BM, BN, MAX_BOUND, EPILOGUE, FUSED_EPILOGUE
 from kernels.gemm_store import ACTS, PERIOD, store
 from kernels.parts import CompositionError, Problem, compose
 from kernels.parts.mainloops.neuron import NeuronCore
-from kernels.parts.mainloops.tall_pingpong import TallPingPong
 from kernels.parts.mainloops.tcgen05 import Tcgen05
 from kernels.parts.mainloops.tma_wgmma import Cooperative, MulticastB, PingPong, WholeB
 from kernels.parts.schedulers.persistent import Persistent
@@ -59,8 +58,6 @@ def mainloop(problem, cfg, gen):
     if gen == "tcgen05":
         return Tcgen05(problem.dtype, problem.b_major, BM, BN, BK, cfg.stages, k_iters, cfg.in_flight, cfg.cluster)
     b = MulticastB() if cfg.cluster > 1 else WholeB()
-    if cfg.schedule == "tall":
-        return TallPingPong(problem.dtype, problem.b_major, cfg.bn, cfg.bk, cfg.stages, k_iters, b)
     if cfg.pingpong:
         return PingPong(problem.dtype, problem.b_major, cfg.bn, cfg.bk, cfg.stages, k_iters, cfg.in_flight, b)
     return Cooperative(problem.dtype, problem.b_major, BM, cfg.bn, cfg.bk, cfg.stages, k_iters, cfg.in_flight, b)
@@ -150,7 +147,7 @@ def make(M, N, K, dtype="float16", b_major="row", name=None, max_rows=None, prog
             raise Ax.TargetError(f"gemm on {target}: {sizes}")
         if max_rows is not None:        # scheduled for max_rows: a launch with more rows is refused
             Ax.current_build().symbol_max["M"] = max_rows
-        if gen == "tcgen05" and (cfg.schedule != "cooperative" or cfg.stream_k or cfg.split_k > 1 or cfg.bn != BN or cfg.bk != BK):
+        if gen == "tcgen05" and (cfg.pingpong or cfg.stream_k or cfg.split_k > 1 or cfg.bn != BN or cfg.bk != BK):
             raise Ax.TargetError("gemm on sm_100a: only the cooperative 128x256 schedule without stream_k, split_k "
                                  "or reduce-scatter is built for tcgen05 so far (got " + ", ".join(
                                      o for o in cfg.options() if o != "cluster>1") + ")")

@@ -40,7 +40,7 @@ def narrow_refusal(tile_n, schedule="cooperative", stream_k=False, epilogue_ops=
     chunks are 64-column multiples and one narrower last chunk) without stream-K or fused operands."""
     if tile_n % 64 == 0:
         return None
-    used = [n for n, on in (("schedule='pingpong'", schedule == "pingpong"), ("stream_k", stream_k),
+    used = [n for n, on in (("schedule='pingpong'", schedule != "cooperative"), ("stream_k", stream_k),
                             ("epilogue_ops", epilogue_ops)) if on]
     if used:
         return (f"tile_n={tile_n} (not a multiple of 64) is built for the cooperative schedule without stream_k or "
@@ -82,13 +82,8 @@ class Config:
                              f"deep), got {tile_k!r}")
         if cluster not in (1, 2) or sms % cluster:
             raise ValueError(f"gemm: cluster must be 1 or 2 and divide sms={sms}, got {cluster!r}")
-        if schedule not in ("cooperative", "pingpong", "tall") or (schedule != "cooperative" and cluster > 1):
-            raise ValueError(f"gemm: schedule must be 'cooperative', 'pingpong' or 'tall' (the last two without "
-                             f"clusters), got {schedule!r}")
-        if schedule == "tall" and (tile_n > 128 or stream_k or split_k > 1 or epilogue_ops or tile_m < BM):
-            raise ValueError(f"gemm: schedule='tall' (each consumer on whole 128-row tiles) is built for tile_n up to "
-                             f"128 without stream_k, split_k or epilogue_ops, got tile_n={tile_n}, stream_k={stream_k}, "
-                             f"split_k={split_k}, epilogue_ops={epilogue_ops!r}")
+        if schedule not in ("cooperative", "pingpong") or (schedule == "pingpong" and cluster > 1):
+            raise ValueError(f"gemm: schedule must be 'cooperative' or 'pingpong' (without clusters), got {schedule!r}")
         why = narrow_refusal(tile_n, schedule, stream_k, epilogue_ops)
         if why:
             raise ValueError(f"gemm: {why}")

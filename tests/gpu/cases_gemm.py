@@ -321,15 +321,4 @@ DEEP_RUNTIME = {"rtn128k128": {"tile_n": 128, "tile_k": 128, "stages": 3},
 RUNTIME_TILES.update(DEEP_RUNTIME)
 BUILDS.update({case_name("dyn", dt, b, t): _bounded_builder(t, dt, b) for t in DEEP_RUNTIME
                for dt, b in (("float16", "row"), ("bfloat16", "col")) if b == "col" or t == "rtn128k128"})
-#: the tall ping-pong (``schedule="tall"``: each consumer on whole 128-row tiles, its k-loop skewed):
-#: one k-block (k1), two (k2), ragged shapes, 320 tiles taking turns (multi), narrow widths, M at run time
-TALL = {"tall": {"schedule": "tall", "tile_n": 128}, "tall112": {"schedule": "tall", "tile_n": 112, "stages": 6}}
-VARIANTS.update(TALL)
-TALL_CASES = [(s, dt, b, "tall") for s in ("square", "ragged", "ragged2", "k1", "k2", "multi")
-              for dt, b in (("float16", "row"), ("bfloat16", "col"))] + \
-             [(s, dt, "col", "tall112") for s in ("ragged", "ragged2", "multi") for dt in ("float16", "bfloat16")]
-BUILDS.update({case_name(*c): _builder(*c) for c in TALL_CASES})
-RUNTIME_TILES.update({"rtn112tall": {"schedule": "tall", "tile_n": 112, "stages": 6}})
-BUILDS.update({case_name("dyn", dt, "col", "rtn112tall"): _bounded_builder("rtn112tall", dt, "col")
-               for dt in ("float16", "bfloat16")})
 CHECKS = {name: _check_of(name) for name in BUILDS}
