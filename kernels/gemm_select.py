@@ -103,6 +103,12 @@ def deep(tile_n):
     return dict(tile_n=tile_n, tile_k=128, stages=stages_for(tile_n, tile_k=128))
 
 
+def deep_widths(N, K, b_major="col"):
+    """The widths of :data:`MID_DEEP` a middle bucket tries 128-deep for N × K: no wider than N, K
+    holding at least one deep k-block, and 112 with column-major B only."""
+    return [tn for tn in MID_DEEP if tn <= N and K >= 128 and (b_major == "col" or tn % 64 == 0)]
+
+
 def fitting(N, b_major="col"):
     """The widest uncut tile no wider than N (:data:`~kernels.gemm_config.TILE_N_COL` with column-major B,
     :data:`~kernels.gemm_config.TILE_N` with row-major), or None where N is below 64: what a bucket of
@@ -167,7 +173,7 @@ def candidates(bound, N, K, b_major="col"):
         return runtime + widths
     pairs = [dict(tile_n=tn, cluster=2, stages=stages_for(tn)) for tn in (128, 256) if tn <= N]
     narrow = [uncut(tn) for tn in MID_NARROW if b_major == "col" and tn <= N]
-    deeps = [deep(tn) for tn in MID_DEEP if tn <= N and K >= 128 and (b_major == "col" or tn % 64 == 0)]
+    deeps = [deep(tn) for tn in deep_widths(N, K, b_major)]
     return runtime + widths + narrow + deeps + pairs + \
         [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in (128, MID_TILE, 256) if tn <= N
          for s in splits(K, MID_SPLITS) if s > 1]
@@ -269,7 +275,7 @@ def heuristic(M, N, K, sms=SMS, b_major="col"):
         rows = -(-bound // BM)
         options = [(tn, 1, BK) for tn in MID_WIDTHS[b_major] if tn <= N] + \
             [(tn, s, BK) for tn in (256, MID_TILE, 128) if tn <= N for s in splits(K, MID_SPLITS) if s > 1] + \
-            [(tn, 1, 128) for tn in MID_DEEP if tn <= N and K >= 128 and (b_major == "col" or tn % 64 == 0)]
+            [(tn, 1, 128) for tn in deep_widths(N, K, b_major)]
         tn, s, tk = min(options, key=lambda c: (cost(N, K, c[0], c[1], sms, rows, DEEP_K_BLOCK if c[2] > BK else K_BLOCK),
                                                c[1], -c[0], c[2]))
         if tk > BK:
