@@ -6,7 +6,7 @@ M = 4096), tile widths 128 and 256, alone and in CTA pairs (``cluster=2``), and 
 DeepGEMM's wheel (``sgl-deep-gemm``, ``pip download``: a py3-none manylinux wheel built for CUDA
 13 and torch) into ``.carry/gemm_fp8/wheels/``, so one carry path holds everything.
 
-Usage: ``.venv/bin/python benchmarks/build_gemm_fp8.py [--out DIR] [--only mlp|deepseek] [--bns 128 256] [--clusters 1 2] [--variants NAME ...] [--wheel]``.
+Usage: ``.venv/bin/python benchmarks/build_gemm_fp8.py [--out DIR] [--only mlp|deepseek] [--bns 128 256] [--clusters 1 2] [--variants NAME ...] [--groups G ...] [--shapes NxK ...] [--wheel]``.
 """
 
 import argparse
@@ -24,7 +24,7 @@ WHEEL = "sgl-deep-gemm"
 
 def main(argv=None):
     from build_gemm import save_built
-    from gemm_fp8 import VARIANTS, artifact_name, built_for, shapes, variant_name
+    from gemm_fp8 import VARIANTS, artifact_name, built_for, shapes, variant_name, with_groups
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=os.path.join(ROOT, ".carry", "gemm_fp8"))
     ap.add_argument("--only", choices=("mlp", "deepseek"), default=None)
@@ -32,21 +32,25 @@ def main(argv=None):
     ap.add_argument("--clusters", nargs="*", type=int, default=sorted({v[1] for v in VARIANTS}))
     names = [variant_name(*v) for v in VARIANTS]
     ap.add_argument("--variants", nargs="*", default=names, choices=names, help="variants to build (e.g. bn256_sk)")
+    ap.add_argument("--groups", nargs="*", type=int, default=[None],
+                    help="raster bands (block-rows) to build each variant with (default: the kernel's)")
+    ap.add_argument("--shapes", nargs="*", default=None, metavar="NxK", help="only these weight shapes")
     ap.add_argument("--wheel", action="store_true", help=f"also download {WHEEL}'s wheel into OUT/wheels")
     args = ap.parse_args(argv)
     from kernels import gemm_fp8
     total, failed = 0, []
     for kind, model, proj, m, n, k in shapes():
-        if args.only not in (None, kind):
+        if args.only not in (None, kind) or (args.shapes and f"{n}x{k}" not in args.shapes):
             continue
-        for bn, cluster, stream_k in VARIANTS:
+        for bn, cluster, stream_k, group in with_groups(VARIANTS, args.groups):
             if (bn not in args.bns or cluster not in args.clusters or not built_for(m, n, bn, cluster, stream_k)
                     or variant_name(bn, cluster, stream_k) not in args.variants):
                 continue
-            name = artifact_name(m, n, k, bn, cluster, stream_k)
+            name = artifact_name(m, n, k, bn, cluster, stream_k, group)
+            kw = {} if group is None else {"group": group}
             try:
                 total += save_built(args.out, name, lambda: gemm_fp8.build(m, n, k, bn, name=name, cluster=cluster,
-                                                                           stream_k=stream_k))
+                                                                           stream_k=stream_k, **kw))
             except Exception as err:  # noqa: BLE001 - report every shape that does not build
                 failed.append(f"{name}: {type(err).__name__}: {err}")
                 print(f"FAILED {name}: {err}", flush=True)

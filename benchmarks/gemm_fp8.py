@@ -41,7 +41,7 @@ Peers, as found in the sources:
 The every-M sweep is ``benchmarks/gemm_fp8_allm.py`` (it takes this file's peers and checks).
 
 Usage (GPU machine): ``python3 benchmarks/gemm_fp8.py [--artifacts DIR] [--wheels DIR (default .carry/gemm_fp8/wheels)] [--only mlp|deepseek]
-[--variants bn128 bn256 bn128_c2 bn256_c2 bn192 bn192_c2 bn256_sk] [--peers cublas deepgemm triton] [--budget SECONDS] [--json PATH]``.
+[--variants bn128 bn256 bn128_c2 bn256_c2 bn192 bn192_c2 bn256_sk] [--groups G ...] [--shapes NxK ...] [--peers cublas deepgemm triton] [--budget SECONDS] [--json PATH]``.
 """
 
 import argparse
@@ -70,6 +70,8 @@ DEEPSEEK = [(2112, 7168), (24576, 1536), (32768, 512), (7168, 16384), (4096, 716
 VARIANTS = ((128, 1, False), (256, 1, False), (128, 2, False), (256, 2, False), (192, 1, False), (192, 2, False),
             (256, 1, True))
 SMS = 132
+#: the kernel's raster band, ``kernels.gemm_fp8.GROUP`` (this side runs without TVM; a CPU test compares them)
+GROUP = 16
 #: stream-K is built where more than this share of the last wave's tile slots would idle
 SK_IDLE = 0.02
 
@@ -113,12 +115,20 @@ def shapes():
             + [("deepseek", "DeepSeek-V3", f"{n}x{k}", M_DS, n, k) for n, k in DEEPSEEK])
 
 
-def variant_name(bn, cluster, stream_k=False):
-    return f"bn{bn}" + (f"_c{cluster}" if cluster > 1 else "") + ("_sk" if stream_k else "")
+def variant_name(bn, cluster, stream_k=False, group=None):
+    """``bn256_c2_sk_g8``: the tile width, CTA pairs, stream-K and a raster band of ``group`` block-rows
+    other than the kernel's default (:data:`GROUP`)."""
+    return (f"bn{bn}" + (f"_c{cluster}" if cluster > 1 else "") + ("_sk" if stream_k else "")
+            + (f"_g{group}" if group not in (None, GROUP) else ""))
 
 
-def artifact_name(m, n, k, bn, cluster=1, stream_k=False):
-    return f"gemm_fp8_{m}x{n}x{k}_{variant_name(bn, cluster, stream_k)}"
+def artifact_name(m, n, k, bn, cluster=1, stream_k=False, group=None):
+    return f"gemm_fp8_{m}x{n}x{k}_{variant_name(bn, cluster, stream_k, group)}"
+
+
+def with_groups(variants, groups):
+    """Every variant ``(bn, cluster, stream_k)`` once per raster band in ``groups`` (``None``: the default)."""
+    return [(*v, g) for v in variants for g in groups]
 
 
 def error_line(err):
@@ -307,7 +317,7 @@ def retime(fns, row, rounds):
         row["ms"][name] = median(times)
 
 
-def run_shape(shape, artifacts, peers, tri, cub, dg, variants=VARIANTS, rounds=0):
+def run_shape(shape, artifacts, peers, tri, cub, dg, variants=with_groups(VARIANTS, [None]), rounds=0):
     """One shape: every axe variant (the fastest correct one is axe's figure), then the peers;
     ``rounds`` > 0 re-times axe's choice and the peers in that many interleaved rounds."""
     import torch
@@ -323,7 +333,7 @@ def run_shape(shape, artifacts, peers, tri, cub, dg, variants=VARIANTS, rounds=0
     C = torch.empty(m, n, device=DEVICE, dtype=torch.bfloat16)
     fns = {}
     for v in variants:
-        if not built_for(m, n, *v):
+        if not built_for(m, n, *v[:3]):
             continue
         tag = f"axe_{variant_name(*v)}"
         try:
@@ -428,6 +438,9 @@ def main(argv=None):
     ap.add_argument("--peers", nargs="*", default=list(PEERS), choices=PEERS)
     ap.add_argument("--variants", nargs="*", default=[variant_name(*v) for v in VARIANTS],
                     choices=[variant_name(*v) for v in VARIANTS], help="axe builds to time")
+    ap.add_argument("--groups", nargs="*", type=int, default=[None],
+                    help="raster bands (block-rows) to time each variant with (default: the kernel's)")
+    ap.add_argument("--shapes", nargs="*", default=None, metavar="NxK", help="only these weight shapes")
     ap.add_argument("--budget", type=float, default=480.0, help="seconds: shapes not started by then are skipped")
     ap.add_argument("--rounds", type=int, default=0,
                     help="re-time axe's chosen variant and the peers in this many interleaved rounds (median)")
@@ -462,12 +475,13 @@ def main(argv=None):
                             f"; axe's fastest variant and the peers re-timed in {args.rounds} interleaved rounds, "
                             "median of those rounds" if args.rounds else ""),
               "figures": [], "skipped": []}
-    todo = [s for s in shapes() if args.only in (None, s[0])]
+    todo = [s for s in shapes() if args.only in (None, s[0]) and (not args.shapes or f"{s[4]}x{s[5]}" in args.shapes)]
     for i, shape in budgeted(todo, t0, args.budget, result):
         print(f"[{i + 1}/{len(todo)}] {shape[0]} {shape[1]} {shape[2]} {shape[3]}x{shape[4]}x{shape[5]}", flush=True)
         try:
             row = run_shape(shape, args.artifacts, args.peers, tri, cub, dg,
-                            [v for v in VARIANTS if variant_name(*v) in args.variants], args.rounds)
+                            with_groups([v for v in VARIANTS if variant_name(*v) in args.variants], args.groups),
+                            args.rounds)
         except Exception:  # noqa: BLE001 - e.g. out of memory making the operands
             row = {"set": shape[0], "model": shape[1], "proj": shape[2], "M": shape[3], "N": shape[4], "K": shape[5],
                    "ms": {}, "correct": {}, "errors": {"shape": traceback.format_exc()[-2000:]}}

@@ -10,6 +10,10 @@ cluster and split strategy cuBLAS picked.
 artifact for (N, K) once and torch.matmul once on the same data, checked against each other, for
 ``ncu`` to profile (each kernel alone, caches flushed by ncu).
 
+``python3 benchmarks/profile_gemm.py once_fp8 M N K --variant bn256 [--artifacts DIR]`` does the same for the
+block-scaled FP8 GEMM's static artifact of ``benchmarks/build_gemm_fp8.py`` and cuBLAS's blockwise
+``torch._scaled_mm``, each checked against fp32 of the dequantized operands.
+
 ``python3 benchmarks/profile_gemm.py sustain N K [--seconds 4]`` runs each side back to back for a
 few seconds while NVML samples the SM clock and the power draw: is the GEMM power-limited, and
 does one side run at a lower clock than the other?
@@ -85,6 +89,29 @@ def _setup(n, k, dtype, artifacts):
     return kern, a, w, torch.empty(M, n, device="cuda", dtype=tdt)
 
 
+def once_fp8(m, n, k, variant, artifacts):
+    import torch
+
+    import axe.runtime as rt
+    from gemm_fp8 import Cublas, artifact_name, rel_err
+    from kernels.fp8_blocks import quantize_blocks, quantize_rows, reference
+    A, SA = quantize_rows(torch.randn(m, k, device="cuda"))
+    W, SB = quantize_blocks(torch.randn(n, k, device="cuda"))
+    ref = reference(A, W, SA, SB)["C"]
+    C = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+    kern = rt.load(os.path.join(artifacts, f"{artifact_name(m, n, k, 256)[:-len('bn256')]}{variant}"))
+    _, cublas = Cublas().call(A, W, SA, SB)
+    worst = 0.0
+    for side, fn in (("axe", lambda: kern(A, W, SA, SB, C)), ("cublas", cublas)):
+        C.fill_(float("nan"))
+        out = fn()
+        torch.cuda.synchronize()
+        err = rel_err(out if side == "cublas" else C, ref)
+        worst = max(worst, err)
+        print(f"{side} {m}x{n}x{k} rel err {err:.2e}", flush=True)
+    return 0 if worst < 1e-2 else 1
+
+
 def sustain(n, k, dtype, artifacts, seconds):
     import torch
 
@@ -107,6 +134,12 @@ if __name__ == "__main__":
     p.add_argument("k", type=int)
     p.add_argument("--dtype", default="float16")
     p.add_argument("--artifacts", default=os.path.join(ROOT, ".carry", "gemm_bench"))
+    p = sub.add_parser("once_fp8")
+    p.add_argument("m", type=int)
+    p.add_argument("n", type=int)
+    p.add_argument("k", type=int)
+    p.add_argument("--variant", default="bn256", help="the artifact's variant (benchmarks/gemm_fp8.variant_name)")
+    p.add_argument("--artifacts", default=os.path.join(ROOT, ".carry", "gemm_fp8"))
     p = sub.add_parser("sustain")
     p.add_argument("n", type=int)
     p.add_argument("k", type=int)
@@ -116,6 +149,8 @@ if __name__ == "__main__":
     args = ap.parse_args()
     if args.cmd == "names":
         sys.exit(names(args.dtypes, args.m))
+    if args.cmd == "once_fp8":
+        sys.exit(once_fp8(args.m, args.n, args.k, args.variant, args.artifacts))
     if args.cmd == "sustain":
         sys.exit(sustain(args.n, args.k, args.dtype, args.artifacts, args.seconds))
     sys.exit(once(args.n, args.k, args.dtype, args.artifacts))

@@ -808,6 +808,8 @@ def test_counted_columns_against_brute_force():
     assert not bench.built_for(8192, 53248, 256, 1, True)
     assert not bench.built_for(4096, 7168, 128, 1, True) and not bench.built_for(4096, 7168, 256, 2, True)
     assert bench.variant_name(256, 1, True) == "bn256_sk" and bench.artifact_name(1, 2, 3, 256) == "gemm_fp8_1x2x3_bn256"
+    assert bench.GROUP == G.GROUP and bench.variant_name(256, 2, False, bench.GROUP) == "bn256_c2"
+    assert bench.artifact_name(1, 2, 3, 256, 1, False, 8) == "gemm_fp8_1x2x3_bn256_g8"
 
 
 def test_benchmark_control_flow_on_cpu(tmp_path, monkeypatch):
