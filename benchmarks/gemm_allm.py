@@ -6,7 +6,8 @@ all three timed from CUDA graphs in interleaved rounds (median of the rounds' me
 M ≤ 128 the row also carries the DRAM limit: W's bytes ÷ this run's read rate.
 
 CPU machine: ``.venv/bin/python benchmarks/gemm_allm.py build [--dtypes ...]`` fills the op's cache
-``.carry/axe_cache`` with every bucket's artifact the sweep calls (the heuristic's configurations).
+``.carry/axe_cache`` with every bucket's artifact the sweep calls (the heuristic's configurations, on an
+H100 and on an H200: :data:`DRAM_BPS`).
 GPU machine: ``python3 benchmarks/gemm.py --allm [--dtypes ...] [--json PATH]`` checks each side
 against cuBLAS (fresh random data) and writes ``gemm-allm-DATE-DEVICE.json`` (to ``$OUT`` when
 set, else ``benchmarks/results/``): rows ``M, N, K, dtype, axe_ms, cublas_ms, triton_ms, config``
@@ -43,11 +44,21 @@ def weight_shapes(only=None):
     return [nk for nk in shapes if nk in want]
 
 
+#: the GPUs a build serves, by DRAM bandwidth (the heuristic's one device input besides the SM count):
+#: an H100 SXM (its default) and an H200, whose decode picks differ (``kernels.gemm_select.CTA_STREAM_BPS``)
+DRAM_BPS = {"h100": 3.35e12, "h200": 4.8e12}
+
+
 def specs(dtypes, shapes=None, ms=MS):
-    """``[(N, K, dtype, M, spec)]``: what the op asks for at every row of the sweep."""
+    """``[(N, K, dtype, M, spec)]``: what the op asks for at every row of the sweep, on each GPU of
+    :data:`DRAM_BPS` (a spec the GPUs share appears once per GPU)."""
     from axe.torch import tune
-    return [(n, k, dt, m, tune.spec_for("", n, k, dt, "col", m)) for dt in dtypes for n, k in weight_shapes(shapes)
-            for m in ms]
+    out = []
+    for gpu, bps in DRAM_BPS.items():
+        tune.note_device(f"sweep-{gpu}", bps)
+        out += [(n, k, dt, m, tune.spec_for(f"sweep-{gpu}", n, k, dt, "col", m)) for dt in dtypes
+                for n, k in weight_shapes(shapes) for m in ms]
+    return out
 
 
 def build(dtypes, shapes=None, ms=MS):
@@ -97,7 +108,9 @@ def run(dtypes, path=None, rounds=3, shapes=None, row_counts=MS):
     short = dev.replace("NVIDIA ", "").split()[0].lower()
     path = path or os.path.join(os.environ.get("OUT", os.path.join(ROOT, "benchmarks", "results")),
                                 f"gemm-allm-{date}-{short}.json")
+    from axe.runtime.device import dram_bytes_per_s
     head = {"benchmark": "gemm-allm", "date": date, "device": dev, "read_rate_Bps": rate,
+            "dram_peak_Bps": dram_bytes_per_s(torch.cuda.current_device()),
             "versions": {"torch": torch.__version__, "cuda": torch.version.cuda, "triton": triton.__version__,
                          "python": platform.python_version()},
             "timing": f"CUDA graph replays, median of {rounds} interleaved rounds (each the median of 10 batches of "

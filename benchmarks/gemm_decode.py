@@ -139,8 +139,10 @@ def run(path, rounds, mid=False, names=None, extra=(), ms=None):
 
     import axe.runtime as rt
     from axe.torch.timing import capture, graph_ms, median, round_robin
+    from axe.runtime.device import dram_bytes_per_s
     from kernels import gemm_select
     dev = torch.cuda.get_device_name()
+    dram_bps = dram_bytes_per_s(torch.cuda.current_device())
     rate = read_rate(torch)
     print(f"{dev}: read rate {rate / 1e12:.2f} TB/s", flush=True)
     rows = []
@@ -164,7 +166,7 @@ def run(path, rounds, mid=False, names=None, extra=(), ms=None):
             timed = round_robin({key: (lambda g=g: graph_ms(torch, g, 20)) for key, g in graphs.items()}, rounds)
             us = {key: median(v) * 1e3 for key, v in timed.items()}
             dram = n * k * 2 / rate * 1e6
-            pick = gemm_select.name(gemm_select.heuristic(m, n, k))
+            pick = gemm_select.name(gemm_select.heuristic(m, n, k, dram_bps=dram_bps))
             best = min(kernels, key=us.get)
             for cname in kernels:
                 rows.append({"M": m, "N": n, "K": k, "dtype": DTYPE, "shape": label, "bucket": bound, "config": cname,
@@ -180,7 +182,7 @@ def run(path, rounds, mid=False, names=None, extra=(), ms=None):
     path = path or os.path.join(ROOT, "benchmarks", "results", f"{stem}-{day}-{dev.split()[-1].lower()}.json")
     with open(path, "w") as f:
         json.dump({"device": dev, "date": day, "versions": {"torch": torch.__version__, "cuda": torch.version.cuda},
-                   "read_rate_Bps": rate, "timing": f"CUDA graph replays, median of {rounds} interleaved rounds",
+                   "read_rate_Bps": rate, "dram_peak_Bps": dram_bps, "timing": f"CUDA graph replays, median of {rounds} interleaved rounds",
                    "rows": rows}, f, indent=1)
     print("wrote", path)
 

@@ -215,14 +215,20 @@ def swap_cost(N, K, tile_m, split_k, sms=SMS):
 
 #: the transposed decode tile spread over every SM (stream-K, :func:`spread_fits`) streams its
 #: ``tiles·k_iters`` k-blocks over all SMs and pays :data:`SPREAD` k-blocks per 16 rows of the tile
-#: (its second piece and hand-overs); it is considered only where the best split streams on at most
-#: :data:`SPREAD_BELOW` of the SMs (from about 96 CTAs a split already reads at the DRAM's rate:
-#: GPT-3 down's 96 at 1.06x the measured read rate).  Fitted to the H200 spread run
+#: (its second piece and hand-overs).  Fitted to the H200 spread run
 #: (benchmarks/results/gemm_decode-2026-11-27-h200-spread.json: the pick within 6% of the fastest of
-#: the splits and the spread on its 27 rows, 0.5% on average).  It wins where the splits leave many SMs
-#: idle on a long K: 36 tiles cut 2 ways are 72 CTAs on 132 SMs, whose time moved 85.6 → 117.1 µs between
-#: two H200 calls (Gemma-2-27B down, M = 1; cuBLAS 85.9 and 87.4), as if placed on a few GPCs
-SPREAD, SPREAD_BELOW = 32, 0.625
+#: the splits and the spread on its 27 rows, 0.5% on average).
+SPREAD = 32
+#: the bytes per second one CTA of the decode tile streams at most: the spread is considered only
+#: where the best split's CTAs at this rate fall short of the GPU's DRAM bandwidth (``dram_bps``).
+#: An H100 (3.35 TB/s) reads at its DRAM's rate from about 84 CTAs (GPT-3 down's 96 uncut: 397 µs,
+#: 3.04 TB/s, the spread 2% slower); an H200 (4.8 TB/s) does not: the same 96 CTAs ran 286.6–337.1 µs
+#: in one call, bimodal by where they land, and the spread 287.0 (benchmarks/results/
+#: gemm_decode-2026-11-27-h{100,200}-spread96.json).  A split of few CTAs on a long K is where the
+#: spread wins: Gemma-2-27B down's 72 CTAs moved 85.6 → 117.1 µs between two H200 calls.
+CTA_STREAM_BPS = 40e9
+#: the DRAM bandwidth assumed where the GPU's is not known: an H100 SXM's (2 × 2619 MHz × 5120 bits)
+DRAM_BPS = 3.35e12
 
 
 def spread_cost(N, K, tile_m, sms=SMS):
@@ -242,11 +248,12 @@ def swap_splits(N, K, sms=SMS):
     return [s for s in splits(K) if s == 1 or tiles * s <= sms]
 
 
-def heuristic(M, N, K, sms=SMS, b_major="col"):
-    """A configuration for M×N×K without measuring.  Buckets of at most 64 rows with B column-major:
+def heuristic(M, N, K, sms=SMS, b_major="col", dram_bps=DRAM_BPS):
+    """A configuration for M×N×K without measuring, on a GPU of ``sms`` SMs and ``dram_bps`` bytes per
+    second of DRAM bandwidth.  Buckets of at most 64 rows with B column-major:
     the transposed decode tile as tall as the bucket, cut in K as :func:`swap_cost` says among
-    :func:`swap_splits`, or spread over every SM where that split leaves the SMs idle
-    (:data:`SPREAD_BELOW`) and :func:`spread_cost` is less; the
+    :func:`swap_splits`, or spread over every SM where that split's CTAs cannot keep the DRAM busy
+    (:data:`CTA_STREAM_BPS` each) and :func:`spread_cost` is less; the
     128-row decode bucket (or B row-major): of the 64-column steps cut as :func:`splits` allows and,
     with column-major B, the uncut widths between them, the one of least :func:`cost` (ties: fewer
     slices, then 128, 64, 256 columns), the deepest ring that fits; a middle bucket: of an uncut tile of
@@ -286,7 +293,7 @@ def heuristic(M, N, K, sms=SMS, b_major="col"):
     if bound < BM and b_major == "col" and N >= BM:
         split = min(swap_splits(N, K, sms), key=lambda s: (swap_cost(N, K, bound, s, sms), s))
         spread = spread_cost(N, K, bound, sms)
-        idle = -(-N // BM) * split <= SPREAD_BELOW * sms
+        idle = -(-N // BM) * split * CTA_STREAM_BPS < (dram_bps or DRAM_BPS)
         if idle and spread is not None and spread < swap_cost(N, K, bound, split, sms):
             return dict(tile_m=bound, tile_n=128, stream_k=True, stages=stages_for(128, bound))
         return dict(tile_m=bound, tile_n=128, split_k=split, stages=stages_for(128, bound))

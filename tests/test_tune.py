@@ -57,6 +57,60 @@ def test_spec_for_uses_the_heuristic_then_a_recorded_pick(cache):
     assert other["split_k"] == gemm_select.heuristic(1, 4096, 14336)["split_k"]
 
 
+def test_the_heuristic_weighs_each_gpus_dram_bandwidth(cache):
+    """A device's noted bandwidth reaches the heuristic (GPT-3 down at one row: uncut where the DRAM is
+    an H100's or unknown, spread on an H200's); noting a new one forgets the specs chosen before it;
+    a recorded pick still wins over either."""
+    gpt3 = (12288, 49152, "bfloat16", "col", 1)
+    tune.note_device("gpu-a", 3.35e12)
+    tune.note_device("gpu-b", 4.8e12)
+    assert tune.spec_for("gpu-a", *gpt3)["split_k"] == 1 and "stream_k" not in tune.spec_for("gpu-a", *gpt3)
+    assert tune.spec_for("gpu-b", *gpt3)["stream_k"]
+    assert tune.spec_for("gpu-unknown", *gpt3) == {**tune.spec_for("gpu-a", *gpt3)}
+    tune.note_device("gpu-a", 4.8e12)                       # the memo of gpu-a's specs is dropped
+    assert tune.spec_for("gpu-a", *gpt3)["stream_k"]
+    pick = {"tile_m": 16, "tile_n": 128, "split_k": 4, "stages": 8}
+    tune.record({tune.key("gpu-b", "bfloat16", "col", 12288, 49152, 16): {"config": pick, "ms": 0.3, "rows": [1, 16]}})
+    tune.reload()
+    assert tune.spec_for("gpu-b", *gpt3)["split_k"] == 4
+
+
+def test_dram_bandwidth_read_off_the_driver():
+    """Two transfers per memory clock × the bus width, from the driver's attributes (an H100 SXM reports
+    2 619 000 kHz and 5120 bits: 3.35 TB/s); a driver that reports neither gives None."""
+    from axe.runtime.device import dram_bytes_per_s
+
+    class Attr:
+        CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE, CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH = "clock", "bus"
+
+    class Driver:
+        class CUresult:
+            CUDA_SUCCESS = 0
+        CUdevice_attribute = Attr
+
+        def __init__(self, values):
+            self.values = values
+
+        def cuInit(self, flags):
+            return (0,)
+
+        def cuDeviceGet(self, index):
+            return (0, index)
+
+        def cuDeviceGetAttribute(self, attr, dev):
+            return (0, self.values[attr]) if attr in self.values else (1, None)
+
+        def cuGetErrorName(self, err):
+            return (0, b"CUDA_ERROR_INVALID_VALUE")
+
+        def cuGetErrorString(self, err):
+            return (0, b"invalid argument")
+
+    assert dram_bytes_per_s(0, Driver({"clock": 2619000, "bus": 5120})) == 2 * 2619e6 * 5120 / 8 == 3.35232e12
+    assert dram_bytes_per_s(0, Driver({"clock": 2619000})) is None
+    assert dram_bytes_per_s(0, Driver({"clock": 0, "bus": 5120})) is None
+
+
 def test_record_merges(cache):
     tune.record({"a": {"config": {}, "ms": 1.0, "rows": [8192]}})
     tune.record({"b": {"config": {"tile_n": 128}, "ms": 2.0, "rows": [256]}})

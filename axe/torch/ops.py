@@ -230,10 +230,18 @@ _DEVICE_NAMES: dict = {}
 
 
 def _device_name(device) -> str:
-    """The GPU's name (what tuning picks are keyed by), looked up once per device; ``"cpu"`` else."""
+    """The GPU's name (what tuning picks are keyed by), looked up once per device; ``"cpu"`` else.
+    The first look-up also tells :mod:`axe.torch.tune` the GPU's DRAM bandwidth (for the heuristic)."""
     name = _DEVICE_NAMES.get(device)
     if name is None:
-        name = _DEVICE_NAMES[device] = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+        if device.type == "cuda":
+            from axe.runtime.device import dram_bytes_per_s
+            index = device.index if device.index is not None else torch.cuda.current_device()
+            name = torch.cuda.get_device_name(device)
+            tune.note_device(name, dram_bytes_per_s(index))
+        else:
+            name = device.type
+        _DEVICE_NAMES[device] = name
     return name
 
 

@@ -80,7 +80,7 @@ class Tunable:
     dtypes: tuple
     layouts: tuple | None
     spec: Callable          # (sel, N, K, dtype, layout, bound, config) -> factory keywords
-    heuristic: Callable     # (sel, M, bound, N, K, layout) -> config
+    heuristic: Callable     # (sel, M, bound, N, K, layout, dram_bps) -> config
     operands: Callable      # (torch, M, N, K, dtype, layout) -> (inputs..., output)
 
     def select(self):
@@ -119,11 +119,11 @@ def _fp8_operands(torch, M, N, K, dtype, _layout):
 
 
 GEMM = Tunable("gemm", "kernels.gemm:make_dynamic", "gemm_select", ("float16", "bfloat16"), ("row", "col"),
-               _gemm_spec, lambda sel, M, bound, N, K, b_major: sel.heuristic(bound or 8192, N, K, b_major=b_major),
-               _gemm_operands)
+               _gemm_spec, lambda sel, M, bound, N, K, b_major, dram_bps=None: sel.heuristic(
+                   bound or 8192, N, K, b_major=b_major, dram_bps=dram_bps), _gemm_operands)
 GEMM_FP8 = Tunable("gemm_fp8", "kernels.gemm_fp8:make_dynamic", "gemm_fp8_select", ("float8_e4m3fn",), None,
                    lambda sel, N, K, dtype, layout, bound, config: {"N": N, "K": K, **sel.with_bound(bound, config)},
-                   lambda sel, M, bound, N, K, layout: sel.heuristic(M, N, K), _fp8_operands)
+                   lambda sel, M, bound, N, K, layout, dram_bps=None: sel.heuristic(M, N, K), _fp8_operands)
 KERNELS = {t.name: t for t in (GEMM, GEMM_FP8)}
 #: the 16-bit GEMM's factory (what its plan lines name)
 KERNEL = GEMM.kernel
@@ -178,23 +178,40 @@ def spec(N, K, dtype, b_major, bound, config, kernel: Tunable = GEMM) -> dict:
     return kernel.spec(kernel.select(), N, K, dtype, b_major, bound, config)
 
 
-def choose(kernel: Tunable, device, N: int, K: int, dtype: str, layout, M: int) -> dict:
+def choose(kernel: Tunable, device, N: int, K: int, dtype: str, layout, M: int, dram_bps=None) -> dict:
     """The specialization a call with M rows runs, not memoized: M's bucket's measured pick for
-    ``device`` (a GPU's name; None: none is read), else the heuristic's configuration."""
+    ``device`` (a GPU's name; None: none is read), else the heuristic's configuration for a GPU of
+    ``dram_bps`` bytes per second of DRAM bandwidth (None: the heuristic's default)."""
     sel = kernel.select()
     bound = sel.bucket(M)
     pick = table().get(key(device, dtype, layout, N, K, bound)) if device is not None else None
-    config = pick["config"] if pick else kernel.heuristic(sel, M, bound, N, K, layout)
+    config = pick["config"] if pick else kernel.heuristic(sel, M, bound, N, K, layout, dram_bps)
     return kernel.spec(sel, N, K, dtype, layout, bound, config)
 
 
+#: each GPU's DRAM bandwidth by name (bytes per second), as :func:`note_device` learnt it
+_DRAM: dict = {}
+
+
+def note_device(device: str, dram_bps) -> None:
+    """Record GPU ``device``'s DRAM bandwidth (:func:`axe.runtime.device.dram_bytes_per_s`; None:
+    unknown), which the heuristic weighs where no pick was measured; forgets the specs chosen for
+    it before."""
+    if _DRAM.get(device, -1) != dram_bps:
+        _DRAM[device] = dram_bps
+        for d in _MEMOS:
+            for k in [k for k in d if isinstance(k, tuple) and k and k[0] == device]:
+                del d[k]
+
+
 def spec_for(device: str, N: int, K: int, dtype: str, b_major: str, M: int) -> dict:
-    """The 16-bit GEMM's specialization for a call with M rows (:func:`choose`), memoized per
-    bucket: a call costs two dict lookups and the bucket search."""
+    """The 16-bit GEMM's specialization for a call with M rows (:func:`choose`, with the DRAM
+    bandwidth :func:`note_device` recorded for ``device``), memoized per bucket: a call costs two
+    dict lookups and the bucket search."""
     memo_key = (device, N, K, dtype, b_major, select().bucket(M))
     s = _SPECS.get(memo_key)
     if s is None:
-        s = _SPECS[memo_key] = choose(GEMM, device, N, K, dtype, b_major, M)
+        s = _SPECS[memo_key] = choose(GEMM, device, N, K, dtype, b_major, M, _DRAM.get(device))
     return s
 
 
