@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The FP8 GEMM at M = 8192 (GPU, no TVM): every artifact built for a shape — the static 256-wide
 CTA pair and the run-time-M ones (what ``torch.ops.axe.gemm_fp8`` runs in the large buckets: 256 or
-128 wide, single CTAs or pairs, one or two partial accumulators) — beside cuBLAS's blockwise
+128 wide, single CTAs or pairs) — beside cuBLAS's blockwise
 ``_scaled_mm``, in one process: each checked against fp32 of the dequantized operands, then timed
 from CUDA graphs in interleaved rounds; prints one line per shape.
 

@@ -55,7 +55,6 @@ from kernels.parts.epilogues.static_store import OneSiteHandover, StaticStore
 from kernels.parts.epilogues.static_transposed_store import StaticTransposedStore
 from kernels.parts.mainloops.fp8_block_scaled import (BK, BM, FP8, PART, BlockScaled, FP8SplitK, FP8StreamK,  # noqa: F401
                                                       fp8_tile)
-from kernels.parts.mainloops.fp8_overlap import BlockScaledOverlap
 from kernels.parts.mainloops.fp8_transposed import TILE_M, TransposedBlockScaled
 from kernels.parts.mainloops.tma_wgmma import HALF, MulticastB, WholeB
 from kernels.parts.schedulers.persistent import Persistent
@@ -66,15 +65,8 @@ SMS, GROUP = 132, 16
 THREADS, PRODUCER_REGS, CONSUMER_REGS = 384, 40, 232
 
 
-def check(M, N, K, bn, sms, cluster, stream_k, split_k=1, max_rows=None, tile_m=BM, partials=1):
+def check(M, N, K, bn, sms, cluster, stream_k, split_k=1, max_rows=None, tile_m=BM):
     """The configuration's and the sizes' conditions (``M`` None: a run-time M, at most ``max_rows``)."""
-    if partials not in (1, 2):
-        raise ValueError(f"gemm_fp8: partials (partial accumulators per consumer) must be 1 or 2, got {partials!r}")
-    if partials == 2 and (bn != PART or tile_m != BM or stream_k or split_k > 1):
-        raise ValueError(f"gemm_fp8: two partial accumulators are built for the {BM}x{PART} tile (bn={PART}: 2 x 64 "
-                         "registers beside the accumulator) on the persistent schedule (single CTAs or pairs), without "
-                         f"stream_k, split_k or the decode tile; got bn={bn}, tile_m={tile_m}, stream_k={stream_k}, "
-                         f"split_k={split_k}")
     if tile_m != BM:
         return check_transposed(M, N, K, bn, cluster, stream_k, max_rows, tile_m)
     if bn not in STAGES:
@@ -120,11 +112,10 @@ def check_transposed(M, N, K, bn, cluster, stream_k, max_rows, tile_m):
         raise ValueError(f"gemm_fp8: N={N} must be a multiple of 8 and K={K} of 16 (TMA: 16-byte row pitches)")
 
 
-def parts(M, N, K, bn, stages, sms, group, cluster, stream_k, split_k=1, rows=None, tile_m=BM, partials=1):
+def parts(M, N, K, bn, stages, sms, group, cluster, stream_k, split_k=1, rows=None, tile_m=BM):
     """``(scheduler, mainloop, epilogue)``: new objects (they keep a build's state).  ``rows``: the
     row count the tile grid is planned for (default M; a bound on a run-time M).  ``tile_m`` below 128:
-    the transposed decode tile (:func:`transposed_parts`); ``partials`` 2: the mainloop with two
-    partial accumulators (:class:`~kernels.parts.mainloops.fp8_overlap.BlockScaledOverlap`)."""
+    the transposed decode tile (:func:`transposed_parts`)."""
     rows = M if rows is None else rows
     sa_shape, sb_shape = scale_shapes(M, N, K)
     k_iters = sa_shape[0]
@@ -132,8 +123,7 @@ def parts(M, N, K, bn, stages, sms, group, cluster, stream_k, split_k=1, rows=No
     k_loaded = -(-k_iters // split_k) * split_k
     if tile_m != BM:
         return transposed_parts(N, rows, k_iters, sb_shape[0], k_loaded, tile_m, stages, sms, group, split_k)
-    loop = BlockScaledOverlap if partials == 2 else BlockScaled
-    main = loop(bn, stages, k_iters, sb_shape[0], MulticastB() if cluster > 1 else WholeB(), k_loaded)
+    main = BlockScaled(bn, stages, k_iters, sb_shape[0], MulticastB() if cluster > 1 else WholeB(), k_loaded)
     if stream_k:
         sched = FP8StreamK(rows, N, BM, bn, sms, group, k_iters, HALF, bn)
     elif split_k > 1:
@@ -162,13 +152,6 @@ def transposed_parts(N, rows, k_iters, n_blocks, k_loaded, tile_m, stages, sms, 
     if split_k > 1:
         epi = OneSiteSplitK(epi, split_k)
     return compose(sched, main, epi)
-
-
-def partial_registers(main, layout):
-    """The consumer's partial accumulator, or with two (``main.partials``) the pair."""
-    regs = [Ax.registers((HALF, main.part_n), "float32", layout, name="part" if p == 0 else f"part{p}")
-            for p in range(main.partials)]
-    return regs[0] if len(regs) == 1 else tuple(regs)
 
 
 def kernel(M, N, K, sched, main, epi, sms):
@@ -212,7 +195,7 @@ def kernel(M, N, K, sched, main, epi, sms):
             wg = Ax.cuda.warpgroup_index()
             leader = tx % 128 == 0
             acc = Ax.registers((HALF, bn), "float32", acc_layout, name="acc")
-            part = partial_registers(main, part_layout)
+            part = Ax.registers((HALF, main.part_n), "float32", part_layout, name="part")
             out = Ax.registers((HALF, bn), "bfloat16", acc_layout, name="out")
             for j in T.serial(sched.trips(sched.count(cid))):
                 m_blk, n_blk = sched.coords(cid, j, main.rank)
@@ -230,7 +213,7 @@ def kernel(M, N, K, sched, main, epi, sms):
 
 
 def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=1, stream_k=False, split_k=1,
-         max_rows=None, tile_m=BM, partials=1):
+         max_rows=None, tile_m=BM):
     """The block-scaled FP8 GEMM kernel; ``M`` None: a run-time M (:func:`make_dynamic`), scheduled
     for ``max_rows`` rows where given.  ``bn``: tile columns (64, 128, 192 or 256); ``cluster=2``: CTA
     pairs on vertically neighbouring tiles, each loading half of the B tile with a TMA multicast to
@@ -238,15 +221,14 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
     tiles over all CTAs in k-blocks; ``split_k=S``: cut every tile's K into S slices on different
     CTAs (both bn 128 or 256, no clusters); ``tile_m`` 16, 32 or 64: the transposed decode tile (128
     weight rows × tile_m rows of A, for at most tile_m rows: a static M or ``max_rows``; bn 128, split_k
-    composes); ``partials=2``: two partial accumulators per consumer, so each k-block's wgmma runs while
-    the previous one is promoted (bn 128, the persistent schedule)."""
-    check(M, N, K, bn, sms, cluster, stream_k, split_k, max_rows, tile_m, partials)
+    composes)."""
+    check(M, N, K, bn, sms, cluster, stream_k, split_k, max_rows, tile_m)
     stages = stages or (STAGES[bn] if tile_m == BM else TILE_M_STAGES[tile_m])
     dyn = M is None
     if dyn:                 # a TIR variable: A (M, K), SA (KB, round_up(M, 4)) and C (M, N) bind it at launch
         import tvm
         M = tvm.tirx.Var("M", "int32")
-    config = (M, N, K, bn, stages, sms, group, cluster, stream_k, split_k, max_rows, tile_m, partials)
+    config = (M, N, K, bn, stages, sms, group, cluster, stream_k, split_k, max_rows, tile_m)
     parts(*config)          # refusals now, not at build time
 
     def factory():
@@ -262,7 +244,7 @@ def make(M, N, K, bn=128, stages=None, sms=SMS, group=GROUP, name=None, cluster=
     return Ax.Kernel(name or default, factory, reference=reference, outputs=("C",),
                      meta={"M": None if dyn else M, "N": N, "K": K, "bn": bn, "stages": stages, "grid": (sms,),
                            "threads": THREADS, "cluster": cluster, "stream_k": stream_k, "split_k": split_k,
-                           "max_rows": max_rows, "tile_m": tile_m, "partials": partials})
+                           "max_rows": max_rows, "tile_m": tile_m})
 
 
 def build(M, N, K, bn=128, name=None, target="sm_90a", **kw):

@@ -99,12 +99,6 @@ DYNAMIC = {
     "dyn_c2_b256": (2112, 1536, dict(bn=256, cluster=2), (1, 100, 129, 300, 1000, 4097)),
     "dyn_c2_b128": (576, 7168, dict(bn=128, cluster=2), (1, 100, 129, 300, 1000, 4097)),
     "dyn_c2_llama_down": (4096, 14336, dict(bn=256, cluster=2), (1025, 2047, 3001)),
-    # two partial accumulators (each k-block's wgmma runs while the previous one is promoted): 56
-    # k-blocks (the alternation ends on the second partial), 11 (an odd tail) as CTA pairs, 1 and 2
-    "dyn_p2_b128": (576, 7168, dict(bn=128, partials=2), (1, 100, 129, 1000, 4097)),
-    "dyn_p2_c2_k11": (2112, 1408, dict(bn=128, cluster=2, partials=2), (1, 129, 300, 4097)),
-    "dyn_p2_k1": (512, 128, dict(bn=128, partials=2), (1, 64, 300)),
-    "dyn_p2_k2": (512, 256, dict(bn=128, partials=2), (1, 300)),
     # the transposed decode tile at run-time M (bounded by tile_m)
     "dyn16_t16_llama_down": (4096, 14336, dict(tile_m=16, max_rows=16), (1, 7, 16)),
     "dyn16_t16_sk4": (4096, 14336, dict(tile_m=16, split_k=4, max_rows=16), (1, 7, 16)),

@@ -82,7 +82,6 @@ class BlockScaled(Cooperative):
     equal slices run past K)."""
 
     name = "TMA + fp8 wgmma, block-scaled"
-    partials = 1                    # partial accumulators per consumer (the kernel allocates them)
 
     def __init__(self, bn, stages, k_iters, n_blocks, b, k_loaded=None):
         super().__init__(FP8, "col", BM, bn, BK, stages, k_iters, 0, b)
