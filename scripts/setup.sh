@@ -22,7 +22,7 @@ step "[1/4] virtual environment .venv"
 # torch first and pinned: an unpinned torch would pull several GB of CUDA packages.
 step "[2/4] torch==2.13.0 (the CPU build, pinned before anything can ask for another)"
 pip_install "torch==2.13.0"
-step "[3/4] axe (editable) with apache-tvm, numpy, matplotlib, pytest, hypothesis, pdoc"
+step "[3/4] axe (editable) with apache-tvm, numpy, matplotlib, pytest, pytest-xdist, hypothesis, pdoc"
 pip_install -e ".[tvm,test]"
 step "[4/4] checking the imports"
 .venv/bin/python -c "import axe, tvm, torch, numpy, hypothesis, pdoc; print('axe setup ok: tvm', tvm.__version__, '| torch', torch.__version__)"
