@@ -140,7 +140,8 @@ def candidates(bound, N, K, b_major="col"):
     """The configurations (``make`` keywords) measured for a bucket: for a decode bucket every tile
     width with every split of K (deepest ring), below 128 rows the transposed decode tile
     ``bound``×128 with every split and with stream-K spread over every SM where it fits, and in the
-    128-row bucket with column-major B the uncut widths between the 64-column steps; above them what
+    128-row bucket with column-major B the uncut widths between the 64-column steps and the 128-wide
+    tile spread over every SM (:func:`spread_fits`); above them what
     a run-time M schedules (the persistent tile 128×256 or 128×128, ping-pong; with N below 256 also
     :func:`fitting`'s tile), up to
     :data:`WIDE_BOUND` rows also the run-time-M tiles of :data:`MID_WIDTHS` (``b_major``'s), and in a
@@ -160,8 +161,13 @@ def candidates(bound, N, K, b_major="col"):
         # the 128-row bucket with column-major B: also the uncut widths between the 64-column steps (one
         # block-row of tiles: a width whose tile count fills one wave, as cuBLAS picks 112 for N = 14336)
         fine = [uncut(tn) for tn in TILE_N_COL if bound == BM and b_major == "col" and tn not in TILE_N and tn <= N]
+        # and the 128-wide tile spread over every SM (one block-row: each weight k-block is read once), a
+        # candidate for axe tune: on an H200 it beat every split of the long-K down projections at 100 and
+        # 128 rows by 1-15%, on an H100 it lost up to 12% (gemm_decode-2026-11-27-h{100,200}-spread128.json)
+        spread = ([dict(tile_n=128, stream_k=True, stages=stages_for(128))]
+                  if bound == BM and N >= 128 and spread_fits(-(-N // BM), -(-K // BK), SMS) else [])
         return swapped + [dict(tile_n=tn, split_k=s, stages=stages_for(tn)) for tn in TILE_N if tn != 192 and tn <= N
-                          for s in splits(K)] + fine
+                          for s in splits(K)] + fine + spread
     runtime = [dict(), uncut(128), dict(schedule="pingpong")]
     fit = fitting(N, b_major) if N < BN_DEFAULT else None        # N narrower than the default tile
     if fit is not None and fit not in runtime:
