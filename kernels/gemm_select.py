@@ -10,6 +10,10 @@ the decode buckets (M ≤ 16, ≤ 64, ≤ 128: one block-row) are scheduled stat
 384, 512, 768, 1024: a few block-rows, often fewer tiles than SMs) add split-K candidates,
 scheduled statically for the bound (:func:`scheduled_rows`); larger buckets run the run-time-M
 persistent schedule.
+
+The heuristic's inputs are the shape, the SM count and the GPU's DRAM bandwidth (``dram_bps``): an
+H100 and an H200 have the same 132 SMs, and whether a few CTAs keep the DRAM busy differs between
+them (:data:`CTA_STREAM_BPS`).
 """
 
 from bisect import bisect_left
