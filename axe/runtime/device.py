@@ -16,9 +16,10 @@ __all__ = ["dram_bytes_per_s"]
 def dram_bytes_per_s(device_index: int, driver=None) -> float | None:
     """The peak DRAM bandwidth of GPU ``device_index`` in bytes per second: two transfers per memory
     clock (the driver's ``MEMORY_CLOCK_RATE``, kHz) times the bus width (``GLOBAL_MEMORY_BUS_WIDTH``,
-    bits) over 8; None where the driver does not report either (the caller then assumes a default)."""
-    d = driver or cuda_driver()
+    bits) over 8; None where the driver (or ``cuda.bindings``) does not report either (the caller then
+    assumes a default)."""
     try:
+        d = driver or cuda_driver()
         check_result(d, d.cuInit(0), "cuInit")
         dev = check_result(d, d.cuDeviceGet(device_index), "cuDeviceGet")
         attr = d.CUdevice_attribute
