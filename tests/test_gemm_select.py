@@ -106,8 +106,8 @@ def test_heuristic_picks_the_least_modelled_cost(N, K):
 def test_a_decode_split_never_overfills_one_wave():
     """Gemma-2-27B's down projection (36 tiles of 128 rows): 4 slices would be 144 CTAs on 132 SMs and
     2 leave 60 SMs idle, so the pick spreads the k-blocks over every SM; a shape of many tiles stays
-    uncut; a brute-force walk of N agrees with the rule (one wave, or the spread where a split
-    leaves more than 3/8 of the SMs idle)."""
+    uncut; a brute-force walk of N agrees with the rule (one wave, or the spread over fewer tiles
+    than SMs, where a split's CTAs cannot keep the DRAM busy)."""
     assert gemm_select.heuristic(1, 4608, 36864) == {"tile_m": 16, "tile_n": 128, "stream_k": True,
                                                      "stages": gemm_select.stages_for(128, 16)}
     assert gemm_select.heuristic(16, 36864, 4608)["split_k"] == 1
