@@ -231,10 +231,11 @@ def swap_cost(N, K, tile_m, split_k, sms=SMS):
 SPREAD = 32
 #: the bytes per second one CTA of the decode tile streams at most: the spread is considered only
 #: where the best split's CTAs at this rate fall short of the GPU's DRAM bandwidth (``dram_bps``).
-#: An H100 (3.35 TB/s) reads at its DRAM's rate from about 84 CTAs (GPT-3 down's 96 uncut: 397 µs,
-#: 3.04 TB/s, the spread 2% slower); an H200 (4.8 TB/s) does not: the same 96 CTAs ran 286.6–337.1 µs
-#: in one call, bimodal by where they land, and the spread 287.0 (benchmarks/results/
-#: gemm_decode-2026-11-27-h{100,200}-spread96.json).  A split of few CTAs on a long K is where the
+#: By this rule an H100 (3.35 TB/s) needs 84 CTAs, and its 96 uncut CTAs do read GPT-3 down at the
+#: DRAM's rate (397 µs, 3.04 TB/s; the spread 2% slower); an H200 (4.8 TB/s) needs 120, and the same
+#: 96 CTAs ran 286.6–337.1 µs in one call, bimodal by where they land, the spread 287.0
+#: (benchmarks/results/gemm_decode-2026-11-27-h{100,200}-spread96.json).  The H200 spread run the
+#: former rule (5/8 of the SMs) was fitted to keeps its picks within 8% under this one (a CPU test).  A split of few CTAs on a long K is where the
 #: spread wins: Gemma-2-27B down's 72 CTAs moved 85.6 → 117.1 µs between two H200 calls.
 CTA_STREAM_BPS = 40e9
 #: the DRAM bandwidth assumed where the GPU's is not known: an H100 SXM's (2 × 2619 MHz × 5120 bits)
