@@ -45,8 +45,9 @@ def weight_shapes(only=None):
 
 
 #: the GPUs a build serves, by DRAM bandwidth (the heuristic's one device input besides the SM count):
-#: an H100 SXM (its default) and an H200, whose decode picks differ (``kernels.gemm_select.CTA_STREAM_BPS``)
-DRAM_BPS = {"h100": 3.35e12, "h200": 4.8e12}
+#: an H100 SXM (the heuristic's default, ``kernels.gemm_select.DRAM_BPS``) and an H200, whose decode
+#: picks differ (``kernels.gemm_select.CTA_STREAM_BPS``); None: the default
+DRAM_BPS = {"h100": None, "h200": 4.8e12}
 
 
 def specs(dtypes, shapes=None, ms=MS):

@@ -182,7 +182,8 @@ def run(path, rounds, mid=False, names=None, extra=(), ms=None):
     path = path or os.path.join(ROOT, "benchmarks", "results", f"{stem}-{day}-{dev.split()[-1].lower()}.json")
     with open(path, "w") as f:
         json.dump({"device": dev, "date": day, "versions": {"torch": torch.__version__, "cuda": torch.version.cuda},
-                   "read_rate_Bps": rate, "dram_peak_Bps": dram_bps, "timing": f"CUDA graph replays, median of {rounds} interleaved rounds",
+                   "read_rate_Bps": rate, "dram_peak_Bps": dram_bps,
+                   "timing": f"CUDA graph replays, median of {rounds} interleaved rounds",
                    "rows": rows}, f, indent=1)
     print("wrote", path)
 

@@ -235,8 +235,9 @@ SPREAD = 32
 #: DRAM's rate (397 µs, 3.04 TB/s; the spread 2% slower); an H200 (4.8 TB/s) needs 120, and the same
 #: 96 CTAs ran 286.6–337.1 µs in one call, bimodal by where they land, the spread 287.0
 #: (benchmarks/results/gemm_decode-2026-11-27-h{100,200}-spread96.json).  The H200 spread run the
-#: former rule (5/8 of the SMs) was fitted to keeps its picks within 8% under this one (a CPU test).  A split of few CTAs on a long K is where the
-#: spread wins: Gemma-2-27B down's 72 CTAs moved 85.6 → 117.1 µs between two H200 calls.
+#: former rule (5/8 of the SMs) was fitted to keeps its picks within 8% under this one (a CPU test).
+#: A split of few CTAs on a long K is where the spread wins: Gemma-2-27B down's 72 CTAs moved
+#: 85.6 → 117.1 µs between two H200 calls.
 CTA_STREAM_BPS = 40e9
 #: the DRAM bandwidth assumed where the GPU's is not known: an H100 SXM's (2 × 2619 MHz × 5120 bits)
 DRAM_BPS = 3.35e12
@@ -259,9 +260,9 @@ def swap_splits(N, K, sms=SMS):
     return [s for s in splits(K) if s == 1 or tiles * s <= sms]
 
 
-def heuristic(M, N, K, sms=SMS, b_major="col", dram_bps=DRAM_BPS):
+def heuristic(M, N, K, sms=SMS, b_major="col", dram_bps=None):
     """A configuration for M×N×K without measuring, on a GPU of ``sms`` SMs and ``dram_bps`` bytes per
-    second of DRAM bandwidth.  Buckets of at most 64 rows with B column-major:
+    second of DRAM bandwidth (None: :data:`DRAM_BPS`).  Buckets of at most 64 rows with B column-major:
     the transposed decode tile as tall as the bucket, cut in K as :func:`swap_cost` says among
     :func:`swap_splits`, or spread over every SM where that split's CTAs cannot keep the DRAM busy
     (:data:`CTA_STREAM_BPS` each) and :func:`spread_cost` is less; the
